@@ -1,0 +1,3 @@
+from costcalc.cli import run
+
+run()

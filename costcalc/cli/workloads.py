@@ -1,0 +1,143 @@
+"""Commands that evaluate a workload: prefill, chunked, decode, generate, train."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import calc, notes
+from ..errors import CostcalcError
+from .options import (BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, OutputOpt,
+                      PresetFileOpt, PresetOpt, conventions, emit, int_list, model, product)
+
+
+def prefill(
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    seq: Annotated[Optional[str], typer.Option(
+        "--seq", "-s", help="Prompt length S (new tokens C with --cached-prefix); a comma list sweeps.")] = None,
+    batch: BatchOpt = "1",
+    lengths: Annotated[Optional[str], typer.Option(
+        help="One variable-length batch: the prompt lengths, e.g. 100,2000,512.")] = None,
+    padded: Annotated[bool, typer.Option(
+        "--padded", help="With --lengths: charge the padded shape B x max length.")] = False,
+    cached_prefix: Annotated[Optional[str], typer.Option(
+        "--cached-prefix", help="Tokens T already cached before the --seq new ones; a comma list sweeps.")] = None,
+    convention: ConventionOpt = Convention.causal,
+    logits: LogitsOpt = Logits.last,
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+) -> None:
+    """Prefill FLOPs: uniform prompts, a variable-length batch, or new tokens over a cached prefix."""
+    spec = model(preset, preset_file)
+    if lengths is not None:
+        for flag, given in (("--seq", seq), ("--cached-prefix", cached_prefix)):
+            if given is not None:
+                raise CostcalcError(f"--lengths and {flag} conflict: a variable-length batch has its own lengths")
+        if batch != "1":
+            raise CostcalcError("--lengths and --batch conflict: the batch is the number of lengths")
+        sizes = int_list(lengths, "--lengths")
+        rows = [calc.varlen_prefill(spec, sizes, padded, c, logits.value) for c in conventions(convention)]
+    else:
+        if seq is None:
+            raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
+        if padded:
+            raise CostcalcError("--padded applies only with --lengths")
+        grid = product(seq=int_list(seq, "--seq"), batch=int_list(batch, "--batch"),
+                       convention=conventions(convention))
+        if cached_prefix is None:
+            rows = [calc.prefill(spec, logits=logits.value, **p) for p in grid]
+        else:
+            prefixes = int_list(cached_prefix, "--cached-prefix", minimum=0)
+            rows = [calc.cached_prefill(spec, chunk=p["seq"], prefix=t, batch=p["batch"],
+                                        convention=p["convention"], logits=logits.value)
+                    for p in grid for t in prefixes]
+    emit(rows, fmt, output)
+
+
+def chunked(
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    seq: Annotated[str, typer.Option("--seq", "-s", help="Prompt length S.")] = ...,
+    chunk: Annotated[str, typer.Option("--chunk", "-c", help="Chunk size C (the last chunk may be shorter).")] = ...,
+    prefix: Annotated[str, typer.Option(help="Tokens T cached before the prompt.")] = "0",
+    batch: BatchOpt = "1",
+    convention: ConventionOpt = Convention.both,
+    logits: LogitsOpt = Logits.last,
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+) -> None:
+    """The chunk schedule of one prompt: a row per chunk, the total, and the unchunked pass."""
+    spec = model(preset, preset_file)
+    rows, notes = [], []
+    for p in product(seq=int_list(seq, "--seq"), chunk=int_list(chunk, "--chunk"),
+                     prefix=int_list(prefix, "--prefix", minimum=0), batch=int_list(batch, "--batch"),
+                     convention=conventions(convention)):
+        schedule = calc.chunked(spec, logits=logits.value, **p)
+        rows += schedule
+        total, single = schedule[-2]["total_flops"], schedule[-1]["total_flops"]
+        notes.append(_chunk_note(p, total, single))
+    emit(rows, fmt, output, notes)
+
+
+def _chunk_note(p: dict, total: int, single: int) -> str:
+    where = f"{p['convention']}, seq {p['seq']}, chunk {p['chunk']}"
+    if total == single:
+        return f"{where}: the chunked total equals the unchunked prefill exactly."
+    return (f"{where}: chunking changes the total by {total - single:+,} FLOPs "
+            f"({(total - single) / single:+.2%}) -- each chunk is charged its own rectangle "
+            f"(chunk x keys so far), not one seq x seq square.")
+
+
+def decode(
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    context: Annotated[str, typer.Option(
+        "--context", "-t", help="Tokens T already cached; a comma list sweeps.")] = ...,
+    batch: BatchOpt = "1",
+    convention: ConventionOpt = Convention.causal,
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+) -> None:
+    """One decode step over T cached tokens, and its cost per output token."""
+    spec = model(preset, preset_file)
+    rows = [calc.decode(spec, **p) for p in product(
+        context=int_list(context, "--context"), batch=int_list(batch, "--batch"),
+        convention=conventions(convention))]
+    emit(rows, fmt, output, ["A decode step reads T+1 keys (its own included): causal and full agree."])
+
+
+def generate(
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    prompt: Annotated[str, typer.Option("--prompt", "-s", help="Prompt length S; a comma list sweeps.")] = ...,
+    new: Annotated[str, typer.Option("--new", "-n", help="Output tokens N; a comma list sweeps.")] = ...,
+    batch: BatchOpt = "1",
+    convention: ConventionOpt = Convention.causal,
+    logits: LogitsOpt = Logits.last,
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+) -> None:
+    """A whole generation: prefill of S, then N-1 decode steps (the j-th reads S+j keys)."""
+    spec = model(preset, preset_file)
+    rows = []
+    for p in product(prompt=int_list(prompt, "--prompt"), new=int_list(new, "--new"),
+                     batch=int_list(batch, "--batch"), convention=conventions(convention)):
+        rows += calc.generate(spec, logits=logits.value, **p)
+    emit(rows, fmt, output)
+
+
+def train(
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    seq: Annotated[str, typer.Option("--seq", "-s", help="Sequence length S; a comma list sweeps.")] = ...,
+    batch: BatchOpt = "1",
+    convention: ConventionOpt = Convention.causal,
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+) -> None:
+    """Training step: forward with all-position logits x3, beside the 6P rule of thumb."""
+    spec = model(preset, preset_file)
+    rows = [calc.train(spec, **p) for p in product(
+        seq=int_list(seq, "--seq"), batch=int_list(batch, "--batch"), convention=conventions(convention))]
+    emit(rows, fmt, output, [notes.TRAIN])

@@ -1,0 +1,44 @@
+"""Where attention FLOPs equal block linear FLOPs, solved from the derived terms.
+
+Both are FLOPs crossovers for one sequence with the LM head left out -- not time
+crossovers: attention can dominate latency far earlier through KV-cache bandwidth.
+
+- ``decode_t_equal``: the chapter's T_equal. A decode step reading K keys costs
+  ``2 P_lin`` linear and ``4 L d_q K`` attention; they are equal at
+  ``K = P_lin / (2 L d_q)``. The step's own key is one of the K, so the cache holds
+  ``T_equal - 1`` tokens before that step.
+- ``prefill``: the prompt length S where prefill attention equals prefill linear,
+  under a given convention.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import sympy as sp
+
+from .. import symbols as s
+from .workloads import decode_step, prefill
+
+
+def _positive_root(equation: sp.Eq, unknown: sp.Symbol) -> sp.Expr:
+    roots = [r for r in sp.solve(equation, unknown) if r != 0]
+    if len(roots) != 1:
+        raise ArithmeticError(f"expected one non-zero root for {unknown}, got {roots}")
+    return sp.factor(roots[0])
+
+
+@lru_cache(maxsize=None)
+def decode_t_equal(arch: str) -> sp.Expr:
+    """Keys read per decode step at which attention equals linear FLOPs (B = 1)."""
+    step = decode_step(arch).map(lambda e: e.subs(s.B, 1))
+    keys = sp.Symbol("K", integer=True, positive=True)
+    # decode_step is written in T cached tokens; the step reads K = T + 1 keys.
+    attention = step.terms["attention"].subs(s.T, keys - 1)
+    return _positive_root(sp.Eq(step.linear, attention), keys)
+
+
+@lru_cache(maxsize=None)
+def prefill_crossover(arch: str, convention: str) -> sp.Expr:
+    """Prompt length at which prefill attention equals prefill linear FLOPs (B = 1)."""
+    pre = prefill(arch, convention).map(lambda e: e.subs(s.B, 1))
+    return _positive_root(sp.Eq(pre.linear, pre.terms["attention"]), s.S)

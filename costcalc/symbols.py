@@ -1,0 +1,89 @@
+"""Every symbol of the cost model, declared once, with its assumptions.
+
+One vocabulary runs through the project: the symbol's name here is the key in a
+preset file (model symbols) or the row column / CLI option of a workload input
+(workload symbols). ``VARIABLES`` is that table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+
+def _size(name: str) -> sp.Symbol:
+    return sp.Symbol(name, integer=True, positive=True)
+
+
+# Model shape (keys of a preset file).
+L = _size("L")          # decoder layers
+d = _size("d")          # model width
+h_q = _size("h_q")      # query heads
+h_kv = _size("h_kv")    # key/value heads
+d_h = _size("d_h")      # head dim
+m = _size("m")          # dense SwiGLU width
+E = _size("E")          # routed experts
+k = _size("k")          # experts per token
+m_e = _size("m_e")      # expert width
+V = _size("V")          # vocabulary
+
+# Derived widths. They are symbols of their own so that formulas read as in the
+# cost model; their values always come from h_q*d_h and h_kv*d_h (see ``derived_values``).
+d_q = _size("d_q")
+d_kv = _size("d_kv")
+
+# Workload sizes.
+B = _size("B")          # sequences in the batch
+S = _size("S")          # prompt length
+T = _size("T")          # tokens already in the KV cache
+C = _size("C")          # new tokens in a chunk
+N = _size("N")          # output tokens of a generation
+
+# Summation indices (not sizes: they run from 0 or 1).
+i = sp.Symbol("i", integer=True, nonnegative=True)
+j = sp.Symbol("j", integer=True, nonnegative=True)
+
+# Display-only symbol for the executed linear parameters per token.
+P_lin = sp.Symbol("P_lin", integer=True, positive=True)
+
+
+@dataclass(frozen=True)
+class Variable:
+    symbol: sp.Symbol
+    key: str            # preset key (model) or row column / CLI option stem (workload)
+    meaning: str
+    hf_field: str = ""  # usual HF config.json field, for model symbols
+
+
+MODEL = (
+    Variable(L, "L", "decoder layers", "num_hidden_layers"),
+    Variable(d, "d", "model width", "hidden_size"),
+    Variable(h_q, "h_q", "query heads", "num_attention_heads"),
+    Variable(h_kv, "h_kv", "key/value heads", "num_key_value_heads"),
+    Variable(d_h, "d_h", "head dim", "head_dim (else hidden_size / num_attention_heads)"),
+    Variable(m, "m", "dense SwiGLU width", "intermediate_size"),
+    Variable(E, "E", "routed experts", "num_local_experts / num_experts"),
+    Variable(k, "k", "experts per token", "num_experts_per_tok"),
+    Variable(m_e, "m_e", "expert width", "moe_intermediate_size (Mixtral: intermediate_size)"),
+    Variable(V, "V", "vocabulary", "vocab_size"),
+)
+
+DERIVED = (
+    Variable(d_q, "d_q", "query width h_q*d_h"),
+    Variable(d_kv, "d_kv", "K (or V) width h_kv*d_h"),
+)
+
+WORKLOAD = (
+    Variable(B, "batch", "sequences in the batch"),
+    Variable(S, "seq", "prompt length"),
+    Variable(T, "context", "tokens already in the KV cache (prefix for a chunk)"),
+    Variable(C, "chunk", "new tokens in a chunk"),
+    Variable(N, "new_tokens", "output tokens of a generation"),
+)
+
+BY_NAME = {v.symbol.name: v.symbol for v in MODEL + DERIVED + WORKLOAD}
+
+
+def derived_values(model: dict[sp.Symbol, int]) -> dict[sp.Symbol, int]:
+    """The derived widths d_q and d_kv from a model's head counts."""
+    return {d_q: model[h_q] * model[d_h], d_kv: model[h_kv] * model[d_h]}

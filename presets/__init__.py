@@ -1,0 +1,1 @@
+"""Preset data files, one JSON per model. Installed as the package ``costcalc.preset_data``."""

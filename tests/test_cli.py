@@ -1,0 +1,164 @@
+"""The command line through its one boundary (costcalc.cli.main)."""
+import io
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from costcalc import calc, presets
+from costcalc.cli import main
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_prefill_table_states_conventions(capsys):
+    code, out, err = run(capsys, "prefill", "--preset", "llama-3.1-8b", "--seq", "1024,4096", "--convention", "both")
+    assert code == 0, err
+    assert "TFLOP" in out and "causal = legal query-key pairs" in out and "Not counted" in out
+    data = [line.split()[0] for line in out.splitlines() if line.endswith("TFLOP")]
+    assert data == ["causal", "full", "causal", "full"]
+
+
+def test_csv_round_trips_exact_integers(capsys):
+    code, out, _ = run(capsys, "prefill", "-p", "llama-3.1-405b", "--seq", "131072", "--batch", "64", "-f", "csv")
+    assert code == 0
+    df = pd.read_csv(io.StringIO(out), dtype=str)
+    expected = calc.prefill(presets.load("llama-3.1-405b"), 131072, 64)
+    assert int(df.loc[0, "total_flops"]) == expected["total_flops"] > 2**63
+    for col in ("preset", "workload", "convention", "batch", "seq", "linear_flops",
+                "attention_flops", "lm_head_flops", "total_flops"):
+        assert col in df.columns
+
+
+def test_json_markdown_and_csv_share_columns(capsys):
+    args = ["generate", "-p", "mixtral-8x7b", "--prompt", "512", "--new", "64,128"]
+    _, out_json, _ = run(capsys, *args, "-f", "json")
+    _, out_csv, _ = run(capsys, *args, "-f", "csv")
+    _, out_md, _ = run(capsys, *args, "-f", "markdown")
+    records = json.loads(out_json)
+    assert isinstance(records, list) and len(records) == 6
+    assert [r["phase"] for r in records[:3]] == ["prefill", "decode", "total"]
+    csv_cols = list(pd.read_csv(io.StringIO(out_csv)).columns)
+    md_cols = [c.strip() for c in out_md.splitlines()[0].strip("|").split("|")]
+    assert list(records[0]) == csv_cols == md_cols
+    assert records[2]["total_flops"] == records[0]["total_flops"] + records[1]["total_flops"]
+
+
+def test_markdown_keeps_big_integers_exact(capsys):
+    _, out, _ = run(capsys, "prefill", "-p", "llama-3.1-405b", "--seq", "131072", "--batch", "64", "-f", "markdown")
+    expected = calc.prefill(presets.load("llama-3.1-405b"), 131072, 64)["total_flops"]
+    assert str(expected) in out
+
+
+def test_output_file_format_from_suffix(tmp_path, capsys):
+    target = tmp_path / "decode.json"
+    code, out, err = run(capsys, "decode", "-p", "toy", "--context", "4,8", "--batch", "2", "-o", str(target))
+    assert code == 0 and out == ""
+    rows = json.loads(target.read_text())
+    assert [r["context"] for r in rows] == [4, 8]
+    assert all(r["total_flops_per_token"] * 2 == r["total_flops"] for r in rows)
+
+
+def test_cached_prefix_and_varlen(capsys):
+    _, out, _ = run(capsys, "prefill", "-p", "toy", "--seq", "3", "--cached-prefix", "0,5", "-f", "json")
+    rows = json.loads(out)
+    assert [r["prefix"] for r in rows] == [0, 5]
+    assert rows[0]["total_flops"] == calc.prefill(presets.load("toy"), 3)["total_flops"]
+    _, out, _ = run(capsys, "prefill", "-p", "toy", "--lengths", "100,2000,512", "-f", "json")
+    _, out_pad, _ = run(capsys, "prefill", "-p", "toy", "--lengths", "100,2000,512", "--padded", "-f", "json")
+    packed, padded = json.loads(out)[0], json.loads(out_pad)[0]
+    assert packed["batch"] == 3 and packed["lengths"] == "100,2000,512"
+    assert padded["total_flops"] == calc.prefill(presets.load("toy"), 2000, 3)["total_flops"]
+    assert packed["total_flops"] < padded["total_flops"]
+
+
+def test_chunked_rows_and_note(capsys):
+    code, out, _ = run(capsys, "chunked", "-p", "toy", "--seq", "10", "--chunk", "4")
+    assert code == 0
+    assert "chunk 3" in out and "unchunked" in out
+    assert "causal, seq 10, chunk 4: the chunked total equals the unchunked prefill exactly." in out
+    assert "full, seq 10, chunk 4: chunking changes the total by" in out
+
+
+def test_train_beside_6p(capsys):
+    _, out, _ = run(capsys, "train", "-p", "llama-3.1-8b", "--seq", "4096", "-f", "json")
+    row = json.loads(out)[0]
+    assert row["total_flops"] > row["rule_6p_flops"] and row["ratio_to_6p"] > 1
+
+
+def test_crossover_and_formula(capsys):
+    code, out, _ = run(capsys, "crossover", "-p", "llama-3.1-8b", "-f", "json")
+    rows = json.loads(out)
+    assert code == 0 and rows[0]["quantity"] == "decode_t_equal"
+    code, out, _ = run(capsys, "formula", "decode", "--arch", "moe")
+    assert code == 0 and "attention = 4*B*L*d_q*(T + 1)" in out and "linear    = 2*B*P_lin" in out
+    code, out, _ = run(capsys, "formula", "prefill", "--latex")
+    assert code == 0 and "P_{lin}" in out
+
+
+def test_presets_list_and_show(capsys):
+    code, out, _ = run(capsys, "presets", "-f", "json")
+    names = [r["preset"] for r in json.loads(out)]
+    assert code == 0 and names == presets.names()
+    code, out, _ = run(capsys, "presets", "show", "qwen3-30b-a3b")
+    assert code == 0 and "source.repo" in out and "Qwen/Qwen3-30B-A3B" in out
+
+
+BAD = [
+    (["prefill", "--preset", "llama3-8b", "--seq", "10"], "unknown preset 'llama3-8b'; did you mean"),
+    (["prefill", "--preset", "toy", "--seq", "0"], "--seq: 0 is not positive"),
+    (["prefill", "--preset", "toy", "--seq", "-5"], "--seq: -5 is not positive"),
+    (["prefill", "--preset", "toy", "--seq", "ten"], "--seq: 'ten' is not an integer"),
+    (["prefill", "--preset", "toy"], "give --seq"),
+    (["prefill", "--seq", "10"], "no model"),
+    (["prefill", "--preset", "toy", "--preset-file", "x.json", "--seq", "10"], "not both"),
+    (["prefill", "--preset", "toy", "--seq", "10", "--lengths", "1,2"], "--lengths and --seq conflict"),
+    (["prefill", "--preset", "toy", "--seq", "10", "--padded"], "--padded applies only with --lengths"),
+    (["chunked", "--preset", "toy", "--seq", "10", "--chunk", "11"], "chunk 11 is larger than the prompt"),
+    (["decode", "--preset", "toy", "--context", "0"], "--context: 0 is not positive"),
+    (["generate", "--preset", "toy", "--prompt", "4", "--new", "0"], "--new: 0 is not positive"),
+    (["prefill", "--preset", "toy", "--seq", "4", "--convention", "diagonal"], "diagonal"),
+    (["formula", "sideways"], "unknown workload 'sideways'"),
+    (["prefill", "--preset", "toy", "--seq", "4", "--bogus"], "No such option"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD)
+def test_bad_input_is_one_line_and_leaves_no_file(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "out.csv"
+    code, out, err = run(capsys, *args, "--output", str(target)) if args[0] != "formula" else run(capsys, *args)
+    assert code != 0
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert "Traceback" not in err and out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"k": 9}, "k=9 experts per token exceeds E=8"),
+    ({"h_kv": 5}, "h_q=32 is not divisible by h_kv=5"),
+    ({"m_e": -1}, "field 'm_e' must be a positive integer"),
+])
+def test_bad_preset_file_from_cli(change, message, tmp_path, capsys):
+    data = {**presets.load("mixtral-8x7b").to_dict(), **change}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run(capsys, "prefill", "--preset-file", str(path), "--seq", "8")
+    assert code != 0 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_console_entry_point_and_no_torch():
+    """A real process: the calculator runs without importing torch (or matplotlib)."""
+    code = ("import sys, runpy; sys.argv = ['costcalc', 'generate', '-p', 'toy', '--prompt', '4', '--new', '4'];"
+            "\ntry: runpy.run_module('costcalc', run_name='__main__')\nexcept SystemExit as e: assert e.code == 0, e.code"
+            "\nassert 'torch' not in sys.modules, 'torch imported'; print('NO_TORCH')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "NO_TORCH" in proc.stdout and "total" in proc.stdout

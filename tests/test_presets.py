@@ -1,0 +1,94 @@
+import json
+
+import pytest
+
+from costcalc import presets
+from costcalc.errors import CostcalcError
+from costcalc.spec import from_dict
+
+REQUIRED = ["toy", "llama-2-7b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
+            "qwen2.5-7b", "mixtral-8x7b", "olmoe-1b-7b", "qwen3-30b-a3b"]
+
+
+def test_required_presets_present():
+    assert set(REQUIRED) <= set(presets.names())
+
+
+@pytest.mark.parametrize("name", presets.names())
+def test_every_preset_loads_and_states_its_source(name):
+    spec = presets.load(name)
+    assert spec.name == name
+    assert spec.source, f"{name} has no source"
+    assert spec.d_q == spec["h_q"] * spec["d_h"]
+
+
+# Field-by-field against the real config.json copies shipped in shared/.
+HF = {
+    "llama-3.1-8b": {"L": "num_hidden_layers", "d": "hidden_size", "h_q": "num_attention_heads",
+                     "h_kv": "num_key_value_heads", "m": "intermediate_size", "V": "vocab_size"},
+    "mixtral-8x7b": {"L": "num_hidden_layers", "d": "hidden_size", "h_q": "num_attention_heads",
+                     "h_kv": "num_key_value_heads", "m_e": "intermediate_size",
+                     "E": "num_local_experts", "k": "num_experts_per_tok", "V": "vocab_size"},
+    "qwen3-30b-a3b": {"L": "num_hidden_layers", "d": "hidden_size", "h_q": "num_attention_heads",
+                      "h_kv": "num_key_value_heads", "d_h": "head_dim", "m_e": "moe_intermediate_size",
+                      "E": "num_experts", "k": "num_experts_per_tok", "V": "vocab_size"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(HF))
+def test_presets_match_shared_hf_configs(name, shared_configs):
+    config = json.loads((shared_configs / f"{name}.json").read_text())
+    spec = presets.load(name)
+    for key, field in HF[name].items():
+        assert spec[key] == config[field], (name, key)
+
+
+@pytest.fixture
+def shared_configs():
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hf-configs"
+    if not path.is_dir():
+        pytest.fail(f"shared configs not found at {path}")
+    return path
+
+
+def test_unknown_preset_suggests_nearest():
+    with pytest.raises(CostcalcError, match="did you mean llama-3.1-8b"):
+        presets.load("llama-3.1-8")
+
+
+GOOD = {"name": "x", "arch": "moe", "L": 2, "d": 8, "h_q": 4, "h_kv": 2, "d_h": 2, "V": 10,
+        "E": 4, "k": 2, "m_e": 8}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"h_kv": 3}, "h_q=4 is not divisible by h_kv=3"),
+    ({"k": 5}, "k=5 experts per token exceeds E=4"),
+    ({"d": 0}, "field 'd' must be a positive integer"),
+    ({"d": "8"}, "field 'd' must be a positive integer"),
+    ({"L": True}, "field 'L' must be a positive integer"),
+    ({"m": 16}, "unknown field 'm' \\(only for arch dense\\)"),
+    ({"heads": 16}, "unknown field 'heads'"),
+    ({"arch": "ssm"}, "field 'arch' must be one of"),
+    ({"E": None}, "field 'E' must be a positive integer"),
+])
+def test_malformed_preset_names_the_field(change, message):
+    with pytest.raises(CostcalcError, match=message):
+        from_dict({**GOOD, **change}, "'x'")
+
+
+def test_missing_field_is_named():
+    data = {k: v for k, v in GOOD.items() if k != "m_e"}
+    with pytest.raises(CostcalcError, match="missing field 'm_e' \\(expert width\\)"):
+        from_dict(data, "'x'")
+
+
+def test_preset_file(tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(GOOD))
+    assert presets.load_file(path).sizes["E"] == 4
+    path.write_text("{not json")
+    with pytest.raises(CostcalcError, match="not valid JSON"):
+        presets.load_file(path)
+    with pytest.raises(CostcalcError, match="cannot read preset file"):
+        presets.load_file(tmp_path / "absent.json")

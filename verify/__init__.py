@@ -1,0 +1,1 @@
+"""Verification backend: a real torch decoder that runs each workload and counts what it executes."""

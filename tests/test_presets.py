@@ -22,7 +22,7 @@ def test_every_preset_loads_and_states_its_source(name):
     assert spec.d_q == spec["h_q"] * spec["d_h"]
 
 
-# Field-by-field against the real config.json copies shipped in shared/.
+# Field-by-field against real config.json copies (tests/data/hf-configs, from shared/data).
 HF = {
     "llama-3.1-8b": {"L": "num_hidden_layers", "d": "hidden_size", "h_q": "num_attention_heads",
                      "h_kv": "num_key_value_heads", "m": "intermediate_size", "V": "vocab_size"},
@@ -46,10 +46,7 @@ def test_presets_match_shared_hf_configs(name, shared_configs):
 @pytest.fixture
 def shared_configs():
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hf-configs"
-    if not path.is_dir():
-        pytest.fail(f"shared configs not found at {path}")
-    return path
+    return Path(__file__).resolve().parent / "data" / "hf-configs"
 
 
 def test_unknown_preset_suggests_nearest():

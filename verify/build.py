@@ -1,0 +1,113 @@
+"""Building a decoder: from a costcalc preset (random weights) or the seed toy (its exact weights)."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from costcalc.errors import CostcalcError
+from .model import Decoder, DecoderConfig
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda"):
+        raise CostcalcError(f"unknown device {name!r}; expected auto, cpu or cuda")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise CostcalcError("device cuda asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name not in DTYPES:
+        raise CostcalcError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)}")
+    dtype = DTYPES[name]
+    try:  # can the device multiply in this dtype at all?
+        a = torch.ones(2, 2, dtype=dtype, device=device)
+        (a @ a).sum().item()
+    except (RuntimeError, TypeError) as exc:
+        raise CostcalcError(f"dtype {name} does not run on {device.type}: {str(exc).splitlines()[0]}") from None
+    return dtype
+
+
+def from_spec(spec, layers: int | None = None, vocab: int | None = None, dtype=torch.float32,
+              device="cpu", seed: int = 0) -> Decoder:
+    """A decoder with the preset's shapes (``layers``/``vocab`` overrides only where asked)."""
+    overrides = {}
+    if layers is not None:
+        overrides["L"] = layers
+    if vocab is not None:
+        overrides["V"] = vocab
+    config = DecoderConfig.from_spec(spec, **overrides)
+    check_memory(config, dtype, torch.device(device))
+    with torch.device("meta"):
+        model = Decoder(config)
+    model = model.to_empty(device=device).to(dtype)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).mul_(0.02))
+    return model.eval()
+
+
+def parameter_bytes(config: DecoderConfig, dtype: torch.dtype) -> int:
+    c = config
+    attn = c.d * c.h_q * c.d_h * 2 + c.d * c.h_kv * c.d_h * 2
+    ffn = 3 * c.d * c.m if not c.moe else c.d * c.E + c.E * 3 * c.d * c.m_e
+    params = 2 * c.V * c.d + c.L * (attn + ffn)
+    return params * torch.empty((), dtype=dtype).element_size()
+
+
+def check_memory(config: DecoderConfig, dtype: torch.dtype, device: torch.device) -> None:
+    need = parameter_bytes(config, dtype)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+    else:
+        free = _available_ram()
+    if free and need > 0.8 * free:
+        raise CostcalcError(f"the model needs {need / 2**30:.1f} GiB of weights but {device.type} has "
+                            f"{free / 2**30:.1f} GiB free; use --layers or a smaller preset")
+
+
+def _available_ram() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def toy(dtype=torch.float64, device="cpu") -> Decoder:
+    """The seed tutorial's decoder with its exact weights: ``random.Random(7)``,
+    ``uniform(-0.2, 0.2)``, drawn row by row in the order embedding, position table,
+    then per block q, k, v, out, gate, up, down, then lm_head (each as [in][out])."""
+    config = DecoderConfig(L=2, d=8, h_q=2, h_kv=1, d_h=4, m=16, V=6, positions="table",
+                           max_positions=64, norm_scale=False, norm_eps=1e-6)
+    model = Decoder(config)
+    rng = random.Random(7)
+
+    def draw(rows: int, cols: int) -> torch.Tensor:
+        return torch.tensor([[rng.uniform(-0.2, 0.2) for _ in range(cols)] for _ in range(rows)],
+                            dtype=torch.float64)
+
+    with torch.no_grad():
+        model.embed.weight.copy_(draw(config.V, config.d))
+        model.position.weight.copy_(draw(config.max_positions, config.d))
+        for block in model.layers:
+            a, f = block.attn, block.ffn
+            for linear, (rows, cols) in ((a.q_proj, (8, 8)), (a.k_proj, (8, 4)), (a.v_proj, (8, 4)),
+                                         (a.o_proj, (8, 8)), (f.gate_proj, (8, 16)),
+                                         (f.up_proj, (8, 16)), (f.down_proj, (16, 8))):
+                linear.weight.copy_(draw(rows, cols).T)   # nn.Linear stores [out, in]
+        model.lm_head.weight.copy_(draw(config.d, config.V).T)
+    return model.to(dtype=dtype, device=device).eval()

@@ -44,6 +44,18 @@ def _convention(convention: str) -> str:
     return convention
 
 
+DEFAULT_TILE = (128, 128)
+
+
+def _tile(convention: str, tile: tuple[int, int] | None) -> tuple[dict[str, Any], dict[sp.Symbol, int]]:
+    """The ``tile`` column and the tile sizes to bind, for the tiled convention only."""
+    if convention != "tiled":
+        return {}, {}
+    b_q, b_k = tile or DEFAULT_TILE
+    _positive("tile queries", b_q), _positive("tile keys", b_k)
+    return {"tile": f"{b_q}x{b_k}"}, {s.b_q: b_q, s.b_k: b_k}
+
+
 def _logits(logits: str) -> str:
     if logits not in w.LOGITS:
         raise CostcalcError(f"logits must be one of {', '.join(w.LOGITS)}, got {logits!r}")
@@ -53,9 +65,10 @@ def _logits(logits: str) -> str:
 # --- rows ---------------------------------------------------------------------------
 
 def _row(spec: ModelSpec, workload: str, convention: str, inputs: dict[str, Any],
-         breakdown: Breakdown, point: dict[sp.Symbol, int]) -> Row:
-    values = breakdown.evaluate({**spec.values(), **point})
-    row: Row = {"preset": spec.name, "workload": workload, "convention": convention, **inputs}
+         breakdown: Breakdown, point: dict[sp.Symbol, int], tile: tuple[int, int] | None = None) -> Row:
+    tile_column, tile_point = _tile(convention, tile)
+    values = breakdown.evaluate({**spec.values(), **point, **tile_point})
+    row: Row = {"preset": spec.name, "workload": workload, "convention": convention, **tile_column, **inputs}
     row.update({f"{name}_flops": value for name, value in values.items()})
     return row
 
@@ -73,39 +86,42 @@ def total_row(rows: Sequence[Row], **labels: Any) -> Row:
 # --- workloads ----------------------------------------------------------------------
 
 def prefill(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
-            logits: str = "last") -> Row:
+            logits: str = "last", tile: tuple[int, int] | None = None) -> Row:
     """B prompts of S tokens, no cache."""
     seq, batch = _positive("seq", seq), _positive("batch", batch)
     bd = w.prefill(spec.arch, _convention(convention), _logits(logits))
     return _row(spec, "prefill", convention, {"batch": batch, "seq": seq, "logits": logits},
-                bd, {s.B: batch, s.S: seq})
+                bd, {s.B: batch, s.S: seq}, tile)
 
 
 def cached_prefill(spec: ModelSpec, chunk: int, prefix: int, batch: int = 1,
-                   convention: str = "causal", logits: str = "last") -> Row:
+                   convention: str = "causal", logits: str = "last",
+                   tile: tuple[int, int] | None = None) -> Row:
     """C new tokens per sequence over a cached prefix of T tokens."""
     chunk, prefix = _positive("chunk", chunk), _non_negative("prefix", prefix)
     batch = _positive("batch", batch)
     bd = w.cached_prefill(spec.arch, _convention(convention), _logits(logits))
     return _row(spec, "cached_prefill", convention,
                 {"batch": batch, "chunk": chunk, "prefix": prefix, "logits": logits},
-                bd, {s.B: batch, s.C: chunk, s.T: prefix})
+                bd, {s.B: batch, s.C: chunk, s.T: prefix}, tile)
 
 
 def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False,
-                   convention: str = "causal", logits: str = "last") -> Row:
+                   convention: str = "causal", logits: str = "last",
+                   tile: tuple[int, int] | None = None) -> Row:
     """A batch of prompts of different lengths, packed (sums) or padded to the longest."""
     if not lengths:
         raise CostcalcError("lengths must list at least one prompt length")
     lengths = [_positive("each of lengths", n) for n in lengths]
     bd = w.prefill(spec.arch, _convention(convention), _logits(logits))
-    base = {**spec.values(), s.B: 1}
+    tile_column, tile_point = _tile(convention, tile)
+    base = {**spec.values(), **tile_point, s.B: 1}
     if padded:
         per_seq = [bd.evaluate({**base, s.B: len(lengths), s.S: max(lengths)})]
     else:
         per_seq = [bd.evaluate({**base, s.S: n}) for n in lengths]
     row: Row = {"preset": spec.name, "workload": "varlen_prefill", "convention": convention,
-                "batch": len(lengths), "lengths": ",".join(map(str, lengths)),
+                **tile_column, "batch": len(lengths), "lengths": ",".join(map(str, lengths)),
                 "padded": padded, "logits": logits}
     row.update({f"{name}_flops": sum(v[name] for v in per_seq) for name in per_seq[0]})
     return row
@@ -121,7 +137,8 @@ def chunk_schedule(seq: int, chunk: int) -> list[int]:
 
 
 def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
-            convention: str = "causal", logits: str = "last") -> list[Row]:
+            convention: str = "causal", logits: str = "last",
+            tile: tuple[int, int] | None = None) -> list[Row]:
     """The chunk schedule of one prompt: a row per chunk, a ``total`` row, and the
     ``unchunked`` single pass over the same prefix for comparison.
 
@@ -138,26 +155,28 @@ def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int =
         rows.append(_row(spec, "chunked", convention,
                          {"phase": f"chunk {index}", "batch": batch, "seq": seq,
                           "chunk": size, "prefix": prefix + done, "logits": logits},
-                         bd, {s.B: batch, s.C: size, s.T: prefix + done}))
+                         bd, {s.B: batch, s.C: size, s.T: prefix + done}, tile))
         done += size
     total = total_row(rows, phase="total", chunk=chunk, prefix=prefix)
-    single = cached_prefill(spec, seq, prefix, batch, convention, logits)
+    single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile)
     single.update(workload="chunked", phase="unchunked", seq=seq, chunk=seq)
     return rows + [total, {k: single[k] for k in total}]
 
 
-def decode(spec: ModelSpec, context: int, batch: int = 1, convention: str = "causal") -> Row:
+def decode(spec: ModelSpec, context: int, batch: int = 1, convention: str = "causal",
+           tile: tuple[int, int] | None = None) -> Row:
     """One decode step over T cached tokens, B sequences; also per output token."""
     context, batch = _positive("context", context), _positive("batch", batch)
     bd = w.decode_step(spec.arch, _convention(convention))
     row = _row(spec, "decode", convention, {"batch": batch, "context": context},
-               bd, {s.B: batch, s.T: context})
+               bd, {s.B: batch, s.T: context}, tile)
     row["total_flops_per_token"] = row["total_flops"] // batch
     return row
 
 
 def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,
-             convention: str = "causal", logits: str = "last") -> list[Row]:
+             convention: str = "causal", logits: str = "last",
+             tile: tuple[int, int] | None = None) -> list[Row]:
     """Prefill of S, then N-1 decode steps: ``prefill``, ``decode`` and ``total`` rows."""
     prompt, new = _positive("prompt", prompt), _positive("new", new)
     batch = _positive("batch", batch)
@@ -166,18 +185,19 @@ def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,
     inputs = {"batch": batch, "seq": prompt, "new_tokens": new, "logits": logits}
     rows = [
         _row(spec, "generate", convention, {"phase": "prefill", **inputs},
-             w.prefill(spec.arch, convention, logits), point),
+             w.prefill(spec.arch, convention, logits), point, tile),
         _row(spec, "generate", convention, {"phase": "decode", **inputs},
-             w.decode_phase(spec.arch, convention), point),
+             w.decode_phase(spec.arch, convention), point, tile),
     ]
     return rows + [total_row(rows, phase="total")]
 
 
-def train(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal") -> Row:
+def train(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
+          tile: tuple[int, int] | None = None) -> Row:
     """Forward with logits at every position, x3 for forward + backward, beside 6P."""
     seq, batch = _positive("seq", seq), _positive("batch", batch)
     row = _row(spec, "train", _convention(convention), {"batch": batch, "seq": seq, "logits": "all"},
-               w.train_step(spec.arch, convention), {s.B: batch, s.S: seq})
+               w.train_step(spec.arch, convention), {s.B: batch, s.S: seq}, tile)
     row["rule_6p_flops"] = rule_6p(spec, batch * seq)
     row["ratio_to_6p"] = round(row["total_flops"] / row["rule_6p_flops"], 4)
     return row
@@ -193,7 +213,7 @@ def rule_6p(spec: ModelSpec, tokens: int) -> int:
     return 6 * (executed_linear_params(spec) + spec["d"] * spec["V"]) * tokens
 
 
-def crossover(spec: ModelSpec, conventions: Iterable[str] = CONVENTIONS) -> list[Row]:
+def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full")) -> list[Row]:
     """T_equal for decode and the prefill length where attention equals linear, exactly."""
     point = _integers(spec.values())
     rows = [_crossover_row(spec, "decode_t_equal", "causal", cx.decode_t_equal(spec.arch), point)]

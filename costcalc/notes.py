@@ -8,6 +8,7 @@ NOT_COUNTED = ("Not counted: embedding lookup, norms, softmax, RoPE, activations
 CONVENTIONS = {
     "causal": "causal = legal query-key pairs only (future keys skipped: the ideal effective work)",
     "full": "full = the whole score rectangle the shapes imply (dense masked matmul, torch's SDPA counter)",
+    "tiled": "tiled = the query x key tiles a block-skipping kernel visits (tiles aligned at key 0; see the tile column)",
 }
 LOGITS = {
     "last": "logits last = LM head on each sequence's last position",

@@ -39,9 +39,14 @@ T = _size("T")          # tokens already in the KV cache
 C = _size("C")          # new tokens in a chunk
 N = _size("N")          # output tokens of a generation
 
+# Attention kernel tile (the ``tiled`` convention): queries x keys per block.
+b_q = _size("b_q")
+b_k = _size("b_k")
+
 # Summation indices (not sizes: they run from 0 or 1).
 i = sp.Symbol("i", integer=True, nonnegative=True)
 j = sp.Symbol("j", integer=True, nonnegative=True)
+t = sp.Symbol("t", integer=True, nonnegative=True)   # query tile
 
 # Display-only symbol for the executed linear parameters per token.
 P_lin = sp.Symbol("P_lin", integer=True, positive=True)
@@ -79,6 +84,8 @@ WORKLOAD = (
     Variable(T, "context", "tokens already in the KV cache (prefix for a chunk)"),
     Variable(C, "chunk", "new tokens in a chunk"),
     Variable(N, "new_tokens", "output tokens of a generation"),
+    Variable(b_q, "tile", "queries per attention tile (tiled convention)"),
+    Variable(b_k, "tile", "keys per attention tile (tiled convention)"),
 )
 
 BY_NAME = {v.symbol.name: v.symbol for v in MODEL + DERIVED + WORKLOAD}

@@ -26,7 +26,9 @@ class Format(str, enum.Enum):
 class Convention(str, enum.Enum):
     causal = "causal"
     full = "full"
-    both = "both"
+    tiled = "tiled"
+    both = "both"   # causal and full
+    all = "all"     # causal, full and tiled
 
 
 class Logits(str, enum.Enum):
@@ -45,7 +47,10 @@ FormatOpt = Annotated[Optional[Format], typer.Option(
 OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="Write to this file instead of standard output.")]
 ConventionOpt = Annotated[Convention, typer.Option(
-    help="Attention convention: causal (legal pairs), full (rectangle), or both.")]
+    help="Attention convention: causal (legal pairs), full (rectangle), tiled (blocks a "
+         "tile kernel visits), both (causal+full) or all three.")]
+TileOpt = Annotated[str, typer.Option(
+    help="Tile of the tiled convention: queries x keys, e.g. 128 or 128x64.")]
 LogitsOpt = Annotated[Logits, typer.Option(
     help="LM head on the last position of each sequence, or on all positions.")]
 BatchOpt = Annotated[str, typer.Option(
@@ -63,7 +68,11 @@ def model(preset: Optional[str], preset_file: Optional[Path]) -> ModelSpec:
 
 
 def conventions(choice: Convention) -> list[str]:
-    return ["causal", "full"] if choice is Convention.both else [choice.value]
+    if choice is Convention.both:
+        return ["causal", "full"]
+    if choice is Convention.all:
+        return ["causal", "full", "tiled"]
+    return [choice.value]
 
 
 def int_list(text: Optional[str], option: str, minimum: int = 1) -> list[int]:
@@ -82,6 +91,15 @@ def int_list(text: Optional[str], option: str, minimum: int = 1) -> list[int]:
             raise CostcalcError(f"{option}: {value} is not {kind}")
         values.append(value)
     return values
+
+
+def tile(text: str) -> tuple[int, int]:
+    """``"128"`` -> (128, 128); ``"128x64"`` -> (128, 64) (queries x keys)."""
+    parts = text.lower().split("x")
+    if len(parts) > 2 or any("," in p for p in parts):
+        raise CostcalcError(f"--tile: {text!r} is not N or NxM")
+    sizes = [int_list(p, "--tile")[0] for p in parts]
+    return (sizes[0], sizes[-1])
 
 
 def product(**lists: Sequence[Any]) -> list[dict[str, Any]]:

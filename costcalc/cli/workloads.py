@@ -8,7 +8,8 @@ import typer
 from .. import calc, notes
 from ..errors import CostcalcError
 from .options import (BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, conventions, emit, int_list, model, product)
+                      PresetFileOpt, PresetOpt, TileOpt, conventions, emit, int_list, model, product)
+from .options import tile as parse_tile
 
 
 def prefill(
@@ -24,6 +25,7 @@ def prefill(
     cached_prefix: Annotated[Optional[str], typer.Option(
         "--cached-prefix", help="Tokens T already cached before the --seq new ones; a comma list sweeps.")] = None,
     convention: ConventionOpt = Convention.causal,
+    tile: TileOpt = "128",
     logits: LogitsOpt = Logits.last,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -37,7 +39,8 @@ def prefill(
         if batch != "1":
             raise CostcalcError("--lengths and --batch conflict: the batch is the number of lengths")
         sizes = int_list(lengths, "--lengths")
-        rows = [calc.varlen_prefill(spec, sizes, padded, c, logits.value) for c in conventions(convention)]
+        rows = [calc.varlen_prefill(spec, sizes, padded, c, logits.value, parse_tile(tile))
+                for c in conventions(convention)]
     else:
         if seq is None:
             raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
@@ -46,11 +49,12 @@ def prefill(
         grid = product(seq=int_list(seq, "--seq"), batch=int_list(batch, "--batch"),
                        convention=conventions(convention))
         if cached_prefix is None:
-            rows = [calc.prefill(spec, logits=logits.value, **p) for p in grid]
+            rows = [calc.prefill(spec, logits=logits.value, tile=parse_tile(tile), **p) for p in grid]
         else:
             prefixes = int_list(cached_prefix, "--cached-prefix", minimum=0)
             rows = [calc.cached_prefill(spec, chunk=p["seq"], prefix=t, batch=p["batch"],
-                                        convention=p["convention"], logits=logits.value)
+                                        convention=p["convention"], logits=logits.value,
+                                        tile=parse_tile(tile))
                     for p in grid for t in prefixes]
     emit(rows, fmt, output)
 
@@ -63,6 +67,7 @@ def chunked(
     prefix: Annotated[str, typer.Option(help="Tokens T cached before the prompt.")] = "0",
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.both,
+    tile: TileOpt = "128",
     logits: LogitsOpt = Logits.last,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -73,7 +78,7 @@ def chunked(
     for p in product(seq=int_list(seq, "--seq"), chunk=int_list(chunk, "--chunk"),
                      prefix=int_list(prefix, "--prefix", minimum=0), batch=int_list(batch, "--batch"),
                      convention=conventions(convention)):
-        schedule = calc.chunked(spec, logits=logits.value, **p)
+        schedule = calc.chunked(spec, logits=logits.value, tile=parse_tile(tile), **p)
         rows += schedule
         total, single = schedule[-2]["total_flops"], schedule[-1]["total_flops"]
         notes.append(_chunk_note(p, total, single))
@@ -114,6 +119,7 @@ def generate(
     new: Annotated[str, typer.Option("--new", "-n", help="Output tokens N; a comma list sweeps.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
+    tile: TileOpt = "128",
     logits: LogitsOpt = Logits.last,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -123,7 +129,7 @@ def generate(
     rows = []
     for p in product(prompt=int_list(prompt, "--prompt"), new=int_list(new, "--new"),
                      batch=int_list(batch, "--batch"), convention=conventions(convention)):
-        rows += calc.generate(spec, logits=logits.value, **p)
+        rows += calc.generate(spec, logits=logits.value, tile=parse_tile(tile), **p)
     emit(rows, fmt, output)
 
 
@@ -133,11 +139,12 @@ def train(
     seq: Annotated[str, typer.Option("--seq", "-s", help="Sequence length S; a comma list sweeps.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
+    tile: TileOpt = "128",
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """Training step: forward with all-position logits x3, beside the 6P rule of thumb."""
     spec = model(preset, preset_file)
-    rows = [calc.train(spec, **p) for p in product(
+    rows = [calc.train(spec, tile=parse_tile(tile), **p) for p in product(
         seq=int_list(seq, "--seq"), batch=int_list(batch, "--batch"), convention=conventions(convention))]
     emit(rows, fmt, output, [notes.TRAIN])

@@ -45,12 +45,12 @@ class Breakdown:
         return out
 
     def map(self, fn: Callable[[sp.Expr], sp.Expr]) -> "Breakdown":
-        return Breakdown({n: sp.expand(fn(e)) for n, e in self.terms.items()})
+        return Breakdown({n: _expand(fn(e)) for n, e in self.terms.items()})
 
     def __add__(self, other: "Breakdown") -> "Breakdown":
         names = [n for n in ORDER if n in self.terms or n in other.terms]
         zero = sp.Integer(0)
-        return Breakdown({n: sp.expand(self.terms.get(n, zero) + other.terms.get(n, zero))
+        return Breakdown({n: _expand(self.terms.get(n, zero) + other.terms.get(n, zero))
                           for n in names})
 
     def evaluate(self, values: Mapping[sp.Symbol, int]) -> dict[str, int]:
@@ -62,8 +62,15 @@ class Breakdown:
 def exact_int(expr: sp.Expr, point: Mapping[sp.Symbol, sp.Integer], name: str = "value") -> int:
     """Substitute and return a Python int; refuse anything that is not an exact integer."""
     value = sp.sympify(expr).xreplace(point)
+    if not value.is_Integer and value.has(sp.Sum):  # a sum over tiles: add up its terms
+        value = value.doit()
     if not value.is_Integer:
         missing = sorted(str(x) for x in value.free_symbols)
         raise ValueError(f"{name} is not an exact integer at this point: {value}"
                          + (f" (unbound: {', '.join(missing)})" if missing else ""))
     return int(value)
+
+
+def _expand(expr: sp.Expr) -> sp.Expr:
+    """Expand closed forms; leave unevaluated sums over tiles as they are."""
+    return expr if expr.has(sp.Sum) else sp.expand(expr)

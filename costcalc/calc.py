@@ -233,3 +233,14 @@ def _crossover_row(spec: ModelSpec, quantity: str, convention: str, expr: sp.Exp
 
 def _integers(values: dict[sp.Symbol, int]) -> dict[sp.Symbol, sp.Integer]:
     return {sym: sp.Integer(v) for sym, v in values.items()}
+
+
+def tiled_fraction(seq: int, tile: tuple[int, int]) -> sp.Rational:
+    """Tiled / full attention of one uncached prefill of ``seq``: what a tile kernel saves."""
+    from .core.attention import attention_flops
+
+    point = {s.S: sp.Integer(_positive("seq", seq)), s.b_q: sp.Integer(tile[0]), s.b_k: sp.Integer(tile[1]),
+             s.L: sp.Integer(1), s.d_q: sp.Integer(1)}  # the ratio does not depend on them
+    tiled = exact_int(attention_flops("tiled", 0, s.S), point, "tiled attention")
+    full = exact_int(attention_flops("full", 0, s.S), point, "full attention")
+    return sp.Rational(tiled, full)

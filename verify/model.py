@@ -107,8 +107,23 @@ class Attention(nn.Module):
             k, v = cache.update(k, v)                                    # [B, H_kv, T + C, D]
         group = c.h_q // c.h_kv                                           # GQA: query head h reads KV head h // group
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)      # [B, H_q, C, D]
+        if isinstance(mask, Packed):   # varlen: one attention call per sequence, as varlen kernels do
+            ys, start = [], 0
+            for n in mask.lengths:
+                part = slice(start, start + n)
+                ys.append(F.scaled_dot_product_attention(q[:, :, part], k[:, :, part], v[:, :, part],
+                                                         attn_mask=causal_mask(n, device=x.device)))
+                start += n
+            y = torch.cat(ys, dim=2)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H_q, C, D]
         return self.o_proj(y.transpose(1, 2).reshape(B, C, c.h_q * c.d_h))
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Sequences of these lengths packed into one row, each attending causally to itself only."""
+    lengths: tuple[int, ...]
 
 
 class FeedForward(nn.Module):
@@ -176,13 +191,15 @@ class Decoder(nn.Module):
         p = self.lm_head.weight
         return [KVCache(batch, max_len, self.c.h_kv, self.c.d_h, p.dtype, p.device) for _ in self.layers]
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor, past: int = 0,
-                cache: Optional[list[KVCache]] = None,
-                logit_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """tokens [B, C] after ``past`` cached ones; ``mask`` [C, past + C] (True = may attend).
+    def forward(self, tokens: torch.Tensor, mask, past: int = 0,
+                cache: Optional[list[KVCache]] = None, logits: str = "last",
+                rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> Optional[torch.Tensor]:
+        """tokens [B, C] after ``past`` cached ones; ``mask`` [C, past + C] (True = may attend)
+        or ``Packed(lengths)``.
 
-        ``logit_rows`` [B] picks one position per sequence for the LM head (None: all positions).
-        Returns logits [B, V] or [B, C, V].
+        ``logits``: ``last`` -- the LM head on the positions ``rows`` = (batch index, position)
+        (default: each sequence's last position), giving [R, V]; ``all`` -- every position,
+        [B, C, V]; ``none`` -- no LM head (a chunk that is not the prompt's last).
         """
         B, C = tokens.shape
         positions = torch.arange(past, past + C, device=tokens.device)
@@ -191,11 +208,14 @@ class Decoder(nn.Module):
             x = x + self.position(positions)[None]
         for i, layer in enumerate(self.layers):
             x = layer(x, positions, mask, cache[i] if cache is not None else None)
+        if logits == "none":
+            return None
         x = self.norm(x)
-        if logit_rows is not None:
-            x = x[torch.arange(B, device=x.device), logit_rows][:, None]      # [B, 1, d]
-            return self.lm_head(x)[:, 0]
-        return self.lm_head(x)
+        if logits == "all":
+            return self.lm_head(x)
+        if rows is None:
+            rows = (torch.arange(B, device=x.device), torch.full((B,), C - 1, device=x.device))
+        return self.lm_head(x[rows][None])[0]                               # [R, V]
 
 
 def causal_mask(new: int, past: int = 0, device=None) -> torch.Tensor:

@@ -1,0 +1,92 @@
+"""verify/: the torch decoder executes exactly what the core's formulas say (CPU)."""
+import json
+
+import pytest
+
+import torch
+
+from costcalc import presets
+from costcalc.cli import main
+from costcalc.spec import from_dict
+from verify import build, toy
+from verify.counting import tiled_area
+from verify.run import verify
+
+
+def test_toy_reproduces_the_tutorial_table():
+    got = toy.work_counts(build.toy())
+    for key, value in toy.PUBLISHED.items():
+        assert got[key] == value, key
+    assert got["tokens_recompute"] == toy.PUBLISHED["tokens"]
+
+
+@pytest.mark.parametrize("spec", [
+    presets.load("toy"),
+    from_dict({"name": "small-dense", "arch": "dense", "L": 2, "d": 48, "h_q": 6, "h_kv": 2, "d_h": 8,
+               "m": 40, "V": 37}, "small-dense"),
+    from_dict({"name": "small-moe", "arch": "moe", "L": 2, "d": 32, "h_q": 4, "h_kv": 1, "d_h": 12,
+               "E": 6, "k": 2, "m_e": 20, "V": 29}, "small-moe"),
+], ids=lambda s: s.name)
+def test_every_workload_term_and_convention_is_exact(spec):
+    outcome = verify(spec, device="cpu", seqs=(13, 40), batch=2, tile=(8, 4), repeats=0, show_progress=False)
+    workloads = {r["workload"] for r in outcome.checks}
+    assert workloads == {"prefill", "varlen_padded", "varlen_packed", "chunk", "chunked", "decode", "generate"}
+    assert {r["convention"] for r in outcome.checks if r["term"] == "attention"} == {"causal", "full", "tiled"}
+    bad = [r for r in outcome.checks if not r["match"]]
+    assert not bad, bad[:3]
+    if spec.arch == "moe":
+        assert {"router", "experts"} <= {r["term"] for r in outcome.checks}
+
+
+def test_tiled_area_matches_the_published_tile_counts():
+    # shared/docs/torch-counting.md: S=1000, D=64, H=2 -> tile 128: 288,129,024 FLOPs
+    allowed = torch.ones(1000, 1000, dtype=torch.bool).tril()
+    assert 4 * 64 * 2 * tiled_area(allowed, 128, 128) == 288_129_024
+    assert 4 * 64 * 2 * int(allowed.sum()) == 256_256_000
+
+
+def test_cli_verify_writes_a_report(tmp_path, capsys):
+    code = main(["verify", "--preset", "toy", "--device", "cpu", "--seq", "6", "--repeats", "1",
+                 "--report", str(tmp_path / "rep"), "-f", "json", "-o", str(tmp_path / "checks.json")])
+    assert code == 0
+    rows = json.loads((tmp_path / "checks.json").read_text())
+    assert rows and all(r["match"] for r in rows)
+    assert {"workload", "term", "convention", "formula_flops", "counted_flops", "ratio"} <= set(rows[0])
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "0 mismatches" in report and "score pairs, cache" in report
+    timings = (tmp_path / "rep" / "timings.csv").read_text()
+    assert "time_s" in timings and "peak_fraction" in timings
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "tpu"], "unknown device 'tpu'"),
+    (["--dtype", "int3"], "unknown dtype 'int3'"),
+    (["--workloads", "prefill,bake"], "unknown workload 'bake'"),
+] + ([(["--device", "cuda"], "torch sees no CUDA device")] if not torch.cuda.is_available() else []))
+def test_verify_bad_input(args, message, capsys):
+    code = main(["verify", "--preset", "toy", "--repeats", "0", *args])
+    err = capsys.readouterr().err
+    assert code != 0 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_refuses_a_model_that_does_not_fit(capsys):
+    code = main(["verify", "--preset", "llama-3.1-405b", "--device", "cpu", "--repeats", "0"])
+    err = capsys.readouterr().err
+    assert code != 0 and "GiB free" in err and len(err.strip().splitlines()) == 1
+
+
+def test_gpu_check_script_logic_on_cpu(tmp_path):
+    """The prepared GPU script, run at toy sizes on CPU (DRY=1): it must finish and report exact matches."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DRY": "1", "OUT": str(tmp_path), "PYTHONPATH": str(root),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(root / "verify" / "gpu_check.sh")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for part in ("dense", "moe"):
+        assert "0 mismatches" in (tmp_path / part / "report.md").read_text()

@@ -1,0 +1,146 @@
+"""Run jobs: count each on one instance, time it on another that never ran under the counter,
+and compare every term and convention with the core's numbers."""
+from __future__ import annotations
+
+import copy
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .counting import CONVENTIONS, Counter
+from .model import causal_mask
+from .workloads import Job
+
+TERMS = ("attn_proj", "ffn", "router", "experts", "linear", "attention", "lm_head", "total")
+# What the counter sees per convention: the linear terms do not depend on it.
+CONVENTION_FREE = ("attn_proj", "ffn", "router", "experts", "linear", "lm_head")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_time(fn: Callable[[], Any], setup: Callable[[], Any], device: torch.device,
+                repeats: int, warmup: int = 1) -> float:
+    """Median seconds of ``fn(state)`` over repeats, after warm-up; CUDA events on GPU."""
+    times = []
+    for r in range(warmup + repeats):
+        state = setup()
+        sync(device)
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(state)
+            end.record()
+            torch.cuda.synchronize(device)
+            elapsed = start.elapsed_time(end) / 1000
+        else:
+            t0 = time.perf_counter()
+            fn(state)
+            elapsed = time.perf_counter() - t0
+        if r >= warmup:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int, repeats: int = 5) -> float:
+    """Measured dense GEMM throughput (FLOP/s) in this run's dtype: the peak workloads are held against."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    seconds = median_time(lambda _: a @ b, lambda: None, device, repeats, warmup=2)
+    return 2 * n**3 / seconds
+
+
+@dataclass
+class Outcome:
+    checks: list[dict] = field(default_factory=list)
+    timings: list[dict] = field(default_factory=list)
+    extras: list[str] = field(default_factory=list)
+    attention: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(row["match"] for row in self.checks)
+
+
+def progress(i: int, n: int, label: str) -> None:
+    width = 24
+    filled = width * i // n
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {i}/{n} {label:<40}")
+    if i == n:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def run_jobs(model, jobs: Sequence[Job], preset: str, tile, device: torch.device,
+             repeats: int, peak: float | None, show_progress: bool = True) -> Outcome:
+    timed_model = copy.deepcopy(model)  # never runs under the counter
+    out = Outcome()
+    for index, job in enumerate(jobs):
+        if show_progress:
+            progress(index, len(jobs), f"{job.workload} {job.detail}")
+        with torch.no_grad():
+            state = job.setup(model)
+            with Counter(model, tile) as counter:
+                job.run(model, state)
+            counted = counter.result()
+            expected = {conv: job.expected(conv) for conv in CONVENTIONS}
+            out.checks += compare(preset, job, counted, expected)
+            if repeats:
+                seconds = median_time(lambda s: job.run(timed_model, s), lambda: job.setup(timed_model),
+                                      device, repeats)
+                out.timings.append(timing_row(preset, job, expected, seconds, peak))
+    if show_progress:
+        progress(len(jobs), len(jobs), "done")
+    return out
+
+
+def compare(preset: str, job: Job, counted, expected: dict[str, dict]) -> list[dict]:
+    rows = []
+    for term in TERMS:
+        key = f"{term}_flops"
+        if key not in expected["causal"]:
+            continue
+        for conv in (("any",) if term in CONVENTION_FREE else CONVENTIONS):
+            exp = expected["causal" if conv == "any" else conv]
+            formula = exp[key]
+            got = counted.term(term, "causal" if conv == "any" else conv)
+            rows.append({"preset": preset, "workload": job.workload, "detail": job.detail, "term": term,
+                         "convention": conv, "tile": exp.get("tile", ""), "formula_flops": formula,
+                         "counted_flops": got, "ratio": round(got / formula, 6) if formula else None,
+                         "match": got == formula})
+    return rows
+
+
+def timing_row(preset: str, job: Job, expected: dict[str, dict], seconds: float, peak: float | None) -> dict:
+    row = {"preset": preset, "workload": job.workload, "detail": job.detail, "time_s": float(f"{seconds:.4g}")}
+    for conv in ("causal", "full"):
+        row[f"tflops_per_s_{conv}"] = float(f"{expected[conv]['total_flops'] / seconds / 1e12:.4g}")
+    row["tflops_per_s"] = row["tflops_per_s_causal"]
+    row["peak_fraction"] = round(row["tflops_per_s"] * 1e12 / peak, 4) if peak else None
+    return row
+
+
+def attention_time_ratio(h_q: int, d_h: int, lengths: Sequence[int], dtype, device, repeats: int,
+                         kernel_tile: tuple[int, int]) -> list[dict]:
+    """Time SDPA with is_causal=True against no mask (full) and set the ratio beside the tile model."""
+    from costcalc.calc import tiled_fraction
+
+    rows = []
+    for n in lengths:
+        q = torch.randn(1, h_q, n, d_h, device=device).to(dtype)
+        with torch.no_grad():
+            causal = median_time(lambda _: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True),
+                                 lambda: None, device, repeats, warmup=2)
+            full = median_time(lambda _: torch.nn.functional.scaled_dot_product_attention(q, q, q),
+                               lambda: None, device, repeats, warmup=2)
+        rows.append({"seq": n, "causal_s": causal, "full_s": full, "measured_ratio": round(causal / full, 3),
+                     "tile_model_ratio": round(float(tiled_fraction(n, kernel_tile)), 3),
+                     "triangle_ratio": round((n + 1) / (2 * n), 3),
+                     "kernel_tile": f"{kernel_tile[0]}x{kernel_tile[1]}"})
+    return rows

@@ -16,8 +16,8 @@ py() { python3 -m costcalc "$@"; }
 # 1. llama-3.1-8b at full depth (toy when dry): prefill up to 32k, decode at long context.
 py verify --preset "$BIG" --device "$DEV" --dtype "$DT" ${LAYERS:+--layers $LAYERS} \
    --workloads prefill,chunk,decode --seq "$SEQ" --tile 128 --repeats "$REP" \
-   --attention-lengths "$ATT" --report "$OUT/dense" -f csv -o "$OUT/dense/checks-all.csv" 2>&1 | tee "$OUT/dense.log"
+   --attention-lengths "$ATT" --report "$OUT/dense" -f csv -o "$OUT/dense-checks.csv" 2>&1 | tee "$OUT/dense.log"
 # 2. MoE with reduced layers: every workload.
-py verify --preset qwen3-30b-a3b --device "$DEV" --dtype "$DT" --layers 2 $( [ "${DRY:-0}" = 1 ] && echo --vocab 1000 ) \
+py verify --preset qwen3-30b-a3b --device "$DEV" --dtype "$DT" $( [ "${DRY:-0}" = 1 ] && echo --layers 1 --vocab 1000 || echo --layers 2 ) \
    --seq "$SEQ_MOE" --tile 128 --repeats "$REP" --report "$OUT/moe" 2>&1 | tee "$OUT/moe.log"
 echo "gpu_check: done, reports in $OUT"

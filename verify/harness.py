@@ -92,8 +92,9 @@ def run_jobs(model, jobs: Sequence[Job], preset: str, tile, device: torch.device
             expected = {conv: job.expected(conv) for conv in CONVENTIONS}
             out.checks += compare(preset, job, counted, expected)
             if repeats:
+                # CPU kernels need no warm-up beyond the counted run; CUDA does (allocator, autotuning).
                 seconds = median_time(lambda s: job.run(timed_model, s), lambda: job.setup(timed_model),
-                                      device, repeats)
+                                      device, repeats, warmup=1 if device.type == "cuda" else 0)
                 out.timings.append(timing_row(preset, job, expected, seconds, peak))
     if show_progress:
         progress(len(jobs), len(jobs), "done")

@@ -1,6 +1,7 @@
 """``costcalc verify``: the only command that imports torch (lazily, inside the command)."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -37,10 +38,8 @@ def verify(
             raise CostcalcError(f"{label}: {n} is not positive")
     if repeats < 0:
         raise CostcalcError(f"--repeats: {repeats} is negative")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise CostcalcError("verify needs torch: pip install 'costcalc[verify]'") from None
+    if importlib.util.find_spec("torch") is None:   # torch itself loads only inside verify/
+        raise CostcalcError("verify needs torch: pip install 'costcalc[verify]'")
     from verify import report as report_mod
     from verify.run import verify as run
 

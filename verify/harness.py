@@ -2,7 +2,6 @@
 and compare every term and convention with the core's numbers."""
 from __future__ import annotations
 
-import copy
 import statistics
 import sys
 import time
@@ -11,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .build import twin
 from .counting import CONVENTIONS, Counter
 from .model import causal_mask
 from .workloads import Job
@@ -28,6 +28,12 @@ def sync(device: torch.device) -> None:
 def median_time(fn: Callable[[], Any], setup: Callable[[], Any], device: torch.device,
                 repeats: int, warmup: int = 1) -> float:
     """Median seconds of ``fn(state)`` over repeats, after warm-up; CUDA events on GPU."""
+    return statistics.median(run_times(fn, setup, device, repeats, warmup))
+
+
+def run_times(fn: Callable[[], Any], setup: Callable[[], Any], device: torch.device,
+              repeats: int, warmup: int = 1) -> list[float]:
+    """Seconds of each of ``repeats`` calls of ``fn(state)``, after warm-up, synchronised."""
     times = []
     for r in range(warmup + repeats):
         state = setup()
@@ -45,14 +51,18 @@ def median_time(fn: Callable[[], Any], setup: Callable[[], Any], device: torch.d
             elapsed = time.perf_counter() - t0
         if r >= warmup:
             times.append(elapsed)
-    return statistics.median(times)
+    return times
 
 
 def matmul_peak(dtype: torch.dtype, device: torch.device, n: int, repeats: int = 5) -> float:
-    """Measured dense GEMM throughput (FLOP/s) in this run's dtype: the peak workloads are held against."""
+    """Measured dense GEMM throughput (FLOP/s) in this run's dtype: the peak workloads are held against.
+
+    A peak is the best the device showed, so this takes the fastest repeat, not the median:
+    on a shared CPU the median of a few GEMMs can fall below what the workloads then reach.
+    """
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    seconds = median_time(lambda _: a @ b, lambda: None, device, repeats, warmup=2)
+    seconds = min(run_times(lambda _: a @ b, lambda: None, device, repeats, warmup=2))
     return 2 * n**3 / seconds
 
 
@@ -79,7 +89,7 @@ def progress(i: int, n: int, label: str) -> None:
 
 def run_jobs(model, jobs: Sequence[Job], preset: str, tile, device: torch.device,
              repeats: int, peak: float | None, show_progress: bool = True) -> Outcome:
-    timed_model = copy.deepcopy(model)  # never runs under the counter
+    timed_model = twin(model)  # shares the weights; never runs under the counter
     out = Outcome()
     for index, job in enumerate(jobs):
         if show_progress:
@@ -125,6 +135,12 @@ def timing_row(preset: str, job: Job, expected: dict[str, dict], seconds: float,
     row["tflops_per_s"] = row["tflops_per_s_causal"]
     row["peak_fraction"] = round(row["tflops_per_s"] * 1e12 / peak, 4) if peak else None
     return row
+
+
+def set_peak(rows: list[dict], peak: float) -> None:
+    """Fill ``peak_fraction`` of timing rows once the peak is known."""
+    for row in rows:
+        row["peak_fraction"] = round(row["tflops_per_s"] * 1e12 / peak, 4)
 
 
 def attention_time_ratio(h_q: int, d_h: int, lengths: Sequence[int], dtype, device, repeats: int,

@@ -8,7 +8,7 @@ import torch
 from costcalc.errors import CostcalcError
 from costcalc.spec import ModelSpec
 from . import build, toy as toy_checks, workloads as wl
-from .harness import Outcome, attention_time_ratio, matmul_peak, run_jobs
+from .harness import Outcome, attention_time_ratio, matmul_peak, run_jobs, set_peak
 
 # Tiles the attention kernels really use, for the causal-vs-full time prediction:
 # torch's CPU flash kernel (k tile 512; q tile 256/64/32 by length, which does not change
@@ -51,10 +51,12 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
         model = build.from_spec(spec, layers, vocab, torch_dtype, dev)
         checked = spec.with_sizes(**{k: v for k, v in (("L", layers), ("V", vocab)) if v is not None})
     torch_dtype = model.lm_head.weight.dtype
-    peak = matmul_peak(torch_dtype, dev, peak_n or (8192 if dev.type == "cuda" else 1024)) if repeats else None
     jobs = jobs_for(checked, workloads, seqs, batch, tile, dev)
-    outcome = run_jobs(model, jobs, checked.name, tile, dev, repeats, peak, show_progress)
+    outcome = run_jobs(model, jobs, checked.name, tile, dev, repeats, None, show_progress)
+    # The peak is measured after the workloads, on a warm device (a cold CPU core under-reports it).
+    peak = matmul_peak(torch_dtype, dev, peak_n or (8192 if dev.type == "cuda" else 2048)) if repeats else None
     if peak:
+        set_peak(outcome.timings, peak)
         outcome.extras.append(f"measured {torch_dtype} GEMM peak on {dev.type}: {peak / 1e12:.3f} TFLOP/s")
     if "generate" in workloads:
         outcome.extras += generation_check(model, checked, seqs, batch, dev)

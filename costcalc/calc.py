@@ -8,20 +8,20 @@ into a pandas DataFrame.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-import sympy as sp
-
-from . import symbols as s
-from .core import crossover as cx
-from .core import workloads as w
-from .core.attention import CONVENTIONS
-from .core.breakdown import Breakdown, exact_int
-from .core.linear import p_lin
+from . import compiled
 from .errors import CostcalcError
 from .spec import ModelSpec
 
 Row = dict[str, Any]
+Table = dict[str, list]    # columns of equal length, in row order
+
+CONVENTIONS = ("causal", "full", "tiled")
+LOGITS = ("last", "all")
+DEFAULT_TILE = (128, 128)
+SMALL = 256   # up to this many points a sweep is evaluated point by point (no numpy import)
 
 
 # --- input checks -------------------------------------------------------------------
@@ -44,33 +44,96 @@ def _convention(convention: str) -> str:
     return convention
 
 
-DEFAULT_TILE = (128, 128)
-
-
-def _tile(convention: str, tile: tuple[int, int] | None) -> tuple[dict[str, Any], dict[sp.Symbol, int]]:
+def _tile(convention: str, tile: tuple[int, int] | None) -> tuple[dict[str, Any], dict[str, int]]:
     """The ``tile`` column and the tile sizes to bind, for the tiled convention only."""
     if convention != "tiled":
         return {}, {}
     b_q, b_k = tile or DEFAULT_TILE
     _positive("tile queries", b_q), _positive("tile keys", b_k)
-    return {"tile": f"{b_q}x{b_k}"}, {s.b_q: b_q, s.b_k: b_k}
+    return {"tile": f"{b_q}x{b_k}"}, {"b_q": b_q, "b_k": b_k}
 
 
 def _logits(logits: str) -> str:
-    if logits not in w.LOGITS:
-        raise CostcalcError(f"logits must be one of {', '.join(w.LOGITS)}, got {logits!r}")
+    if logits not in LOGITS:
+        raise CostcalcError(f"logits must be one of {', '.join(LOGITS)}, got {logits!r}")
     return logits
 
 
-# --- rows ---------------------------------------------------------------------------
+# --- workloads as tables ------------------------------------------------------------
 
-def _row(spec: ModelSpec, workload: str, convention: str, inputs: dict[str, Any],
-         breakdown: Breakdown, point: dict[sp.Symbol, int], tile: tuple[int, int] | None = None) -> Row:
-    tile_column, tile_point = _tile(convention, tile)
-    values = breakdown.evaluate({**spec.values(), **point, **tile_point})
-    row: Row = {"preset": spec.name, "workload": workload, "convention": convention, **tile_column, **inputs}
-    row.update({f"{name}_flops": value for name, value in values.items()})
-    return row
+@dataclass(frozen=True)
+class Workload:
+    """How a workload's inputs (row columns) bind the symbols of a compiled recipe."""
+    kind: str                          # the recipe (see costcalc.codegen.KINDS)
+    inputs: tuple[tuple[str, str], ...]  # (column, symbol), in column order
+    minimum: dict[str, int]            # smallest legal value per column
+    logits: str | None = None          # fixed logits mode, or None: the caller's
+
+
+WORKLOADS = {
+    "prefill": Workload("prefill", (("batch", "B"), ("seq", "S")), {"batch": 1, "seq": 1}),
+    "cached_prefill": Workload("chunk", (("batch", "B"), ("chunk", "C"), ("prefix", "T")),
+                               {"batch": 1, "chunk": 1, "prefix": 0}),
+    "decode": Workload("decode", (("batch", "B"), ("context", "T")), {"batch": 1, "context": 1}, "-"),
+    "train": Workload("train", (("batch", "B"), ("seq", "S")), {"batch": 1, "seq": 1}, "all"),
+}
+
+
+def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
+          tile: tuple[int, int] | None = None, **inputs: Sequence[int]) -> Table:
+    """Exact FLOPs of ``workload`` at every point given by equal-length input columns.
+
+    Few points are evaluated one by one; many at once over arrays (``costcalc.compiled``),
+    with the same exact integers either way.
+    """
+    wl = WORKLOADS[workload]
+    _convention(convention)
+    mode = wl.logits or _logits(logits)
+    columns = [name for name, _ in wl.inputs]
+    if sorted(inputs) != sorted(columns):
+        raise CostcalcError(f"{workload} takes {', '.join(columns)}; got {', '.join(inputs) or 'nothing'}")
+    sizes = {len(v) for v in inputs.values()}
+    if len(sizes) != 1:
+        raise CostcalcError(f"{workload}: input columns of different lengths {sorted(sizes)}")
+    n = sizes.pop()
+    for name, values in inputs.items():
+        check = _positive if wl.minimum[name] == 1 else _non_negative
+        if n <= SMALL or not hasattr(values, "dtype"):
+            for v in values:
+                check(name, v)
+        elif values.min() < wl.minimum[name]:
+            check(name, int(values.min()))
+    tile_column, _ = _tile(convention, tile)
+    flops = _flops_columns(spec, wl.kind, convention, "last" if mode == "-" else mode, tile, n,
+                           {symbol: inputs[column] for column, symbol in wl.inputs})
+    out: Table = {"preset": [spec.name] * n, "workload": [workload] * n, "convention": [convention] * n}
+    out.update({key: [value] * n for key, value in tile_column.items()})
+    out.update({c: [int(v) for v in inputs[c]] if n <= SMALL else _ints(inputs[c]) for c in columns})
+    if wl.logits != "-":
+        out["logits"] = [mode] * n
+    out.update({f"{name}_flops": values for name, values in flops.items()})
+    if workload == "decode":
+        out["total_flops_per_token"] = list(map(int.__floordiv__, out["total_flops"], out["batch"]))
+    if workload == "train":
+        per_token = 6 * (executed_linear_params(spec) + spec["d"] * spec["V"])
+        out["rule_6p_flops"] = [per_token * b * q for b, q in zip(out["batch"], out["seq"])]
+        out["ratio_to_6p"] = [round(t / r, 4) for t, r in zip(out["total_flops"], out["rule_6p_flops"])]
+    return out
+
+
+def _ints(values: Any) -> list[int]:
+    return values.tolist() if hasattr(values, "tolist") else [int(v) for v in values]
+
+
+def rows(columns: Table) -> list[Row]:
+    """A table as a list of row dicts."""
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*columns.values())]
+
+
+def _one(spec: ModelSpec, workload: str, convention: str, logits: str,
+         tile: tuple[int, int] | None, **inputs: int) -> Row:
+    return rows(table(spec, workload, convention, logits, tile, **{k: [v] for k, v in inputs.items()}))[0]
 
 
 def total_row(rows: Sequence[Row], **labels: Any) -> Row:
@@ -88,22 +151,14 @@ def total_row(rows: Sequence[Row], **labels: Any) -> Row:
 def prefill(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
             logits: str = "last", tile: tuple[int, int] | None = None) -> Row:
     """B prompts of S tokens, no cache."""
-    seq, batch = _positive("seq", seq), _positive("batch", batch)
-    bd = w.prefill(spec.arch, _convention(convention), _logits(logits))
-    return _row(spec, "prefill", convention, {"batch": batch, "seq": seq, "logits": logits},
-                bd, {s.B: batch, s.S: seq}, tile)
+    return _one(spec, "prefill", convention, logits, tile, batch=batch, seq=seq)
 
 
 def cached_prefill(spec: ModelSpec, chunk: int, prefix: int, batch: int = 1,
                    convention: str = "causal", logits: str = "last",
                    tile: tuple[int, int] | None = None) -> Row:
     """C new tokens per sequence over a cached prefix of T tokens."""
-    chunk, prefix = _positive("chunk", chunk), _non_negative("prefix", prefix)
-    batch = _positive("batch", batch)
-    bd = w.cached_prefill(spec.arch, _convention(convention), _logits(logits))
-    return _row(spec, "cached_prefill", convention,
-                {"batch": batch, "chunk": chunk, "prefix": prefix, "logits": logits},
-                bd, {s.B: batch, s.C: chunk, s.T: prefix}, tile)
+    return _one(spec, "cached_prefill", convention, logits, tile, batch=batch, chunk=chunk, prefix=prefix)
 
 
 def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False,
@@ -113,17 +168,17 @@ def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False
     if not lengths:
         raise CostcalcError("lengths must list at least one prompt length")
     lengths = [_positive("each of lengths", n) for n in lengths]
-    bd = w.prefill(spec.arch, _convention(convention), _logits(logits))
-    tile_column, tile_point = _tile(convention, tile)
-    base = {**spec.values(), **tile_point, s.B: 1}
     if padded:
-        per_seq = [bd.evaluate({**base, s.B: len(lengths), s.S: max(lengths)})]
+        one = table(spec, "prefill", convention, logits, tile, batch=[len(lengths)], seq=[max(lengths)])
+        flops = {k: v[0] for k, v in one.items() if k.endswith("_flops")}
     else:
-        per_seq = [bd.evaluate({**base, s.S: n}) for n in lengths]
+        each = table(spec, "prefill", convention, logits, tile, batch=[1] * len(lengths), seq=lengths)
+        flops = {k: sum(v) for k, v in each.items() if k.endswith("_flops")}
+    tile_column, _ = _tile(convention, tile)
     row: Row = {"preset": spec.name, "workload": "varlen_prefill", "convention": convention,
                 **tile_column, "batch": len(lengths), "lengths": ",".join(map(str, lengths)),
                 "padded": padded, "logits": logits}
-    row.update({f"{name}_flops": sum(v[name] for v in per_seq) for name in per_seq[0]})
+    row.update(flops)
     return row
 
 
@@ -148,64 +203,99 @@ def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int =
     sizes = chunk_schedule(seq, chunk)
     prefix, batch = _non_negative("prefix", prefix), _positive("batch", batch)
     _convention(convention), _logits(logits)
-    rows, done = [], 0
+    tile_column, tile_point = _tile(convention, tile)
+    base = {**spec.numbers(), **tile_point, "B": batch}
+    out, done = [], 0
     for index, size in enumerate(sizes, start=1):
         mode = logits if (logits == "all" or index == len(sizes)) else "none"
-        bd = w.forward(spec.arch, convention, mode, past=s.T, new=s.C)
-        rows.append(_row(spec, "chunked", convention,
-                         {"phase": f"chunk {index}", "batch": batch, "seq": seq,
-                          "chunk": size, "prefix": prefix + done, "logits": logits},
-                         bd, {s.B: batch, s.C: size, s.T: prefix + done}, tile))
+        flops = compiled.get("chunk", spec.arch, convention, mode).evaluate({**base, "C": size, "T": prefix + done})
+        out.append({"preset": spec.name, "workload": "chunked", "convention": convention, **tile_column,
+                    "phase": f"chunk {index}", "batch": batch, "seq": seq, "chunk": size,
+                    "prefix": prefix + done, "logits": logits,
+                    **{f"{name}_flops": value for name, value in flops.items()}})
         done += size
-    total = total_row(rows, phase="total", chunk=chunk, prefix=prefix)
+    total = total_row(out, phase="total", chunk=chunk, prefix=prefix)
     single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile)
     single.update(workload="chunked", phase="unchunked", seq=seq, chunk=seq)
-    return rows + [total, {k: single[k] for k in total}]
+    return out + [total, {k: single[k] for k in total}]
 
 
 def decode(spec: ModelSpec, context: int, batch: int = 1, convention: str = "causal",
            tile: tuple[int, int] | None = None) -> Row:
     """One decode step over T cached tokens, B sequences; also per output token."""
-    context, batch = _positive("context", context), _positive("batch", batch)
-    bd = w.decode_step(spec.arch, _convention(convention))
-    row = _row(spec, "decode", convention, {"batch": batch, "context": context},
-               bd, {s.B: batch, s.T: context}, tile)
-    row["total_flops_per_token"] = row["total_flops"] // batch
-    return row
+    return _one(spec, "decode", convention, "last", tile, batch=batch, context=context)
 
 
 def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,
              convention: str = "causal", logits: str = "last",
              tile: tuple[int, int] | None = None) -> list[Row]:
     """Prefill of S, then N-1 decode steps: ``prefill``, ``decode`` and ``total`` rows."""
-    prompt, new = _positive("prompt", prompt), _positive("new", new)
-    batch = _positive("batch", batch)
-    _convention(convention), _logits(logits)
-    point = {s.B: batch, s.S: prompt, s.N: new}
-    inputs = {"batch": batch, "seq": prompt, "new_tokens": new, "logits": logits}
-    rows = [
-        _row(spec, "generate", convention, {"phase": "prefill", **inputs},
-             w.prefill(spec.arch, convention, logits), point, tile),
-        _row(spec, "generate", convention, {"phase": "decode", **inputs},
-             w.decode_phase(spec.arch, convention), point, tile),
-    ]
-    return rows + [total_row(rows, phase="total")]
+    return rows(generate_table(spec, convention, logits, tile, batch=[batch], seq=[prompt], new_tokens=[new]))
+
+
+def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "last",
+                   tile: tuple[int, int] | None = None, *, batch: Sequence[int], seq: Sequence[int],
+                   new_tokens: Sequence[int]) -> Table:
+    """Generations at every point of equal-length columns: three rows per point
+    (``prefill``, ``decode`` = the N-1 steps, ``total``)."""
+    n = len(seq)
+    if not (len(batch) == len(new_tokens) == n):
+        raise CostcalcError("generate: input columns of different lengths")
+    if n <= SMALL or not hasattr(new_tokens, "dtype"):
+        for v in new_tokens:
+            _positive("new", v)
+    elif new_tokens.min() < 1:
+        _positive("new", int(new_tokens.min()))
+    first = table(spec, "prefill", convention, logits, tile, batch=batch, seq=seq)
+    steps = _flops_columns(spec, "decode_phase", convention, "last", tile, n,
+                           {"B": batch, "S": seq, "N": new_tokens})
+    phases = {"prefill": {k: v for k, v in first.items() if k.endswith("_flops")},
+              "decode": {f"{k}_flops": v for k, v in steps.items()}}
+    phases["total"] = {k: list(map(int.__add__, phases["prefill"][k], phases["decode"][k]))
+                       for k in phases["prefill"]}
+    labels = {k: v for k, v in first.items() if not k.endswith("_flops")}
+    labels["new_tokens"] = _ints(new_tokens) if n > SMALL else [int(v) for v in new_tokens]
+    out: Table = {}
+    for key in ("preset", "workload", "convention", "tile"):
+        if key in labels:
+            out[key] = _repeat(labels[key], 3)
+    out["workload"] = ["generate"] * (3 * n)
+    out["phase"] = ["prefill", "decode", "total"] * n
+    for key in ("batch", "seq", "new_tokens", "logits"):
+        out[key] = _repeat(labels[key], 3)
+    for key in phases["prefill"]:
+        column = [0] * (3 * n)
+        for offset, phase in enumerate(phases):
+            column[offset::3] = phases[phase][key]
+        out[key] = column
+    return out
+
+
+def _repeat(values: list, times: int) -> list:
+    return [v for v in values for _ in range(times)]
+
+
+def _flops_columns(spec: ModelSpec, kind: str, convention: str, logits: str,
+                   tile: tuple[int, int] | None, n: int, point: dict[str, Sequence[int]]) -> dict[str, list[int]]:
+    """Every output of a compiled recipe at n points (symbol name -> column)."""
+    _, tile_point = _tile(convention, tile)
+    recipe = compiled.get(kind, spec.arch, convention, logits)
+    base = {**spec.numbers(), **tile_point}
+    if n <= SMALL:
+        points = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}) for i in range(n)]
+        return {name: [p[name] for p in points] for name in recipe.outputs}
+    return recipe.columns({**base, **point}, n)
 
 
 def train(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
           tile: tuple[int, int] | None = None) -> Row:
     """Forward with logits at every position, x3 for forward + backward, beside 6P."""
-    seq, batch = _positive("seq", seq), _positive("batch", batch)
-    row = _row(spec, "train", _convention(convention), {"batch": batch, "seq": seq, "logits": "all"},
-               w.train_step(spec.arch, convention), {s.B: batch, s.S: seq}, tile)
-    row["rule_6p_flops"] = rule_6p(spec, batch * seq)
-    row["ratio_to_6p"] = round(row["total_flops"] / row["rule_6p_flops"], 4)
-    return row
+    return _one(spec, "train", convention, "all", tile, batch=batch, seq=seq)
 
 
 def executed_linear_params(spec: ModelSpec) -> int:
     """P_lin: block linear parameters a token runs through (active experts only)."""
-    return exact_int(p_lin(spec.arch), _integers(spec.values()), "P_lin")
+    return compiled.get("p_lin", spec.arch, "-", "-").evaluate(spec.numbers())["p_lin"]
 
 
 def rule_6p(spec: ModelSpec, tokens: int) -> int:
@@ -215,7 +305,9 @@ def rule_6p(spec: ModelSpec, tokens: int) -> int:
 
 def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full")) -> list[Row]:
     """T_equal for decode and the prefill length where attention equals linear, exactly."""
-    point = _integers(spec.values())
+    from .core import crossover as cx
+
+    point = _integers(spec)
     rows = [_crossover_row(spec, "decode_t_equal", "causal", cx.decode_t_equal(spec.arch), point)]
     for conv in conventions:
         rows.append(_crossover_row(spec, "prefill_attention_equals_linear", _convention(conv),
@@ -223,21 +315,28 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full")) 
     return rows
 
 
-def _crossover_row(spec: ModelSpec, quantity: str, convention: str, expr: sp.Expr,
-                   point: dict[sp.Symbol, sp.Integer]) -> Row:
+def _crossover_row(spec: ModelSpec, quantity: str, convention: str, expr, point) -> Row:
+    import sympy as sp
+
     value = sp.Rational(expr.xreplace(point))
     return {"preset": spec.name, "workload": "crossover", "quantity": quantity,
             "convention": convention, "exact": str(value), "tokens": round(float(value), 2),
             "formula": str(expr)}
 
 
-def _integers(values: dict[sp.Symbol, int]) -> dict[sp.Symbol, sp.Integer]:
-    return {sym: sp.Integer(v) for sym, v in values.items()}
+def _integers(spec: ModelSpec) -> dict:
+    import sympy as sp
+
+    return {sym: sp.Integer(v) for sym, v in spec.values().items()}
 
 
 def tiled_fraction(seq: int, tile: tuple[int, int]) -> sp.Rational:
     """Tiled / full attention of one uncached prefill of ``seq``: what a tile kernel saves."""
+    import sympy as sp
+
+    from . import symbols as s
     from .core.attention import attention_flops
+    from .core.breakdown import exact_int
 
     point = {s.S: sp.Integer(_positive("seq", seq)), s.b_q: sp.Integer(tile[0]), s.b_k: sp.Integer(tile[1]),
              s.L: sp.Integer(1), s.d_q: sp.Integer(1)}  # the ratio does not depend on them

@@ -15,6 +15,7 @@ from .core import workloads as w
 from .core.breakdown import Breakdown
 from .core.linear import p_lin
 from .errors import CostcalcError
+from .vocab import FORMULAS
 
 n_chunks = sp.Symbol("n", integer=True, positive=True)   # chunks in a uniform schedule
 S_i = sp.IndexedBase("S", integer=True, positive=True)[s.i]  # length of sequence i
@@ -26,16 +27,16 @@ def _one_of_varlen(arch: str, convention: str, logits: str) -> Breakdown:
     return w.prefill(arch, convention, logits).map(lambda e: e.subs(s.B, 1).subs(s.S, S_i))
 
 
-WORKLOADS: dict[str, tuple[str, Callable[[str, str, str], Breakdown]]] = {
-    "prefill": ("B prompts of S tokens", lambda a, c, l: w.prefill(a, c, l)),
-    "cached-prefill": ("C new tokens over T cached", lambda a, c, l: w.cached_prefill(a, c, l)),
-    "varlen": ("packed variable-length batch (padded: prefill at S = max S_i)", _one_of_varlen),
-    "chunked": ("n chunks of C tokens after T cached, logits on the last",
-                lambda a, c, l: w.uniform_chunks(a, c, n_chunks)),
-    "decode": ("one decode step over T cached tokens", lambda a, c, l: w.decode_step(a, c)),
-    "generate": ("prefill of S plus N-1 decode steps", lambda a, c, l: w.generation(a, c, l)),
-    "train": ("forward with all-position logits x 3", lambda a, c, l: w.train_step(a, c)),
+BUILDERS: dict[str, Callable[[str, str, str], Breakdown]] = {
+    "prefill": lambda a, c, l: w.prefill(a, c, l),
+    "cached-prefill": lambda a, c, l: w.cached_prefill(a, c, l),
+    "varlen": _one_of_varlen,
+    "chunked": lambda a, c, l: w.uniform_chunks(a, c, n_chunks),
+    "decode": lambda a, c, l: w.decode_step(a, c),
+    "generate": lambda a, c, l: w.generation(a, c, l),
+    "train": lambda a, c, l: w.train_step(a, c),
 }
+WORKLOADS = {name: (FORMULAS[name], build) for name, build in BUILDERS.items()}
 
 
 def pretty(expr: sp.Expr, arch: str) -> sp.Expr:
@@ -71,7 +72,7 @@ def formula_rows(workload: str, arch: str, convention: str, logits: str) -> list
 
 
 def describe(workload: str) -> str:
-    return "where attention FLOPs equal linear FLOPs" if workload == "crossover" else WORKLOADS[workload][0]
+    return FORMULAS[workload]
 
 
 def _texts(expr: sp.Expr) -> dict[str, str]:

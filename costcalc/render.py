@@ -1,12 +1,19 @@
-"""Rows -> a pandas DataFrame, and the four output formats.
+"""Rows or columns -> the four output formats, and a pandas DataFrame.
 
-CSV, Markdown and JSON carry every column with exact integers (an object column keeps
-Python ints past 2^63). The terminal table shows readable units and shares of the total
-and states the conventions.
+Output comes as rows (a list of dicts) or as a table (a dict of equal-length columns,
+what a sweep produces). CSV, Markdown and JSON carry every column with exact integers.
+CSV and JSON are written by the standard library (the same text pandas writes for
+CSV, the same records for JSON), so that a calculation never pays for importing pandas
+and a million-row sweep streams out at the speed of ``csv.writer``; Markdown and
+``frame`` use pandas (an object column keeps Python ints past 2^63). The terminal table
+shows readable units and shares of the total and states the conventions.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import csv
+import io
+import json
+from typing import Any, Mapping, Sequence, Union
 
 from . import notes, units
 
@@ -17,6 +24,39 @@ _SHARED = ("linear_flops", "attention_flops", "lm_head_flops")  # columns shown 
 _HEADER_KEYS = ("workload", "preset", "convention", "logits")
 
 
+Rows = Sequence[Mapping[str, Any]]
+Table = Mapping[str, Sequence[Any]]
+
+
+class Columns(dict):
+    """A table (name -> column) that knows which of its columns have missing cells."""
+
+    def __init__(self, *args: Any, sparse: set[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sparse = None if sparse is None else set(sparse)   # None: not known, look
+
+
+def as_table(data: Union[Rows, Table]) -> Table:
+    """Columns of ``data``: a table as is; rows by the union of their keys (missing: None)."""
+    if isinstance(data, Mapping):
+        return data
+    cols = columns(data)
+    return {c: [row.get(c) for row in data] for c in cols}
+
+
+def as_rows(data: Union[Rows, Table]) -> list[dict[str, Any]]:
+    if not isinstance(data, Mapping):
+        return list(data)
+    names = list(data)
+    return [dict(zip(names, values)) for values in zip(*data.values())]
+
+
+def length(data: Union[Rows, Table]) -> int:
+    if isinstance(data, Mapping):
+        return len(next(iter(data.values()), []))
+    return len(data)
+
+
 def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Union of the rows' keys, in first-seen order."""
     seen: dict[str, None] = {}
@@ -25,25 +65,100 @@ def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
     return list(seen)
 
 
-def frame(rows: Sequence[dict[str, Any]]):
-    """A DataFrame of the rows; every column is ``object`` so integers stay exact."""
+def frame(data: Union[Rows, Table]):
+    """A DataFrame of rows or columns; every column is ``object`` so integers stay exact."""
     import pandas as pd
 
-    cols = columns(rows)
-    return pd.DataFrame([[row.get(c) for c in cols] for row in rows], columns=cols, dtype=object)
+    cols = as_table(data)
+    return pd.DataFrame({name: pd.Series(list(values), dtype=object) for name, values in cols.items()},
+                        columns=list(cols))
 
 
-def render(rows: Sequence[dict[str, Any]], fmt: str, extra_notes: Sequence[str] = ()) -> str:
-    if fmt == "table":
-        return table(rows, extra_notes)
-    df = frame(rows)
+def write(data: Union[Rows, Table], fmt: str, handle, extra_notes: Sequence[str] = ()) -> None:
+    """Render straight into an open text file (CSV streams; the rest is rendered whole)."""
     if fmt == "csv":
-        return df.to_csv(index=False)
+        write_csv(data, handle)
+    else:
+        handle.write(render(data, fmt, extra_notes))
+
+
+def render(data: Union[Rows, Table], fmt: str, extra_notes: Sequence[str] = ()) -> str:
+    if fmt == "table":
+        return table(as_rows(data), extra_notes)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        write_csv(data, buffer)
+        return buffer.getvalue()
     if fmt == "markdown":
-        return df.to_markdown(index=False) + "\n"
+        return frame(data).to_markdown(index=False) + "\n"
     if fmt == "json":
-        return df.to_json(orient="records", indent=2) + "\n"
+        return json.dumps(as_rows(as_table(data)), indent=2) + "\n"   # every record has every column
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def write_csv(data: Union[Rows, Table], handle) -> None:
+    """CSV as pandas writes it (header, minimal quoting, empty for None), column-wise."""
+    writer = csv.writer(handle, lineterminator="\n")
+    if isinstance(data, Mapping):
+        _write_columns(data, handle, writer)
+        return
+    cols = columns(data)
+    writer.writerow(cols)
+    writer.writerows([["" if (v := row.get(c)) is None else v for c in cols] for row in data])
+
+
+CHUNK = 1 << 16   # rows formatted per block: bounded memory for million-row sweeps
+
+
+def _write_columns(data: Table, handle, writer) -> None:
+    """Columns to CSV a block of rows at a time, with one ``%`` template per block: a
+    column constant over the block is written into the template once, the others are
+    ``%s`` fields (numbers never need quoting; text goes through the csv module's
+    quoting). The same bytes as ``csv.writer``, several times faster."""
+    writer.writerow(data)
+    sparse = getattr(data, "sparse", None)   # the columns known to hold None, if known
+    n = length(data)
+    for start in range(0, n, CHUNK):
+        fields, varying = [], []
+        for name, col in data.items():
+            part = col[start:start + CHUNK]
+            if (name in sparse) if sparse is not None else (None in part):
+                part = ["" if v is None else v for v in part]
+            if part.count(part[0]) == len(part):
+                fields.append(_cell_text(part[0]).replace("%", "%%"))
+            else:
+                fields.append("%s")
+                varying.append(_texts(part) if isinstance(part[0], str) else part)
+        template = ",".join(fields)
+        if varying:
+            handle.write("\n".join(map(template.__mod__, zip(*varying))))
+        else:
+            handle.write("\n".join([template.replace("%%", "%")] * len(part)))
+        handle.write("\n")
+
+
+def _cell_text(value: Any) -> str:
+    text = str(value)
+    return _quote(text) if isinstance(value, str) and _needs_quote(text) else text
+
+
+def _needs_quote(text: str) -> bool:
+    return any(c in text for c in ',"\r\n') or text != text.strip()
+
+
+def _texts(values: Sequence[str]) -> list[str]:
+    """Text cells, quoted where the csv module would quote them."""
+    needs = {t for t in set(values) if _needs_quote(str(t))}
+    if not needs:
+        return list(values)
+    quoted = {t: _quote(str(t)) for t in needs}
+    return [quoted.get(t, t) for t in values]
+
+
+def _quote(text: str) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow([text])
+    return buffer.getvalue()
 
 
 def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = ()) -> str:
@@ -54,7 +169,7 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = ()) -> st
     cells = [[_cell(row, c) for c in shown] for row in rows]
     titles = [c.removesuffix("_flops") for c in shown]
     widths = [max(len(t), *(len(r[i]) for r in cells)) for i, t in enumerate(titles)]
-    right = [c.endswith("_flops") or c in ("batch", "seq", "context", "prefix", "chunk", "new_tokens")
+    right = [_is_flops(c) or c in ("batch", "seq", "context", "prefix", "chunk", "new_tokens")
              for c in shown]
 
     def line(values: Sequence[str]) -> str:
@@ -70,11 +185,15 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = ()) -> st
     return "\n".join(out) + "\n"
 
 
+def _is_flops(col: str) -> bool:
+    return col.endswith("_flops") or col.endswith("_flops_per_token")
+
+
 def _cell(row: dict[str, Any], col: str) -> str:
     value = row.get(col)
     if value is None:
         return ""
-    if col.endswith("_flops") and isinstance(value, int):
+    if _is_flops(col) and isinstance(value, int):
         text = units.flops(value)
         if col in _SHARED and row.get("total_flops"):
             text += f" {units.share(value, row['total_flops']):>5}"

@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import sympy as sp
-
-from . import symbols as s
-from .core.linear import ARCHS
+from . import vocab
 from .errors import CostcalcError
+from .vocab import ARCHS
 
 COMMON_KEYS = ("L", "d", "h_q", "h_kv", "d_h", "V")
 ARCH_KEYS = {"dense": ("m",), "moe": ("E", "k", "m_e")}
@@ -40,10 +38,15 @@ class ModelSpec:
     def d_kv(self) -> int:
         return self.sizes["h_kv"] * self.sizes["d_h"]
 
-    def values(self) -> dict[sp.Symbol, int]:
+    def numbers(self) -> dict[str, int]:
+        """Model sizes and the derived d_q, d_kv, by symbol name (no sympy)."""
+        return {**self.sizes, **vocab.derived(self.sizes)}
+
+    def values(self) -> dict:
         """Model symbols (and the derived d_q, d_kv) bound to this model's sizes."""
-        model = {s.BY_NAME[key]: value for key, value in self.sizes.items()}
-        return {**model, **s.derived_values(model)}
+        from .symbols import BY_NAME
+
+        return {BY_NAME[name]: value for name, value in self.numbers().items()}
 
     def with_sizes(self, **changes: int) -> "ModelSpec":
         """A copy with some sizes changed (validated again)."""
@@ -97,4 +100,4 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
 
 
 def _meaning(key: str) -> str:
-    return next(v.meaning for v in s.MODEL if v.key == key)
+    return vocab.meaning(key)

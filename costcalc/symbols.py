@@ -2,13 +2,15 @@
 
 One vocabulary runs through the project: the symbol's name here is the key in a
 preset file (model symbols) or the row column / CLI option of a workload input
-(workload symbols). ``VARIABLES`` is that table.
+(workload symbols). The names and meanings live in ``costcalc.vocab`` (no sympy).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import sympy as sp
+
+from . import vocab
 
 
 def _size(name: str) -> sp.Symbol:
@@ -60,37 +62,19 @@ class Variable:
     hf_field: str = ""  # usual HF config.json field, for model symbols
 
 
-MODEL = (
-    Variable(L, "L", "decoder layers", "num_hidden_layers"),
-    Variable(d, "d", "model width", "hidden_size"),
-    Variable(h_q, "h_q", "query heads", "num_attention_heads"),
-    Variable(h_kv, "h_kv", "key/value heads", "num_key_value_heads"),
-    Variable(d_h, "d_h", "head dim", "head_dim (else hidden_size / num_attention_heads)"),
-    Variable(m, "m", "dense SwiGLU width", "intermediate_size"),
-    Variable(E, "E", "routed experts", "num_local_experts / num_experts"),
-    Variable(k, "k", "experts per token", "num_experts_per_tok"),
-    Variable(m_e, "m_e", "expert width", "moe_intermediate_size (Mixtral: intermediate_size)"),
-    Variable(V, "V", "vocabulary", "vocab_size"),
-)
+def _variables(names: tuple[vocab.Name, ...]) -> tuple[Variable, ...]:
+    table = globals()
+    return tuple(Variable(table[n.name], n.key, n.meaning, n.hf_field) for n in names)
 
-DERIVED = (
-    Variable(d_q, "d_q", "query width h_q*d_h"),
-    Variable(d_kv, "d_kv", "K (or V) width h_kv*d_h"),
-)
 
-WORKLOAD = (
-    Variable(B, "batch", "sequences in the batch"),
-    Variable(S, "seq", "prompt length"),
-    Variable(T, "context", "tokens already in the KV cache (prefix for a chunk)"),
-    Variable(C, "chunk", "new tokens in a chunk"),
-    Variable(N, "new_tokens", "output tokens of a generation"),
-    Variable(b_q, "tile", "queries per attention tile (tiled convention)"),
-    Variable(b_k, "tile", "keys per attention tile (tiled convention)"),
-)
+MODEL = _variables(vocab.MODEL)
+DERIVED = _variables(vocab.DERIVED)
+WORKLOAD = _variables(vocab.WORKLOAD)
 
 BY_NAME = {v.symbol.name: v.symbol for v in MODEL + DERIVED + WORKLOAD}
 
 
 def derived_values(model: dict[sp.Symbol, int]) -> dict[sp.Symbol, int]:
     """The derived widths d_q and d_kv from a model's head counts."""
-    return {d_q: model[h_q] * model[d_h], d_kv: model[h_kv] * model[d_h]}
+    by_name = vocab.derived({sym.name: value for sym, value in model.items()})
+    return {BY_NAME[name]: value for name, value in by_name.items()}

@@ -1,6 +1,12 @@
+import os
+import tempfile
+
 import pytest
 
-from costcalc import presets
+# The generated-code cache of this test run: its own directory, never the user's.
+os.environ["COSTCALC_CACHE_DIR"] = tempfile.mkdtemp(prefix="costcalc-test-cache-")
+
+from costcalc import presets  # noqa: E402
 
 
 @pytest.fixture(scope="session")

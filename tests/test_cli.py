@@ -114,7 +114,7 @@ BAD = [
     (["prefill", "--preset", "llama3-8b", "--seq", "10"], "unknown preset 'llama3-8b'; did you mean"),
     (["prefill", "--preset", "toy", "--seq", "0"], "--seq: 0 is not positive"),
     (["prefill", "--preset", "toy", "--seq", "-5"], "--seq: -5 is not positive"),
-    (["prefill", "--preset", "toy", "--seq", "ten"], "--seq: 'ten' is not an integer"),
+    (["prefill", "--preset", "toy", "--seq", "ten"], "--seq: 'ten' is not a number"),
     (["prefill", "--preset", "toy"], "give --seq"),
     (["prefill", "--seq", "10"], "no model"),
     (["prefill", "--preset", "toy", "--preset-file", "x.json", "--seq", "10"], "not both"),
@@ -162,3 +162,42 @@ def test_console_entry_point_and_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "NO_TORCH" in proc.stdout and "total" in proc.stdout
+
+
+def test_ranges_and_several_presets_side_by_side(capsys):
+    code, out, err = run(capsys, "prefill", "--preset", "llama-3.1-8b,mixtral-8x7b", "--seq", "1k:4k:x2",
+                         "--batch", "1,8", "--convention", "both", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert len(rows) == 2 * 3 * 2 * 2
+    assert [r["preset"] for r in rows[:12]] == ["llama-3.1-8b"] * 12
+    assert [(r["seq"], r["batch"], r["convention"]) for r in rows[:4]] == [
+        (1024, 1, "causal"), (1024, 1, "full"), (1024, 8, "causal"), (1024, 8, "full")]
+    assert list(rows[0])[6:14] == ["attn_proj_flops", "ffn_flops", "router_flops", "experts_flops",
+                                   "linear_flops", "attention_flops", "lm_head_flops", "total_flops"]
+    spec = presets.load("mixtral-8x7b")
+    for r in rows[12:]:
+        assert r["ffn_flops"] is None
+        assert {k: v for k, v in r.items() if v is not None} == calc.prefill(spec, r["seq"], r["batch"], r["convention"])
+
+
+def test_a_large_sweep_writes_every_point_exactly(capsys, tmp_path):
+    target = tmp_path / "sweep.csv"
+    code, out, err = run(capsys, "decode", "--preset", "llama-3.1-405b", "--context", "1:6000",
+                         "--batch", "1,256", "--output", str(target))
+    assert code == 0, err
+    assert "wrote 12000 rows (csv)" in err
+    frame = pd.read_csv(target, dtype=str)
+    assert len(frame) == 12000
+    spec = presets.load("llama-3.1-405b")
+    for i in (0, 1, 5999, 11999):
+        row = frame.iloc[i]
+        expected = calc.decode(spec, int(row["context"]), int(row["batch"]))
+        assert int(row["total_flops"]) == expected["total_flops"]
+        assert int(row["total_flops_per_token"]) == expected["total_flops_per_token"]
+
+
+def test_an_unknown_preset_in_a_list_is_named(capsys):
+    code, out, err = run(capsys, "prefill", "--preset", "llama-3.1-8b,llama-9", "--seq", "8")
+    assert code == 2 and out == ""
+    assert err.startswith("error: unknown preset 'llama-9'") and len(err.splitlines()) == 1

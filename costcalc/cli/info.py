@@ -6,12 +6,11 @@ from typing import Annotated, Optional
 import typer
 
 from .. import calc, notes, presets
-from ..core.linear import ARCHS
-from ..formulas import WORKLOADS, describe, formula_rows
+from ..vocab import ARCHS, FORMULAS
 from .options import (Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt,
                       PresetFileOpt, PresetOpt, conventions, emit, model)
 
-FORMULA_WORKLOADS = list(WORKLOADS) + ["crossover"]
+FORMULA_WORKLOADS = list(FORMULAS)
 
 
 def formula(
@@ -25,6 +24,7 @@ def formula(
 ) -> None:
     """The symbolic formula of a workload, term by term, as derived by the core."""
     from ..errors import CostcalcError
+    from ..formulas import describe, formula_rows
 
     if arch not in ARCHS:
         raise CostcalcError(f"--arch must be one of {', '.join(ARCHS)}, got {arch!r}")

@@ -4,16 +4,18 @@ from __future__ import annotations
 import enum
 import itertools
 import os
+import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Optional, Sequence
+from typing import Annotated, Any, Mapping, Optional, Sequence, Union
 
 import typer
 
-from .. import presets
+from .. import presets, ranges
 from ..errors import CostcalcError
-from ..render import FORMATS, SUFFIXES, render
+from ..render import FORMATS, SUFFIXES, Columns, length, render, write
 from ..spec import ModelSpec
+from ..vocab import TERM_ORDER
 
 
 class Format(str, enum.Enum):
@@ -39,7 +41,7 @@ class Logits(str, enum.Enum):
 assert {f.value for f in Format} == set(FORMATS)
 
 PresetOpt = Annotated[Optional[str], typer.Option(
-    "--preset", "-p", help="Built-in preset name (see 'costcalc presets').")]
+    "--preset", "-p", help="Built-in preset name (see 'costcalc presets'); a comma list compares several.")]
 PresetFileOpt = Annotated[Optional[Path], typer.Option(
     "--preset-file", help="A preset JSON file of your own (same fields as presets/*.json).")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
@@ -54,7 +56,8 @@ TileOpt = Annotated[str, typer.Option(
 LogitsOpt = Annotated[Logits, typer.Option(
     help="LM head on the last position of each sequence, or on all positions.")]
 BatchOpt = Annotated[str, typer.Option(
-    "--batch", "-b", help="Batch size B; a comma list sweeps.")]
+    "--batch", "-b", help="Batch size B; a list or range sweeps (4,8 or 1:64:x2).")]
+RANGE_HELP = "a list or range sweeps: 1024,4096 or 1k:128k:x2 or 512:4k:512 (k=1024, M=1024^2)"
 
 
 def model(preset: Optional[str], preset_file: Optional[Path]) -> ModelSpec:
@@ -76,21 +79,54 @@ def conventions(choice: Convention) -> list[str]:
 
 
 def int_list(text: Optional[str], option: str, minimum: int = 1) -> list[int]:
-    """``"1024,4096"`` -> ``[1024, 4096]``; each item an integer >= ``minimum``."""
-    if text is None:
-        return []
-    items = [item.strip() for item in text.split(",")]
-    values = []
-    for item in items:
-        try:
-            value = int(item)
-        except ValueError:
-            raise CostcalcError(f"{option}: {item!r} is not an integer") from None
-        if value < minimum:
-            kind = "positive" if minimum == 1 else f">= {minimum}"
-            raise CostcalcError(f"{option}: {value} is not {kind}")
-        values.append(value)
-    return values
+    """``"1024,4096"``, ``"1k:1M:x2"``, ... -> the integers (see ``costcalc.ranges``)."""
+    return list(ranges.parse(text, option, minimum))
+
+
+def models(preset: Optional[str], preset_file: Optional[Path]) -> list[ModelSpec]:
+    """One model, or several from ``--preset a,b`` (side by side)."""
+    if preset and preset_file:
+        raise CostcalcError("give --preset or --preset-file, not both")
+    if preset and "," in preset:
+        names = [name.strip() for name in preset.split(",")]
+        if not all(names):
+            raise CostcalcError(f"--preset: empty name in {preset!r}")
+        return [presets.load(name) for name in dict.fromkeys(names)]
+    return [model(preset, preset_file)]
+
+
+def interleave(tables: Sequence[Mapping[str, Sequence[Any]]], block: int = 1) -> Columns:
+    """Tables over the same points, merged point by point: ``block`` rows of the first,
+    then of the second, ... (conventions side by side for every point)."""
+    merged = concat(tables)
+    if len(tables) == 1:
+        return merged
+    n = len(next(iter(tables[0].values())))
+    k = len(tables)
+    order = [t * n + p * block + r for p in range(n // block) for t in range(k) for r in range(block)]
+    return Columns({name: [col[i] for i in order] for name, col in merged.items()}, sparse=merged.sparse)
+
+
+def concat(tables: Sequence[Mapping[str, Sequence[Any]]]) -> Columns:
+    """Tables one after another; a column missing from some is None there.
+    (A plain dict is a table from ``calc``: it has no missing cells.)"""
+    if len(tables) == 1:
+        return Columns(tables[0], sparse=getattr(tables[0], "sparse", set()))
+    names: dict[str, None] = {}
+    for t in tables:
+        names.update(dict.fromkeys(t))
+    out = Columns({name: [] for name in _ordered(list(names))}, sparse=set())
+    for t in tables:
+        known = getattr(t, "sparse", set())
+        out.sparse |= known if known is not None else set(t)
+        n = len(next(iter(t.values()), []))
+        for name in names:
+            if name in t:
+                out[name].extend(t[name])
+            else:
+                out[name].extend([None] * n)
+                out.sparse.add(name)
+    return out
 
 
 def tile(text: str) -> tuple[int, int]:
@@ -108,13 +144,15 @@ def product(**lists: Sequence[Any]) -> list[dict[str, Any]]:
     return [dict(zip(names, combo)) for combo in itertools.product(*lists.values())]
 
 
-def emit(rows: Sequence[dict[str, Any]], fmt: Optional[Format], output: Optional[Path],
-         notes: Sequence[str] = ()) -> None:
-    """Render the rows and print them or write them to ``output`` whole (never half a file)."""
+def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt: Optional[Format],
+         output: Optional[Path], notes: Sequence[str] = ()) -> None:
+    """Render rows (or columns) and print them, or write them to ``output`` whole (never half a file)."""
     chosen = fmt.value if fmt else SUFFIXES.get(output.suffix.lower(), "table") if output else "table"
-    text = render(rows, chosen, notes)
     if output is None:
-        typer.echo(text, nl=False)
+        if chosen == "csv":
+            write(rows, chosen, sys.stdout)
+        else:
+            typer.echo(render(rows, chosen, notes), nl=False)
         return
     target = output.resolve()
     if not target.parent.is_dir():
@@ -122,9 +160,27 @@ def emit(rows: Sequence[dict[str, Any]], fmt: Optional[Format], output: Optional
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+            write(rows, chosen, handle, notes)
+        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; a written file gets the usual mode
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    typer.echo(f"wrote {len(rows)} rows ({chosen}) to {output}", err=True)
+    count = length(rows)
+    typer.echo(f"wrote {count} row{'' if count == 1 else 's'} ({chosen}) to {output}", err=True)
+
+
+def _ordered(names: list[str]) -> list[str]:
+    """Breakdown columns of several tables (dense and MoE) in the one term order."""
+    terms = [f"{t}_flops" for t in TERM_ORDER if f"{t}_flops" in names]
+    if not terms:
+        return names
+    at = min(names.index(t) for t in terms)
+    rest = [n for n in names if n not in terms]
+    return [n for n in rest if names.index(n) < at] + terms + [n for n in rest if names.index(n) > at]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -7,8 +7,10 @@ import typer
 
 from .. import calc, notes
 from ..errors import CostcalcError
-from .options import (BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, TileOpt, conventions, emit, int_list, model, product)
+from ..ranges import grid, parse
+from .options import (RANGE_HELP, BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt,
+                      OutputOpt, PresetFileOpt, PresetOpt, TileOpt, concat, conventions, emit, int_list, interleave,
+                      models, product)
 from .options import tile as parse_tile
 
 
@@ -16,14 +18,14 @@ def prefill(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     seq: Annotated[Optional[str], typer.Option(
-        "--seq", "-s", help="Prompt length S (new tokens C with --cached-prefix); a comma list sweeps.")] = None,
+        "--seq", "-s", help=f"Prompt length S (new tokens C with --cached-prefix); {RANGE_HELP}.")] = None,
     batch: BatchOpt = "1",
     lengths: Annotated[Optional[str], typer.Option(
         help="One variable-length batch: the prompt lengths, e.g. 100,2000,512.")] = None,
     padded: Annotated[bool, typer.Option(
         "--padded", help="With --lengths: charge the padded shape B x max length.")] = False,
     cached_prefix: Annotated[Optional[str], typer.Option(
-        "--cached-prefix", help="Tokens T already cached before the --seq new ones; a comma list sweeps.")] = None,
+        "--cached-prefix", help=f"Tokens T already cached before the --seq new ones; {RANGE_HELP}.")] = None,
     convention: ConventionOpt = Convention.causal,
     tile: TileOpt = "128",
     logits: LogitsOpt = Logits.last,
@@ -31,7 +33,8 @@ def prefill(
     output: OutputOpt = None,
 ) -> None:
     """Prefill FLOPs: uniform prompts, a variable-length batch, or new tokens over a cached prefix."""
-    spec = model(preset, preset_file)
+    specs = models(preset, preset_file)
+    kinds = conventions(convention)
     if lengths is not None:
         for flag, given in (("--seq", seq), ("--cached-prefix", cached_prefix)):
             if given is not None:
@@ -39,24 +42,23 @@ def prefill(
         if batch != "1":
             raise CostcalcError("--lengths and --batch conflict: the batch is the number of lengths")
         sizes = int_list(lengths, "--lengths")
-        rows = [calc.varlen_prefill(spec, sizes, padded, c, logits.value, parse_tile(tile))
-                for c in conventions(convention)]
+        emit([calc.varlen_prefill(spec, sizes, padded, c, logits.value, parse_tile(tile))
+              for spec in specs for c in kinds], fmt, output)
+        return
+    if seq is None:
+        raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
+    if padded:
+        raise CostcalcError("--padded applies only with --lengths")
+    seqs, batches, chosen = parse(seq, "--seq"), parse(batch, "--batch"), parse_tile(tile)
+    if cached_prefix is None:
+        points = grid(seq=seqs, batch=batches)
+        tables = [interleave([calc.table(spec, "prefill", c, logits.value, chosen, **points) for c in kinds])
+                  for spec in specs]
     else:
-        if seq is None:
-            raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
-        if padded:
-            raise CostcalcError("--padded applies only with --lengths")
-        grid = product(seq=int_list(seq, "--seq"), batch=int_list(batch, "--batch"),
-                       convention=conventions(convention))
-        if cached_prefix is None:
-            rows = [calc.prefill(spec, logits=logits.value, tile=parse_tile(tile), **p) for p in grid]
-        else:
-            prefixes = int_list(cached_prefix, "--cached-prefix", minimum=0)
-            rows = [calc.cached_prefill(spec, chunk=p["seq"], prefix=t, batch=p["batch"],
-                                        convention=p["convention"], logits=logits.value,
-                                        tile=parse_tile(tile))
-                    for p in grid for t in prefixes]
-    emit(rows, fmt, output)
+        points = grid(chunk=seqs, prefix=parse(cached_prefix, "--cached-prefix", minimum=0), batch=batches)
+        tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, **points)
+                              for c in kinds]) for spec in specs]
+    emit(concat(tables), fmt, output)
 
 
 def chunked(
@@ -73,20 +75,20 @@ def chunked(
     output: OutputOpt = None,
 ) -> None:
     """The chunk schedule of one prompt: a row per chunk, the total, and the unchunked pass."""
-    spec = model(preset, preset_file)
     rows, notes = [], []
-    for p in product(seq=int_list(seq, "--seq"), chunk=int_list(chunk, "--chunk"),
-                     prefix=int_list(prefix, "--prefix", minimum=0), batch=int_list(batch, "--batch"),
-                     convention=conventions(convention)):
-        schedule = calc.chunked(spec, logits=logits.value, tile=parse_tile(tile), **p)
-        rows += schedule
-        total, single = schedule[-2]["total_flops"], schedule[-1]["total_flops"]
-        notes.append(_chunk_note(p, total, single))
+    for spec in models(preset, preset_file):
+        for p in product(seq=int_list(seq, "--seq"), chunk=int_list(chunk, "--chunk"),
+                         prefix=int_list(prefix, "--prefix", minimum=0), batch=int_list(batch, "--batch"),
+                         convention=conventions(convention)):
+            schedule = calc.chunked(spec, logits=logits.value, tile=parse_tile(tile), **p)
+            rows += schedule
+            total, single = schedule[-2]["total_flops"], schedule[-1]["total_flops"]
+            notes.append(_chunk_note(spec.name, p, total, single))
     emit(rows, fmt, output, notes)
 
 
-def _chunk_note(p: dict, total: int, single: int) -> str:
-    where = f"{p['convention']}, seq {p['seq']}, chunk {p['chunk']}"
+def _chunk_note(name: str, p: dict, total: int, single: int) -> str:
+    where = f"{name}, {p['convention']}, seq {p['seq']}, chunk {p['chunk']}"
     if total == single:
         return f"{where}: the chunked total equals the unchunked prefill exactly."
     return (f"{where}: chunking changes the total by {total - single:+,} FLOPs "
@@ -98,25 +100,25 @@ def decode(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     context: Annotated[str, typer.Option(
-        "--context", "-t", help="Tokens T already cached; a comma list sweeps.")] = ...,
+        "--context", "-t", help=f"Tokens T already cached; {RANGE_HELP}.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """One decode step over T cached tokens, and its cost per output token."""
-    spec = model(preset, preset_file)
-    rows = [calc.decode(spec, **p) for p in product(
-        context=int_list(context, "--context"), batch=int_list(batch, "--batch"),
-        convention=conventions(convention))]
-    emit(rows, fmt, output, ["A decode step reads T+1 keys (its own included): causal and full agree."])
+    specs = models(preset, preset_file)
+    points = grid(context=parse(context, "--context"), batch=parse(batch, "--batch"))
+    emit(concat([interleave([calc.table(spec, "decode", c, **points) for c in conventions(convention)])
+                 for spec in specs]),
+         fmt, output, ["A decode step reads T+1 keys (its own included): causal and full agree."])
 
 
 def generate(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
-    prompt: Annotated[str, typer.Option("--prompt", "-s", help="Prompt length S; a comma list sweeps.")] = ...,
-    new: Annotated[str, typer.Option("--new", "-n", help="Output tokens N; a comma list sweeps.")] = ...,
+    prompt: Annotated[str, typer.Option("--prompt", "-s", help=f"Prompt length S; {RANGE_HELP}.")] = ...,
+    new: Annotated[str, typer.Option("--new", "-n", help=f"Output tokens N; {RANGE_HELP}.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
     tile: TileOpt = "128",
@@ -125,18 +127,16 @@ def generate(
     output: OutputOpt = None,
 ) -> None:
     """A whole generation: prefill of S, then N-1 decode steps (the j-th reads S+j keys)."""
-    spec = model(preset, preset_file)
-    rows = []
-    for p in product(prompt=int_list(prompt, "--prompt"), new=int_list(new, "--new"),
-                     batch=int_list(batch, "--batch"), convention=conventions(convention)):
-        rows += calc.generate(spec, logits=logits.value, tile=parse_tile(tile), **p)
-    emit(rows, fmt, output)
+    specs = models(preset, preset_file)
+    points = grid(seq=parse(prompt, "--prompt"), new_tokens=parse(new, "--new"), batch=parse(batch, "--batch"))
+    emit(concat([interleave([calc.generate_table(spec, c, logits.value, parse_tile(tile), **points)
+                             for c in conventions(convention)], block=3) for spec in specs]), fmt, output)
 
 
 def train(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
-    seq: Annotated[str, typer.Option("--seq", "-s", help="Sequence length S; a comma list sweeps.")] = ...,
+    seq: Annotated[str, typer.Option("--seq", "-s", help=f"Sequence length S; {RANGE_HELP}.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
     tile: TileOpt = "128",
@@ -144,7 +144,7 @@ def train(
     output: OutputOpt = None,
 ) -> None:
     """Training step: forward with all-position logits x3, beside the 6P rule of thumb."""
-    spec = model(preset, preset_file)
-    rows = [calc.train(spec, tile=parse_tile(tile), **p) for p in product(
-        seq=int_list(seq, "--seq"), batch=int_list(batch, "--batch"), convention=conventions(convention))]
-    emit(rows, fmt, output, [notes.TRAIN])
+    specs = models(preset, preset_file)
+    points = grid(seq=parse(seq, "--seq"), batch=parse(batch, "--batch"))
+    emit(concat([interleave([calc.table(spec, "train", c, "all", parse_tile(tile), **points)
+                             for c in conventions(convention)]) for spec in specs]), fmt, output, [notes.TRAIN])

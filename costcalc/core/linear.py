@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import sympy as sp
 
 from .. import symbols as s
+from ..vocab import ARCHS
 from .matmul import FLOPS_PER_MULTIPLY_ADD, matmul
-
-ARCHS = ("dense", "moe")
 
 
 @dataclass(frozen=True)

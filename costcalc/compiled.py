@@ -1,0 +1,212 @@
+"""The derived expressions as cached generated code: exact evaluation without sympy.
+
+``get(kind, arch, convention, logits)`` returns a ``Compiled`` recipe. The first use
+derives it with the sympy core and prints it (``costcalc.codegen``); the source is
+cached on disk under a key that hashes the core's own source files, so any change to
+the derivation regenerates it. A later start loads the cached module: no sympy import.
+
+Cache directory: ``$COSTCALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/costcalc``, else
+``~/.cache/costcalc``. An unwritable or corrupt cache is never an error: the recipe is
+derived again in memory (and rewritten where possible).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import operator
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+_PACKAGE = Path(__file__).resolve().parent
+# The files whose content decides the generated code.
+SOURCES = ("symbols.py", "vocab.py", "codegen.py", "core/*.py")
+INT64_SAFE = 2**62  # bound below which every intermediate fits int64 with room to spare
+
+
+@lru_cache(maxsize=None)
+def core_hash() -> str:
+    digest = hashlib.sha256()
+    for pattern in SOURCES:
+        for path in sorted(_PACKAGE.glob(pattern)):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("COSTCALC_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "costcalc"
+
+
+class Compiled:
+    """One recipe's generated functions: ``evaluate`` at a point, ``columns`` over arrays."""
+
+    def __init__(self, key: str, namespace: dict[str, Any]) -> None:
+        self.key = key
+        self.terms: tuple[str, ...] = namespace["TERMS"]
+        self.outputs: dict[str, tuple[str, ...]] = namespace["OUTPUTS"]
+        self.vector: dict[str, bool] = namespace["VECTOR"]
+        self.args: tuple[str, ...] = namespace["ARGS"]
+        self._fn = {name: namespace[name] for name in self.terms}
+        self._bound = {name: namespace[f"{name}__bound"] for name in self.terms if self.vector[name]}
+        self._poly: dict[str, tuple] = namespace["POLY"]
+
+    def _check(self, values: Mapping[str, Any]) -> None:
+        missing = [a for a in self.args if a not in values]
+        if missing:
+            raise ValueError(f"{self.key}: no value for {', '.join(missing)}")
+
+    def evaluate(self, values: Mapping[str, int]) -> dict[str, int]:
+        """Every output (terms, ``linear``, ``total``) as an exact int at one point."""
+        self._check(values)
+        got = {name: self._fn[name](**values) for name in self.terms}
+        return {name: got[parts[0]] if len(parts) == 1 else sum(got[p] for p in parts)
+                for name, parts in self.outputs.items()}
+
+    def columns(self, values: Mapping[str, Any], n: int) -> dict[str, list[int]]:
+        """Every output over ``n`` points; ``values`` maps names to ints or length-n arrays.
+
+        A polynomial term is evaluated over whole arrays: by its generated function in
+        int64 where its bound shows every intermediate fits, else as a polynomial in the
+        swept variables whose coefficients (the model's values folded in) are exact Python
+        ints, each monomial computed once in int64 and scaled as Python ints. Other terms
+        (sums over tiles) run point by point. Every result is the exact integer.
+        """
+        import numpy as np
+
+        self._check(values)
+        arrays = {k: np.asarray(v, dtype=np.int64) for k, v in values.items() if not isinstance(v, int)}
+        scalars = {k: v for k, v in values.items() if isinstance(v, int)}
+        for k, a in list(arrays.items()):   # an axis with one value is a scalar
+            if a.size and a.min() == a.max():
+                scalars[k] = int(a[0])
+                del arrays[k]
+        peak = {k: float(a.max()) if a.size else 0.0 for k, a in arrays.items()}
+        got: dict[str, Any] = {}   # int64 arrays, or lists of Python ints
+        bounds: dict[str, float] = {}
+        monomials: dict[tuple, list[int]] = {}   # shared by the terms
+        for name in self.terms:
+            if not self.vector[name]:
+                got[name] = self._pointwise(name, scalars, arrays, n)
+                bounds[name] = float("inf")
+                continue
+            bounds[name] = self._bound[name](**scalars, **peak)
+            if bounds[name] < INT64_SAFE:
+                got[name] = np.broadcast_to(np.asarray(self._fn[name](**scalars, **arrays), np.int64), (n,))
+            else:
+                got[name] = self._big(name, scalars, arrays, peak, n, monomials)
+        out: dict[str, list[int]] = {}
+        done: dict[tuple[str, ...], list[int]] = {}   # sums already formed, by their parts
+        for name, parts in self.outputs.items():
+            if all(isinstance(got[p], np.ndarray) for p in parts) and sum(bounds[p] for p in parts) < INT64_SAFE:
+                column = got[parts[0]]
+                for part in parts[1:]:
+                    column = column + got[part]
+                out[name] = column.tolist()
+            else:   # start from the largest sum already formed inside this one
+                base = max((k for k in done if set(k) <= set(parts)), key=len, default=parts[:1])
+                column = done[base] if base in done else _as_list(got[base[0]])
+                for part in parts:
+                    if part not in base:
+                        column = list(map(operator.add, column, _as_list(got[part])))
+                out[name] = column
+            done[parts] = out[name]
+        return out
+
+    def _big(self, name: str, scalars: Mapping[str, int], arrays: Mapping[str, Any],
+             peak: Mapping[str, float], n: int, cache: dict[tuple, list[int]]) -> list[int]:
+        import numpy as np
+
+        den, monomials = self._poly[name]
+        grouped: dict[tuple, int] = {}
+        for coeff, powers in monomials:
+            swept = tuple((x, e) for x, e in powers if x in arrays)
+            value = coeff
+            for x, e in powers:
+                if x not in arrays:
+                    value *= scalars[x] ** e
+            grouped[swept] = grouped.get(swept, 0) + value
+        total: list[int] | None = None
+        for swept, coeff in grouped.items():
+            if coeff == 0:
+                continue
+            if not swept:
+                column = [coeff] * n
+            else:
+                size = 1.0
+                for x, e in swept:
+                    size *= peak[x] ** e
+                if size < INT64_SAFE:
+                    if swept not in cache:
+                        mono = np.ones(n, dtype=np.int64)
+                        for x, e in swept:
+                            mono = mono * arrays[x] ** e
+                        cache[swept] = mono.tolist()
+                    column = list(map(operator.mul, itertools.repeat(coeff), cache[swept]))
+                else:
+                    column = [coeff * _monomial(swept, dict(zip(arrays, row)))
+                              for row in zip(*(a.tolist() for a in arrays.values()))]
+            total = column if total is None else list(map(operator.add, total, column))
+        total = total if total is not None else [0] * n
+        return total if den == 1 else [v // den for v in total]
+
+    def _pointwise(self, name: str, scalars: Mapping[str, int], arrays: Mapping[str, Any], n: int) -> list[int]:
+        fn = self._fn[name]
+        if not arrays:
+            return [fn(**scalars)] * n
+        names = list(arrays)
+        return [fn(**scalars, **dict(zip(names, row))) for row in zip(*(a.tolist() for a in arrays.values()))]
+
+
+def _as_list(column: Any) -> list[int]:
+    return column if isinstance(column, list) else column.tolist()
+
+
+def _monomial(powers: tuple, point: Mapping[str, int]) -> int:
+    value = 1
+    for x, e in powers:
+        value *= point[x] ** e
+    return value
+
+
+def _load(path: Path, key: str) -> Compiled | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+        namespace: dict[str, Any] = {}
+        exec(compile(text, str(path), "exec"), namespace)
+        return Compiled(key, namespace)
+    except Exception:  # a missing, partial or stale file: derive again
+        return None
+
+
+def _store(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs the derivation next time
+
+
+@lru_cache(maxsize=None)
+def get(kind: str, arch: str, convention: str = "causal", logits: str = "last") -> Compiled:
+    """The compiled recipe, from the disk cache or derived now (and cached)."""
+    key = f"{kind}-{arch}-{convention}-{logits}"
+    path = cache_dir() / core_hash() / f"{key}.py"
+    found = _load(path, key)
+    if found is not None:
+        return found
+    from . import codegen
+
+    text = codegen.source(kind, arch, convention, logits, stamp=f"core={core_hash()}")
+    _store(path, text)
+    namespace: dict[str, Any] = {}
+    exec(compile(text, f"<costcalc {key}>", "exec"), namespace)
+    return Compiled(key, namespace)

@@ -1,0 +1,120 @@
+"""Ranges of lengths and batch sizes as the command line writes them, and their product.
+
+A value is a comma list of items; an item is
+
+- a number: ``4096``, ``128k``, ``1M`` (k = 1024, M = 1024^2, G = 1024^3: token counts
+  are powers of two in this field, "128k context" is 131072);
+- an arithmetic range ``start:stop`` or ``start:stop:step`` (stop included when the
+  steps land on it; step 1 by default): ``1k:8k:1k``;
+- a geometric range ``start:stop:xF`` (multiply by the integer F >= 2): ``1k:1M:x2``.
+
+Items concatenate in order (``512,1k:4k:x2`` is 512, 1024, 2048, 4096).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Sequence
+
+from .errors import CostcalcError
+
+SUFFIX = {"": 1, "k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2, "g": 1024**3, "G": 1024**3}
+MAX_POINTS = 50_000_000   # a grid larger than this is refused before anything is allocated
+MAX_VALUE = 2**40         # a trillion tokens: anything larger is a typo
+_NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgG]?)$")
+
+
+def number(text: str, option: str) -> int:
+    """``"128k"`` -> 131072; an integer with an optional binary suffix."""
+    match = _NUMBER.match(text.strip())
+    if not match:
+        raise CostcalcError(f"{option}: {text.strip()!r} is not a number (e.g. 4096, 128k, 1M)")
+    digits, suffix = match.groups()
+    value = _value(digits, suffix, text, option)
+    if value > MAX_VALUE:
+        raise CostcalcError(f"{option}: {text.strip()!r} is too large (at most {MAX_VALUE:,})")
+    return value
+
+
+def _value(digits: str, suffix: str, text: str, option: str) -> int:
+    if digits.startswith("-"):
+        return -_value(digits[1:], suffix, text, option)
+    if "." in digits:
+        whole, frac = digits.split(".")
+        scale = SUFFIX[suffix]
+        numerator = int(whole + frac) * scale
+        denominator = 10 ** len(frac)
+        if numerator % denominator:
+            raise CostcalcError(f"{option}: {text.strip()!r} is not a whole number of tokens")
+        return numerator // denominator
+    return int(digits) * SUFFIX[suffix]
+
+
+def parse(text: str | None, option: str, minimum: int = 1) -> Sequence[int]:
+    """The values a range text stands for, in order; each checked against ``minimum``."""
+    if text is None:
+        return []
+    out: list[Sequence[int]] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            raise CostcalcError(f"{option}: empty item in {text!r}")
+        values = _item(item, option)
+        first, last = (values[0], values[-1]) if len(values) else (None, None)
+        low = min(first, last) if first is not None else None
+        if low is not None and low < minimum:
+            kind = "positive" if minimum == 1 else f">= {minimum}"
+            raise CostcalcError(f"{option}: {low} is not {kind}")
+        out.append(values)
+    if len(out) == 1:
+        return out[0]
+    return list(itertools.chain.from_iterable(out))
+
+
+def _item(item: str, option: str) -> Sequence[int]:
+    parts = item.split(":")
+    if len(parts) == 1:
+        return [number(parts[0], option)]
+    if len(parts) > 3:
+        raise CostcalcError(f"{option}: {item!r} has too many ':' (start:stop or start:stop:step)")
+    start, stop = number(parts[0], option), number(parts[1], option)
+    if stop < start:
+        raise CostcalcError(f"{option}: range {item!r} ends before it starts")
+    step = parts[2].strip() if len(parts) == 3 else "1"
+    if step[:1] in ("x", "*"):
+        factor = number(step[1:], option)
+        if factor < 2:
+            raise CostcalcError(f"{option}: geometric factor in {item!r} must be at least 2")
+        if start < 1:
+            raise CostcalcError(f"{option}: a geometric range cannot start at {start}")
+        values, value = [], start
+        while value <= stop:
+            values.append(value)
+            value *= factor
+        return values
+    size = number(step, option)
+    if size < 1:
+        raise CostcalcError(f"{option}: step in {item!r} must be positive")
+    return range(start, stop + 1, size)
+
+
+def grid(**axes: Sequence[int]) -> dict[str, Sequence[int]]:
+    """The product of the axes (the first outermost) as equal-length columns.
+
+    Small grids come back as lists; large ones as numpy int64 arrays, built without a
+    Python loop over the points.
+    """
+    sizes = [len(values) for values in axes.values()]
+    total = 1
+    for size in sizes:
+        total *= size
+    if total > MAX_POINTS:
+        raise CostcalcError(f"the sweep has {total:,} points; at most {MAX_POINTS:,} are allowed")
+    if total <= 4096:
+        combos = list(itertools.product(*axes.values()))
+        return {name: [c[i] for c in combos] for i, name in enumerate(axes)}
+    import numpy as np
+
+    arrays = [np.asarray(values, dtype=np.int64) for values in axes.values()]
+    mesh = np.meshgrid(*arrays, indexing="ij")
+    return {name: m.reshape(-1) for name, m in zip(axes, mesh)}

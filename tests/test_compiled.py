@@ -1,0 +1,111 @@
+"""The generated-code cache: same numbers as the sympy core, regenerated when the core
+changes, robust to a bad cache, and a calculation that starts without sympy or pandas."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from costcalc import codegen, compiled, presets
+from costcalc import symbols as s
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("kind", [k for k in codegen.KINDS if k != "p_lin"])
+@pytest.mark.parametrize("arch", ["dense", "moe"])
+@pytest.mark.parametrize("convention", ["causal", "full", "tiled"])
+def test_generated_code_equals_the_sympy_core(kind, arch, convention):
+    logits = "none" if kind == "chunk" and convention == "full" else "all" if convention == "tiled" else "last"
+    recipe = compiled.get(kind, arch, convention, logits)
+    breakdown = codegen.KINDS[kind](arch, convention, logits)
+    spec = presets.load("mixtral-8x7b" if arch == "moe" else "llama-3.1-70b")
+    rng = random.Random(hash((kind, arch, convention)) % 997)
+    for _ in range(6):
+        point = {"B": rng.randint(1, 64), "S": rng.randint(1, 3000), "T": rng.randint(0, 3000),
+                 "C": rng.randint(1, 700), "N": rng.randint(1, 300), "b_q": rng.choice([16, 64, 128]),
+                 "b_k": rng.choice([16, 32, 128])}
+        values = {**spec.numbers(), **point}
+        expected = breakdown.evaluate({**spec.values(), **{s.BY_NAME[k]: v for k, v in point.items()}})
+        assert recipe.evaluate(values) == expected
+
+
+def test_p_lin_recipe_equals_the_core():
+    from costcalc.core.linear import p_lin
+    from costcalc.core.breakdown import exact_int
+
+    for spec in presets.load_all():
+        got = compiled.get("p_lin", spec.arch, "-", "-").evaluate(spec.numbers())["p_lin"]
+        assert got == exact_int(p_lin(spec.arch), spec.values())
+
+
+def run(code: str, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COSTCALC_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+
+
+PROBE = """
+import sys
+from costcalc.cli import main
+code = main({args!r})
+print("MODULES", sorted(m for m in ("sympy", "pandas", "numpy", "torch", "matplotlib") if m in sys.modules))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_warm_calculation_imports_neither_sympy_nor_pandas(tmp_path, fmt):
+    args = ["prefill", "--preset", "llama-2-7b", "--seq", "4096", "--format", fmt]
+    first = run(PROBE.format(args=args), tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "sympy" in first.stdout.splitlines()[-1]            # the first run derives
+    assert list(tmp_path.glob(f"{compiled.core_hash()}/prefill-dense-causal-last.py"))
+    second = run(PROBE.format(args=args), tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[-1] == "MODULES []"      # the second one does not
+    body = "\n".join(second.stdout.splitlines()[:-1])
+    assert body == "\n".join(first.stdout.splitlines()[:-1])
+    if fmt == "json":
+        assert json.loads(body)[0]["total_flops"] > 0
+
+
+def test_a_corrupt_or_stale_cache_is_derived_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("COSTCALC_CACHE_DIR", str(tmp_path))
+    compiled.get.cache_clear()
+    try:
+        good = compiled.get("decode", "dense", "causal", "last")
+        path = tmp_path / compiled.core_hash() / "decode-dense-causal-last.py"
+        assert path.is_file()
+        path.write_text("TERMS = (  # truncated")
+        compiled.get.cache_clear()
+        again = compiled.get("decode", "dense", "causal", "last")
+        values = presets.load("llama-3.1-8b").numbers() | {"B": 3, "T": 999}
+        assert again.evaluate(values) == good.evaluate(values)
+        assert "def attention" in path.read_text()               # rewritten whole
+        # Another core (a different hash) never reads this directory's code.
+        monkeypatch.setattr(compiled, "core_hash", lambda: "0" * 16)
+        compiled.get.cache_clear()
+        compiled.get("decode", "dense", "causal", "last")
+        assert (tmp_path / ("0" * 16) / "decode-dense-causal-last.py").is_file()
+    finally:
+        compiled.get.cache_clear()
+
+
+def test_an_unwritable_cache_still_computes(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("COSTCALC_CACHE_DIR", str(blocker / "cache"))
+    compiled.get.cache_clear()
+    try:
+        recipe = compiled.get("prefill", "moe", "full", "all")
+        assert recipe.evaluate(presets.load("olmoe-1b-7b").numbers() | {"B": 1, "S": 10})["total"] > 0
+    finally:
+        compiled.get.cache_clear()
+
+
+def test_the_core_hash_covers_the_core_sources():
+    files = {p.name for pattern in compiled.SOURCES for p in (ROOT / "costcalc").glob(pattern)}
+    assert {"attention.py", "linear.py", "workloads.py", "codegen.py", "symbols.py"} <= files

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from . import info, verify_cmd, workloads
+from . import info, plot_cmd, verify_cmd, workloads
 
 app = typer.Typer(
     name="costcalc",
@@ -21,5 +21,6 @@ app.command()(workloads.generate)
 app.command()(workloads.train)
 app.command()(info.formula)
 app.command()(info.crossover)
+app.command()(plot_cmd.plot)
 app.command()(verify_cmd.verify)
 app.add_typer(info.presets_app, name="presets")

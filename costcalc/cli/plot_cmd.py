@@ -1,0 +1,76 @@
+"""``costcalc plot``: figures of the cost model (matplotlib, imported only here)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import CostcalcError
+from ..ranges import number, parse
+from .options import (RANGE_HELP, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt,
+                      conventions, models)
+from .options import tile as parse_tile
+
+
+def plot(
+    what: Annotated[str, typer.Argument(help="prefill (by prompt length), decode (by context) or "
+                                             "generate (per generated token).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The figure: a .png or .svg file.")],
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    seq: Annotated[Optional[str], typer.Option("--seq", "-s", help=f"prefill: prompt lengths; {RANGE_HELP}.")] = None,
+    context: Annotated[Optional[str], typer.Option("--context", "-t", help=f"decode: cached contexts; {RANGE_HELP}.")] = None,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", help="generate: the prompt length S.")] = None,
+    new: Annotated[Optional[str], typer.Option("--new", "-n", help="generate: output tokens N (tokens 1..N are drawn).")] = None,
+    batch: Annotated[str, typer.Option("--batch", "-b", help="Batch size B.")] = "1",
+    convention: ConventionOpt = Convention.causal,
+    tile: Annotated[str, typer.Option(help="Tile of the tiled convention: 128 or 128x64.")] = "128",
+    logits: LogitsOpt = Logits.last,
+    style: Annotated[str, typer.Option(help="auto (stacked areas, or lines on log axes for wide "
+                                            "ranges), stacked or lines.")] = "auto",
+    size: Annotated[str, typer.Option(help="Panel size in inches, WxH.")] = "7x4.5",
+    dpi: Annotated[int, typer.Option(help="Resolution of a PNG.")] = 150,
+    title: Annotated[Optional[str], typer.Option(help="Figure title.")] = None,
+) -> None:
+    """Draw FLOPs by term against length for one or several presets, crossovers marked."""
+    from .. import plot as plotting
+
+    specs = models(preset, preset_file)
+    given = {"prefill": ("--seq", seq), "decode": ("--context", context), "generate": ("--new", new)}
+    if what not in given:
+        raise CostcalcError(f"plot: expected prefill, decode or generate, got {what!r}")
+    flag, text = given[what]
+    if text is None:
+        raise CostcalcError(f"plot {what} needs {flag}")
+    if what == "generate":
+        if prompt is None:
+            raise CostcalcError("plot generate needs --prompt")
+        xs = list(range(1, number(new, "--new") + 1))
+        if len(xs) > 1_000_000:
+            raise CostcalcError("--new: at most 1,000,000 tokens are drawn")
+    else:
+        xs = list(parse(text, flag))
+    sizes = parse(batch, "--batch")
+    if len(sizes) != 1:
+        raise CostcalcError("--batch: a plot takes one batch size")
+    first = parse(prompt, "--prompt") if prompt is not None else [1]
+    if len(first) != 1:
+        raise CostcalcError("--prompt: a plot takes one prompt length")
+    if dpi < 10:
+        raise CostcalcError(f"--dpi: {dpi} is too small")
+    drawn = plotting.figure(what, specs, xs, output, conventions(convention), sizes[0], first[0],
+                            logits.value, parse_tile(tile), style, _size(size), dpi, title)
+    marks = [m["label"] for p in drawn.panels for m in p["markers"]]
+    typer.echo(f"wrote {output} ({len(specs)} panel{'s' if len(specs) > 1 else ''}, {len(xs)} points"
+               + (f"; marked: {'; '.join(marks)}" if marks else "") + ")", err=True)
+
+
+def _size(text: str) -> tuple[float, float]:
+    try:
+        w, h = (float(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise CostcalcError(f"--size: {text!r} is not WxH in inches, e.g. 7x4.5") from None
+    if not (1 <= w <= 40 and 1 <= h <= 40):
+        raise CostcalcError(f"--size: {text!r} is outside 1..40 inches")
+    return w, h

@@ -1,0 +1,217 @@
+"""Figures of the cost model (matplotlib, an optional extra: ``pip install 'costcalc[plot]'``).
+
+``figure(what, specs, ...)`` draws one panel per model, side by side on a shared y axis:
+
+- ``prefill``: FLOPs of a prefill against the prompt length S, per term;
+- ``decode``: FLOPs of one decode step against the cached context T, per term;
+- ``generate``: FLOPs of each generated token of one generation (token 1 comes out of
+  the prefill, token j >= 2 from the decode step over S + j - 2 cached tokens), per
+  term, with the whole generation's mean per token as a line.
+
+With one convention the terms are stacked areas where the values span less than two
+decades, and lines on log axes where they span more; with several conventions
+(``causal``, ``full``, ``tiled``) each panel compares their attention and totals.
+The crossovers are marked where they fall inside the range: the prefill length where
+attention equals the linear layers, and T_equal (decode). ``figure`` returns what it
+drew -- series, markers, axes scales -- so that a test can hold the picture to the data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import calc
+from .errors import CostcalcError
+from .spec import ModelSpec
+
+WHATS = ("prefill", "decode", "generate")
+TERM_LABELS = {"attn_proj": "QKVO projections", "ffn": "FFN (SwiGLU)", "router": "router",
+               "experts": "experts", "attention": "attention (QK^T, AV)", "lm_head": "LM head"}
+COLORS = {"attn_proj": "#4C72B0", "ffn": "#55A868", "router": "#8172B2", "experts": "#64B5CD",
+          "attention": "#C44E52", "lm_head": "#CCB974"}
+CONVENTION_STYLE = {"causal": "-", "full": "--", "tiled": ":"}
+DECADES = 2   # a value range wider than this many decades gets a log axis
+
+
+@dataclass
+class Drawn:
+    """What a figure shows: per panel, its series and markers (for tests and captions)."""
+    path: Path
+    panels: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise CostcalcError("costcalc plot needs matplotlib: pip install 'costcalc[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"   # SVG text stays text: searchable and editable
+
+    return plt
+
+
+def _spans(values: Sequence[float]) -> bool:
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) / min(positive) >= 10**DECADES
+
+
+def _series(spec: ModelSpec, what: str, convention: str, xs: list[int], batch: int, prompt: int,
+            logits: str, tile) -> tuple[dict[str, list[int]], list[int] | None]:
+    """Per-term FLOPs at each x, and the totals (plus, for generate, nothing else)."""
+    n = len(xs)
+    if what == "prefill":
+        table = calc.table(spec, "prefill", convention, logits, tile, batch=[batch] * n, seq=xs)
+    elif what == "decode":
+        table = calc.table(spec, "decode", convention, "last", tile, batch=[batch] * n, context=xs)
+    else:
+        first = calc.table(spec, "prefill", convention, logits, tile, batch=[batch], seq=[prompt])
+        later = [x for x in xs if x >= 2]
+        steps = calc.table(spec, "decode", convention, "last", tile, batch=[batch] * len(later),
+                           context=[prompt + x - 2 for x in later]) if later else None
+        table = {}
+        for key in first:
+            if key.endswith("_flops"):
+                table[key] = ([first[key][0]] if xs[0] == 1 else []) + (list(steps[key]) if steps else [])
+    terms = {name: table[f"{name}_flops"] for name in TERM_LABELS if f"{name}_flops" in table}
+    return terms, table["total_flops"]
+
+
+def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt: int) -> list[dict]:
+    """The crossovers that fall inside the plotted range."""
+    if convention == "tiled":
+        return []
+    rows = {r["quantity"]: r for r in calc.crossover(spec, [convention])}
+    out = []
+    if what == "prefill":
+        at = rows["prefill_attention_equals_linear"]["tokens"]
+        label = f"attention = linear at S = {at:,.0f}"
+    else:
+        t_equal = rows["decode_t_equal"]["tokens"]
+        at = t_equal if what == "decode" else t_equal - prompt + 2
+        label = f"T_equal = {t_equal:,.0f}" + ("" if what == "decode" else f" (token {at:,.0f})")
+    if xs[0] <= at <= xs[-1]:
+        out.append({"x": at, "label": label, "convention": convention})
+    return out
+
+
+def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str | Path,
+           conventions: Sequence[str] = ("causal",), batch: int = 1, prompt: int = 1,
+           logits: str = "last", tile: tuple[int, int] | None = None, style: str = "auto",
+           size: tuple[float, float] = (7.0, 4.5), dpi: int = 150, title: str | None = None) -> Drawn:
+    """Draw ``what`` for each model over the x values and save it (PNG or SVG by suffix)."""
+    if what not in WHATS:
+        raise CostcalcError(f"plot: expected one of {', '.join(WHATS)}, got {what!r}")
+    path = Path(output)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise CostcalcError(f"plot: --output must end in .png or .svg, got {str(path)!r}")
+    if not path.resolve().parent.is_dir():
+        raise CostcalcError(f"cannot write {str(path)!r}: no directory {str(path.resolve().parent)!r}")
+    if style not in ("auto", "stacked", "lines"):
+        raise CostcalcError(f"plot: style must be auto, stacked or lines, got {style!r}")
+    xs = sorted(set(int(x) for x in xs))
+    if len(xs) < 2:
+        raise CostcalcError("plot: give at least two x values (a list or a range)")
+    plt = _pyplot()
+    drawn = Drawn(path)
+    fig, axes = plt.subplots(1, len(specs), figsize=(size[0] * len(specs), size[1]), sharey=True,
+                             squeeze=False)
+    for ax, spec in zip(axes[0], specs):
+        panel = _panel(ax, spec, what, xs, list(conventions), batch, prompt, logits, tile, style)
+        drawn.panels.append(panel)
+    axes[0][0].set_ylabel({"prefill": "FLOPs of the prefill", "decode": "FLOPs of one decode step",
+                           "generate": "FLOPs of the token"}[what] + (f" (batch {batch})" if batch > 1 else ""))
+    fig.suptitle(title or _title(what, batch, prompt, conventions), fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi, metadata={"Software": "costcalc"} if path.suffix.lower() == ".png" else None)
+    plt.close(fig)
+    return drawn
+
+
+def _title(what: str, batch: int, prompt: int, conventions: Sequence[str]) -> str:
+    head = {"prefill": "Prefill FLOPs by prompt length", "decode": "Decode-step FLOPs by cached context",
+            "generate": f"FLOPs per generated token, prompt {prompt:,}"}[what]
+    return f"{head} ({', '.join(conventions)}; matmul FLOPs = 2 x multiply-adds)"
+
+
+def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str], batch: int,
+           prompt: int, logits: str, tile, style: str) -> dict:
+    x_label = {"prefill": "prompt length S (tokens)", "decode": "cached context T (tokens)",
+               "generate": "generated token j"}[what]
+    panel: dict[str, Any] = {"preset": spec.name, "x": xs, "series": {}, "markers": []}
+    log_x = xs[-1] / max(xs[0], 1) >= 10**DECADES
+    totals_all: list[int] = []
+    if len(conventions) == 1:
+        conv = conventions[0]
+        terms, totals = _series(spec, what, conv, xs, batch, prompt, logits, tile)
+        totals_all = totals
+        lines = style == "lines" or (style == "auto" and _spans(totals))
+        if lines:
+            for name, values in terms.items():
+                ax.plot(xs, values, color=COLORS[name], label=TERM_LABELS[name])
+            ax.plot(xs, totals, color="black", linewidth=1.6, label="total")
+        else:
+            ax.stackplot(xs, *terms.values(), colors=[COLORS[n] for n in terms],
+                         labels=[TERM_LABELS[n] for n in terms], alpha=0.9)
+        panel["series"] = {**terms, "total": totals}
+        panel["style"] = "lines" if lines else "stacked"
+        if what == "generate":
+            mean = calc.generate(spec, prompt, xs[-1], batch, conv, logits, tile)[-1]["total_flops"] / xs[-1]
+            ax.axhline(mean, color="grey", linestyle="--", linewidth=1,
+                       label=f"mean per token over {xs[-1]:,} tokens")
+            panel["mean_per_token"] = mean
+    else:
+        panel["style"] = "lines"
+        for conv in conventions:
+            terms, totals = _series(spec, what, conv, xs, batch, prompt, logits, tile)
+            totals_all += totals
+            ax.plot(xs, totals, color="black", linestyle=CONVENTION_STYLE[conv], label=f"total, {conv}")
+            ax.plot(xs, terms["attention"], color=COLORS["attention"], linestyle=CONVENTION_STYLE[conv],
+                    label=f"attention, {conv}")
+            panel["series"][f"total_{conv}"] = totals
+            panel["series"][f"attention_{conv}"] = terms["attention"]
+        linear = [t - a - h for t, a, h in zip(totals, terms["attention"], terms["lm_head"])]
+        ax.plot(xs, linear, color=COLORS["ffn"], label="linear layers (any convention)")
+        panel["series"]["linear"] = linear
+    log_y = panel["style"] == "lines" and _spans(totals_all)
+    if log_x:
+        ax.set_xscale("log", base=2 if _powers_of_two(xs) else 10)
+    if log_y:
+        ax.set_yscale("log")
+    panel["xscale"], panel["yscale"] = ("log" if log_x else "linear"), ("log" if log_y else "linear")
+    for conv in conventions:
+        for marker in _markers(spec, what, conv, xs, prompt):
+            if len(conventions) > 1:
+                marker["label"] += f" ({conv})"
+            ax.axvline(marker["x"], color="dimgrey", linestyle="-.", linewidth=1)
+            ax.annotate(marker["label"], xy=(marker["x"], 0.97), xycoords=("data", "axes fraction"),
+                        xytext=(-4, 0), textcoords="offset points", rotation=90, va="top", ha="right",
+                        fontsize=8, color="dimgrey")
+            panel["markers"].append(marker)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: short_flops(v)))
+    ax.set_title(spec.title or spec.name, fontsize=10)
+    ax.set_xlabel(x_label)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return panel
+
+
+def short_flops(value: float) -> str:
+    """Axis tick text: ``1.5e15`` -> ``1.5 PFLOP``."""
+    if value <= 0:
+        return "0"
+    prefixes = ("", "K", "M", "G", "T", "P", "E", "Z", "Y")
+    step = 0
+    while value >= 1000 and step < len(prefixes) - 1:
+        value /= 1000
+        step += 1
+    return f"{value:.3g} {prefixes[step]}FLOP"
+
+
+def _powers_of_two(xs: Sequence[int]) -> bool:
+    return all(x > 0 and x & (x - 1) == 0 for x in xs)

@@ -28,3 +28,15 @@ def test_python_api_example_runs():
     exec(compile(code, "README.md", "exec"), scope)
     assert scope["df"].shape[0] == 3
     assert scope["bd"].evaluate({**scope["spec"].values(), scope["s"].B: 1, scope["s"].S: 4096})["total"] > 0
+
+
+def test_sweep_example_runs_and_prints_the_exact_value_it_states():
+    blocks = re.findall(r"```python\n(.*?)```", README.split("## Python API", 1)[1].split("\n## ", 1)[0], re.S)
+    code = next(b for b in blocks if "calc.table" in b)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    stated = int(re.search(r'cols\["total_flops"\]\[-1\]\s+# (\d+)', code).group(1))
+    assert scope["cols"]["total_flops"][-1] == stated
+    from costcalc import calc, presets
+
+    assert stated == calc.prefill(presets.load("llama-3.1-405b"), 1_000_000, 64)["total_flops"]

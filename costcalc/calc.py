@@ -11,9 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+import operator
+
 from . import compiled
 from .errors import CostcalcError
 from .spec import ModelSpec
+from .vocab import TERM_ORDER
+
+LINEAR_PARTS = ("attn_proj", "ffn", "router", "experts", "shared_experts")
 
 Row = dict[str, Any]
 Table = dict[str, list]    # columns of equal length, in row order
@@ -80,7 +85,7 @@ WORKLOADS = {
 
 
 def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
-          tile: tuple[int, int] | None = None, **inputs: Sequence[int]) -> Table:
+          tile: tuple[int, int] | None = None, mla: str = "auto", **inputs: Sequence[int]) -> Table:
     """Exact FLOPs of ``workload`` at every point given by equal-length input columns.
 
     Few points are evaluated one by one; many at once over arrays (``costcalc.compiled``),
@@ -105,9 +110,10 @@ def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: st
             check(name, int(values.min()))
     tile_column, _ = _tile(convention, tile)
     flops = _flops_columns(spec, wl.kind, convention, "last" if mode == "-" else mode, tile, n,
-                           {symbol: inputs[column] for column, symbol in wl.inputs})
+                           {symbol: inputs[column] for column, symbol in wl.inputs}, mla)
     out: Table = {"preset": [spec.name] * n, "workload": [workload] * n, "convention": [convention] * n}
     out.update({key: [value] * n for key, value in tile_column.items()})
+    out.update({key: [value] * n for key, value in _mla_column(spec, wl.kind, mla).items()})
     out.update({c: [int(v) for v in inputs[c]] if n <= SMALL else _ints(inputs[c]) for c in columns})
     if wl.logits != "-":
         out["logits"] = [mode] * n
@@ -115,10 +121,22 @@ def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: st
     if workload == "decode":
         out["total_flops_per_token"] = list(map(int.__floordiv__, out["total_flops"], out["batch"]))
     if workload == "train":
-        per_token = 6 * (executed_linear_params(spec) + spec["d"] * spec["V"])
+        per_token = 6 * (executed_linear_params(spec, mla_form("train", mla)) + spec["d"] * spec["V"])
         out["rule_6p_flops"] = [per_token * b * q for b, q in zip(out["batch"], out["seq"])]
         out["ratio_to_6p"] = [round(t / r, 4) for t, r in zip(out["total_flops"], out["rule_6p_flops"])]
     return out
+
+
+def _mla_column(spec: ModelSpec, kind: str, mla: str) -> dict[str, str]:
+    """The ``mla`` column (the form used) for a model with MLA layers."""
+    return {"mla": mla_form(kind, mla)} if spec.has_mla else {}
+
+
+def _ordered_row(row: Row) -> Row:
+    """A row with its breakdown columns in the one term order."""
+    flops = [f"{t}_flops" for t in TERM_ORDER if f"{t}_flops" in row]
+    head = [k for k in row if k not in flops and not k.endswith("_flops")]
+    return {k: row[k] for k in head + flops + [k for k in row if k.endswith("_flops") and k not in flops]}
 
 
 def _ints(values: Any) -> list[int]:
@@ -132,8 +150,8 @@ def rows(columns: Table) -> list[Row]:
 
 
 def _one(spec: ModelSpec, workload: str, convention: str, logits: str,
-         tile: tuple[int, int] | None, **inputs: int) -> Row:
-    return rows(table(spec, workload, convention, logits, tile, **{k: [v] for k, v in inputs.items()}))[0]
+         tile: tuple[int, int] | None, mla: str = "auto", **inputs: int) -> Row:
+    return rows(table(spec, workload, convention, logits, tile, mla, **{k: [v] for k, v in inputs.items()}))[0]
 
 
 def total_row(rows: Sequence[Row], **labels: Any) -> Row:
@@ -149,34 +167,34 @@ def total_row(rows: Sequence[Row], **labels: Any) -> Row:
 # --- workloads ----------------------------------------------------------------------
 
 def prefill(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
-            logits: str = "last", tile: tuple[int, int] | None = None) -> Row:
+            logits: str = "last", tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
     """B prompts of S tokens, no cache."""
-    return _one(spec, "prefill", convention, logits, tile, batch=batch, seq=seq)
+    return _one(spec, "prefill", convention, logits, tile, mla, batch=batch, seq=seq)
 
 
 def cached_prefill(spec: ModelSpec, chunk: int, prefix: int, batch: int = 1,
                    convention: str = "causal", logits: str = "last",
-                   tile: tuple[int, int] | None = None) -> Row:
+                   tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
     """C new tokens per sequence over a cached prefix of T tokens."""
-    return _one(spec, "cached_prefill", convention, logits, tile, batch=batch, chunk=chunk, prefix=prefix)
+    return _one(spec, "cached_prefill", convention, logits, tile, mla, batch=batch, chunk=chunk, prefix=prefix)
 
 
 def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False,
                    convention: str = "causal", logits: str = "last",
-                   tile: tuple[int, int] | None = None) -> Row:
+                   tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
     """A batch of prompts of different lengths, packed (sums) or padded to the longest."""
     if not lengths:
         raise CostcalcError("lengths must list at least one prompt length")
     lengths = [_positive("each of lengths", n) for n in lengths]
     if padded:
-        one = table(spec, "prefill", convention, logits, tile, batch=[len(lengths)], seq=[max(lengths)])
+        one = table(spec, "prefill", convention, logits, tile, mla, batch=[len(lengths)], seq=[max(lengths)])
         flops = {k: v[0] for k, v in one.items() if k.endswith("_flops")}
     else:
-        each = table(spec, "prefill", convention, logits, tile, batch=[1] * len(lengths), seq=lengths)
+        each = table(spec, "prefill", convention, logits, tile, mla, batch=[1] * len(lengths), seq=lengths)
         flops = {k: sum(v) for k, v in each.items() if k.endswith("_flops")}
     tile_column, _ = _tile(convention, tile)
     row: Row = {"preset": spec.name, "workload": "varlen_prefill", "convention": convention,
-                **tile_column, "batch": len(lengths), "lengths": ",".join(map(str, lengths)),
+                **tile_column, **_mla_column(spec, "prefill", mla), "batch": len(lengths), "lengths": ",".join(map(str, lengths)),
                 "padded": padded, "logits": logits}
     row.update(flops)
     return row
@@ -193,7 +211,7 @@ def chunk_schedule(seq: int, chunk: int) -> list[int]:
 
 def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
             convention: str = "causal", logits: str = "last",
-            tile: tuple[int, int] | None = None) -> list[Row]:
+            tile: tuple[int, int] | None = None, mla: str = "auto") -> list[Row]:
     """The chunk schedule of one prompt: a row per chunk, a ``total`` row, and the
     ``unchunked`` single pass over the same prefix for comparison.
 
@@ -203,39 +221,42 @@ def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int =
     sizes = chunk_schedule(seq, chunk)
     prefix, batch = _non_negative("prefix", prefix), _positive("batch", batch)
     _convention(convention), _logits(logits)
-    tile_column, tile_point = _tile(convention, tile)
-    base = {**spec.numbers(), **tile_point, "B": batch}
+    tile_column, _ = _tile(convention, tile)
     out, done = [], 0
     for index, size in enumerate(sizes, start=1):
         mode = logits if (logits == "all" or index == len(sizes)) else "none"
-        flops = compiled.get("chunk", spec.arch, convention, mode).evaluate({**base, "C": size, "T": prefix + done})
+        flops = _flops_columns(spec, "chunk", convention, mode, tile, 1,
+                               {"B": [batch], "C": [size], "T": [prefix + done]}, mla)
         out.append({"preset": spec.name, "workload": "chunked", "convention": convention, **tile_column,
-                    "phase": f"chunk {index}", "batch": batch, "seq": seq, "chunk": size,
-                    "prefix": prefix + done, "logits": logits,
-                    **{f"{name}_flops": value for name, value in flops.items()}})
+                    **_mla_column(spec, "chunk", mla), "phase": f"chunk {index}", "batch": batch, "seq": seq,
+                    "chunk": size, "prefix": prefix + done, "logits": logits,
+                    **{f"{name}_flops": value[0] for name, value in flops.items()}})
+        if mode == "none":
+            out[-1]["lm_head_flops"] = 0
         done += size
+    out = [_ordered_row(r) for r in out]
     total = total_row(out, phase="total", chunk=chunk, prefix=prefix)
-    single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile)
+    single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile, mla)
     single.update(workload="chunked", phase="unchunked", seq=seq, chunk=seq)
     return out + [total, {k: single[k] for k in total}]
 
 
 def decode(spec: ModelSpec, context: int, batch: int = 1, convention: str = "causal",
-           tile: tuple[int, int] | None = None) -> Row:
+           tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
     """One decode step over T cached tokens, B sequences; also per output token."""
-    return _one(spec, "decode", convention, "last", tile, batch=batch, context=context)
+    return _one(spec, "decode", convention, "last", tile, mla, batch=batch, context=context)
 
 
 def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,
              convention: str = "causal", logits: str = "last",
-             tile: tuple[int, int] | None = None) -> list[Row]:
+             tile: tuple[int, int] | None = None, mla: str = "auto") -> list[Row]:
     """Prefill of S, then N-1 decode steps: ``prefill``, ``decode`` and ``total`` rows."""
-    return rows(generate_table(spec, convention, logits, tile, batch=[batch], seq=[prompt], new_tokens=[new]))
+    return rows(generate_table(spec, convention, logits, tile, mla, batch=[batch], seq=[prompt], new_tokens=[new]))
 
 
 def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "last",
-                   tile: tuple[int, int] | None = None, *, batch: Sequence[int], seq: Sequence[int],
-                   new_tokens: Sequence[int]) -> Table:
+                   tile: tuple[int, int] | None = None, mla: str = "auto", *, batch: Sequence[int],
+                   seq: Sequence[int], new_tokens: Sequence[int]) -> Table:
     """Generations at every point of equal-length columns: three rows per point
     (``prefill``, ``decode`` = the N-1 steps, ``total``)."""
     n = len(seq)
@@ -246,9 +267,9 @@ def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "l
             _positive("new", v)
     elif new_tokens.min() < 1:
         _positive("new", int(new_tokens.min()))
-    first = table(spec, "prefill", convention, logits, tile, batch=batch, seq=seq)
+    first = table(spec, "prefill", convention, logits, tile, mla, batch=batch, seq=seq)
     steps = _flops_columns(spec, "decode_phase", convention, "last", tile, n,
-                           {"B": batch, "S": seq, "N": new_tokens})
+                           {"B": batch, "S": seq, "N": new_tokens}, mla)
     phases = {"prefill": {k: v for k, v in first.items() if k.endswith("_flops")},
               "decode": {f"{k}_flops": v for k, v in steps.items()}}
     phases["total"] = {k: list(map(int.__add__, phases["prefill"][k], phases["decode"][k]))
@@ -259,6 +280,8 @@ def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "l
     for key in ("preset", "workload", "convention", "tile"):
         if key in labels:
             out[key] = _repeat(labels[key], 3)
+    if spec.has_mla:
+        out["mla"] = [mla_form(kind, mla) for _ in range(n) for kind in ("prefill", "decode_phase", "total")]
     out["workload"] = ["generate"] * (3 * n)
     out["phase"] = ["prefill", "decode", "total"] * n
     for key in ("batch", "seq", "new_tokens", "logits"):
@@ -275,27 +298,94 @@ def _repeat(values: list, times: int) -> list:
     return [v for v in values for _ in range(times)]
 
 
+MLA_FORMS = ("auto", "naive", "absorbed")
+DECODE_KINDS = ("decode", "decode_phase")
+
+
+def mla_form(kind: str, mla: str) -> str:
+    """The MLA form a recipe runs: ``auto`` is absorbed for decode steps, naive otherwise."""
+    if mla not in MLA_FORMS:
+        raise CostcalcError(f"mla must be one of {', '.join(MLA_FORMS)}, got {mla!r}")
+    if mla != "auto":
+        return mla
+    return "absorbed" if kind in DECODE_KINDS else "naive"
+
+
 def _flops_columns(spec: ModelSpec, kind: str, convention: str, logits: str,
-                   tile: tuple[int, int] | None, n: int, point: dict[str, Sequence[int]]) -> dict[str, list[int]]:
-    """Every output of a compiled recipe at n points (symbol name -> column)."""
+                   tile: tuple[int, int] | None, n: int, point: dict[str, Sequence[int]],
+                   mla: str = "auto") -> dict[str, list[int]]:
+    """Every output of a recipe at n points (symbol name -> column), summed over the
+    model's layer groups: each group's terms with L = its layer count, the LM head once."""
     _, tile_point = _tile(convention, tile)
-    recipe = compiled.get(kind, spec.arch, convention, logits)
-    base = {**spec.numbers(), **tile_point}
-    if n <= SMALL:
-        points = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}) for i in range(n)]
-        return {name: [p[name] for p in points] for name in recipe.outputs}
-    return recipe.columns({**base, **point}, n)
+    form = mla_form(kind, mla)
+    per_group = []
+    for group in spec.groups:
+        recipe = compiled.get(kind, group.block.with_form(form).key, convention, logits)
+        base = {**group.numbers(), **tile_point}
+        if n <= SMALL:
+            points = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}) for i in range(n)]
+            per_group.append({name: [p[name] for p in points] for name in recipe.outputs})
+        else:
+            per_group.append(recipe.columns({**base, **point}, n))
+    if len(per_group) == 1:
+        return per_group[0]
+    return _combine(per_group)
+
+
+def _combine(per_group: list[dict[str, list[int]]]) -> dict[str, list[int]]:
+    """Terms summed over groups (the LM head is the first group's: the model has one)."""
+    names = [t for t in TERM_ORDER if any(t in g for g in per_group)]
+    names += [t for g in per_group for t in g if t not in names and t not in TERM_ORDER]
+    out: dict[str, list[int]] = {}
+    for name in names:
+        if name in ("linear", "total"):
+            continue
+        columns = [g[name] for g in (per_group[:1] if name == "lm_head" else per_group) if name in g]
+        out[name] = _add(columns)
+    if "total" in names:
+        linear = [out[t] for t in LINEAR_PARTS if t in out]
+        if linear:
+            out["linear"] = _add(linear)
+        out["total"] = _add([out[t] for t in out if t != "linear"])
+        out = {t: out[t] for t in TERM_ORDER if t in out}
+    return out
+
+
+def _add(columns: list[list[int]]) -> list[int]:
+    total = list(columns[0])
+    for column in columns[1:]:
+        total = list(map(operator.add, total, column))
+    return total
 
 
 def train(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
-          tile: tuple[int, int] | None = None) -> Row:
+          tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
     """Forward with logits at every position, x3 for forward + backward, beside 6P."""
-    return _one(spec, "train", convention, "all", tile, batch=batch, seq=seq)
+    return _one(spec, "train", convention, "all", tile, mla, batch=batch, seq=seq)
 
 
-def executed_linear_params(spec: ModelSpec) -> int:
-    """P_lin: block linear parameters a token runs through (active experts only)."""
-    return compiled.get("p_lin", spec.arch, "-", "-").evaluate(spec.numbers())["p_lin"]
+def executed_linear_params(spec: ModelSpec, mla: str = "naive") -> int:
+    """P_lin: block linear parameters a token runs through (active experts only), i.e. the
+    linear FLOPs of one token / 2 (MLA: in the given form; absorbed runs other products)."""
+    return sum(compiled.get("p_lin", g.block.with_form(mla).key, "-", "-").evaluate(g.numbers())["p_lin"]
+               for g in spec.groups)
+
+
+def parameters(spec: ModelSpec) -> Row:
+    """Weights: ``total_params`` (every expert; a tied LM head once), ``active_params`` (the
+    block weights a token runs plus the LM head), and the embedding and LM head apart.
+    Matrices only: norms and biases are not counted (well under 0.1% of any preset)."""
+    blocks_total = blocks_active = 0
+    for g in spec.groups:
+        got = compiled.get("params", g.arch, "-", "-").evaluate(g.numbers())
+        blocks_total += got["block_total"]
+        blocks_active += got["block_active"]
+    embedding = lm_head = spec["d"] * spec["V"]
+    return {"total_params": blocks_total + embedding + (0 if spec.tied_embeddings else lm_head),
+            "active_params": blocks_active + lm_head,
+            "embedding_params": embedding, "lm_head_params": lm_head,
+            "tied_embeddings": spec.tied_embeddings,
+            "block_params": blocks_total, "block_active_params": blocks_active}
 
 
 def rule_6p(spec: ModelSpec, tokens: int) -> int:
@@ -303,31 +393,48 @@ def rule_6p(spec: ModelSpec, tokens: int) -> int:
     return 6 * (executed_linear_params(spec) + spec["d"] * spec["V"]) * tokens
 
 
-def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full")) -> list[Row]:
-    """T_equal for decode and the prefill length where attention equals linear, exactly."""
+def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), mla: str = "auto") -> list[Row]:
+    """T_equal for decode and the prefill length where attention equals linear, exactly.
+
+    Over a model's layer groups: attention and linear summed over the groups, each at its
+    own layer count. Sliding windows make attention piecewise; where it never catches up
+    with the linear layers the answer is ``never``."""
+    import sympy as sp
+
+    from . import symbols as sy
     from .core import crossover as cx
 
-    point = _integers(spec)
-    rows = [_crossover_row(spec, "decode_t_equal", "causal", cx.decode_t_equal(spec.arch), point)]
+    def bound(group, expr):
+        return expr.xreplace({sy.BY_NAME[k]: sp.Integer(v) for k, v in group.numbers().items()})
+
+    decode_form, prefill_form = mla_form("decode", mla), mla_form("prefill", mla)
+    gaps = [cx.decode_gap(g.block.with_form(decode_form).key) for g in spec.groups]
+    keys = gaps[0][1]
+    gap = sp.Add(*(bound(g, e) for g, (e, _) in zip(spec.groups, gaps)))
+    simple = spec.uniform and not spec.windows
+    rows = [_crossover_row(spec, "decode_t_equal", "causal", cx.first_crossing(gap, keys),
+                           str(cx.decode_t_equal(spec.groups[0].block.with_form(decode_form).key)) if simple
+                           else "piecewise over layer groups", decode_form)]
     for conv in conventions:
-        rows.append(_crossover_row(spec, "prefill_attention_equals_linear", _convention(conv),
-                                   cx.prefill_crossover(spec.arch, conv), point))
+        if _convention(conv) == "tiled":
+            raise CostcalcError("crossover: the tiled convention has no closed form; use causal or full")
+        gap = sp.Add(*(bound(g, cx.prefill_gap(g.block.with_form(prefill_form).key, conv)) for g in spec.groups))
+        formula = (str(cx.prefill_crossover(spec.groups[0].block.with_form(prefill_form).key, conv))
+                   if simple else "piecewise over layer groups")
+        rows.append(_crossover_row(spec, "prefill_attention_equals_linear", conv,
+                                   cx.first_crossing(gap, sy.S), formula, prefill_form))
     return rows
 
 
-def _crossover_row(spec: ModelSpec, quantity: str, convention: str, expr, point) -> Row:
-    import sympy as sp
-
-    value = sp.Rational(expr.xreplace(point))
-    return {"preset": spec.name, "workload": "crossover", "quantity": quantity,
-            "convention": convention, "exact": str(value), "tokens": round(float(value), 2),
-            "formula": str(expr)}
-
-
-def _integers(spec: ModelSpec) -> dict:
-    import sympy as sp
-
-    return {sym: sp.Integer(v) for sym, v in spec.values().items()}
+def _crossover_row(spec: ModelSpec, quantity: str, convention: str, value, formula: str, form: str) -> Row:
+    row = {"preset": spec.name, "workload": "crossover", "quantity": quantity, "convention": convention}
+    if spec.has_mla:
+        row["mla"] = form
+    if value is None:
+        row.update(exact="never", tokens=None, formula=formula)
+    else:
+        row.update(exact=str(value), tokens=round(float(value), 2), formula=formula)
+    return row
 
 
 def tiled_fraction(seq: int, tile: tuple[int, int]) -> sp.Rational:

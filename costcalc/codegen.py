@@ -25,7 +25,7 @@ from . import symbols as s
 from . import vocab
 from .core import workloads as w
 from .core.breakdown import LINEAR_PARTS, Breakdown
-from .core.linear import p_lin
+from .core.linear import block_params, p_lin
 
 # A recipe is ``kind`` with (arch, convention, logits): which core function to print.
 KINDS: dict[str, Callable[[str, str, str], Breakdown | dict]] = {
@@ -35,6 +35,7 @@ KINDS: dict[str, Callable[[str, str, str], Breakdown | dict]] = {
     "decode_phase": lambda a, c, l: w.decode_phase(a, c),
     "train": lambda a, c, l: w.train_step(a, c),
     "p_lin": lambda a, c, l: {"p_lin": p_lin(a)},
+    "params": lambda a, c, l: block_params(a),
 }
 
 HELPERS = '''

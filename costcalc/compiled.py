@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 _PACKAGE = Path(__file__).resolve().parent
 # The files whose content decides the generated code.
-SOURCES = ("symbols.py", "vocab.py", "codegen.py", "core/*.py")
+SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "core/*.py")
 INT64_SAFE = 2**62  # bound below which every intermediate fits int64 with room to spare
 
 
@@ -198,6 +198,9 @@ def _store(path: Path, text: str) -> None:
 @lru_cache(maxsize=None)
 def get(kind: str, arch: str, convention: str = "causal", logits: str = "last") -> Compiled:
     """The compiled recipe, from the disk cache or derived now (and cached)."""
+    from .blocks import parse
+
+    arch = parse(arch).key   # one name per block kind ("dense" is "gqa.dense")
     key = f"{kind}-{arch}-{convention}-{logits}"
     path = cache_dir() / core_hash() / f"{key}.py"
     found = _load(path, key)

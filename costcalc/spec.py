@@ -1,34 +1,66 @@
-"""A model's shape, validated: the values of the model symbols for one preset.
+"""A model's shape, validated: its layer groups and the values of their size symbols.
 
 A preset file is a flat JSON object whose size keys are the symbol names of
-``costcalc.symbols`` (``L``, ``d``, ``h_q``, ...), plus ``name``, ``arch``, ``title``
-and ``source`` (where the numbers came from).
+``costcalc.vocab`` (``L``, ``d``, ``h_q``, ...), plus ``name``, ``title`` and ``source``
+(where the numbers came from). A uniform model names its block kind in ``arch``
+(``dense``, ``moe``, or any ``costcalc.blocks`` key such as ``window.dense``) and its
+depth in ``L``. A model whose layers differ lists ``layers``: groups of ``count``
+identical layers, each with its ``arch`` and the sizes it sets for itself (the rest come
+from the top level). The order of the groups does not change any FLOPs count.
+
+Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), and ``stated``
+(the parameter counts the publisher states, checked by the tests).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import vocab
+from . import blocks, vocab
 from .errors import CostcalcError
 from .vocab import ARCHS
 
 COMMON_KEYS = ("L", "d", "h_q", "h_kv", "d_h", "V")
 ARCH_KEYS = {"dense": ("m",), "moe": ("E", "k", "m_e")}
-META_KEYS = ("name", "arch", "title", "source")
-SIZE_KEYS = COMMON_KEYS + ("m", "E", "k", "m_e")
+META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated")
+SIZE_KEYS = tuple(n.name for n in vocab.MODEL)
+MODEL_KEYS = ("d", "V")          # one value for the whole model
+
+
+@dataclass(frozen=True)
+class Group:
+    """``count`` identical layers of one block kind with their sizes."""
+    count: int
+    block: blocks.Block
+    sizes: Mapping[str, int]     # d, V and every size the block uses
+
+    @property
+    def arch(self) -> str:
+        return self.block.key
+
+    def numbers(self) -> dict[str, int]:
+        """Symbol values for this group's formulas: its sizes, L = its layer count, d_q, d_kv."""
+        out = {**self.sizes, "L": self.count}
+        return {**out, **vocab.derived(out)}
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    arch: str
-    sizes: Mapping[str, int]
+    arch: str                    # the block key of a uniform model; "hybrid" when groups differ
+    sizes: Mapping[str, int]     # the top-level sizes (with L, the total depth)
     title: str = ""
     source: Mapping[str, Any] = field(default_factory=dict)
+    groups: tuple[Group, ...] = ()
+    tied_embeddings: bool = False
+    stated: Mapping[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> int:
         return self.sizes[key]
+
+    @property
+    def uniform(self) -> bool:
+        return len(self.groups) == 1
 
     @property
     def d_q(self) -> int:
@@ -39,28 +71,93 @@ class ModelSpec:
         return self.sizes["h_kv"] * self.sizes["d_h"]
 
     def numbers(self) -> dict[str, int]:
-        """Model sizes and the derived d_q, d_kv, by symbol name (no sympy)."""
-        return {**self.sizes, **vocab.derived(self.sizes)}
+        """Sizes and the derived d_q, d_kv by symbol name (a uniform model's one group)."""
+        if not self.uniform:
+            raise CostcalcError(f"{self.name} has {len(self.groups)} layer groups; evaluate per group")
+        return self.groups[0].numbers()
 
     def values(self) -> dict:
-        """Model symbols (and the derived d_q, d_kv) bound to this model's sizes."""
+        """Model symbols (and the derived d_q, d_kv) bound to a uniform model's sizes."""
         from .symbols import BY_NAME
 
         return {BY_NAME[name]: value for name, value in self.numbers().items()}
 
+    @property
+    def has_mla(self) -> bool:
+        return any(g.block.attention == "mla" for g in self.groups)
+
+    @property
+    def windows(self) -> list[int]:
+        return sorted({g.sizes["W"] for g in self.groups if g.block.attention == "window"})
+
     def with_sizes(self, **changes: int) -> "ModelSpec":
-        """A copy with some sizes changed (validated again)."""
-        data = {**self.to_dict(), **changes}
+        """A copy with some top-level sizes changed (validated again). ``L`` of a model with
+        several groups keeps ``L`` layers taken round-robin from its groups."""
+        data = self.to_dict()
+        if "L" in changes and "layers" in data:
+            data["layers"] = _take(data["layers"], changes.pop("L"))
+        data.update(changes)
         return from_dict(data, origin=f"{self.name} (modified)")
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "arch": self.arch}
+        out: dict[str, Any] = {"name": self.name}
         if self.title:
             out["title"] = self.title
-        out.update(self.sizes)
+        if self.uniform and self.arch in ("dense", "moe", self.groups[0].arch):
+            out["arch"] = self.arch
+            out.update(self.sizes)
+        else:
+            top = {k: v for k, v in self.sizes.items() if k != "L"}
+            out.update(top)
+            out["layers"] = [{"count": g.count, "arch": g.arch,
+                              **{k: v for k, v in g.sizes.items() if top.get(k) != v}} for g in self.groups]
+        if self.tied_embeddings:
+            out["tied_embeddings"] = True
+        if self.stated:
+            out["stated"] = dict(self.stated)
         if self.source:
             out["source"] = dict(self.source)
         return out
+
+
+def _take(layers: list[dict], n: int) -> list[dict]:
+    counts = [0] * len(layers)
+    left = n
+    while left > 0 and any(c < g["count"] for c, g in zip(counts, layers)):
+        for i, g in enumerate(layers):
+            if left and counts[i] < g["count"]:
+                counts[i] += 1
+                left -= 1
+    if n < 1:
+        raise CostcalcError(f"layers must be a positive integer, got {n}")
+    return [{**g, "count": c} for g, c in zip(layers, counts) if c]
+
+
+def _positive(origin: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise CostcalcError(f"preset {origin}: field {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _block(origin: str, where: str, arch: Any) -> blocks.Block:
+    if not isinstance(arch, str):
+        raise CostcalcError(f"preset {origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
+                            f"kind like window.dense, got {arch!r}")
+    try:
+        return blocks.parse(arch)
+    except ValueError as exc:
+        raise CostcalcError(f"preset {origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
+                            f"kind ATTENTION.FFN like window.dense or mla_q.moe_shared, got {arch!r} ({exc})") from None
+
+
+def _check_group(origin: str, where: str, block: blocks.Block, sizes: dict[str, int]) -> None:
+    for key in MODEL_KEYS + block.sizes():
+        if key not in sizes:
+            raise CostcalcError(f"preset {origin}: {where}missing field {key!r} ({vocab.meaning(key)})")
+    if "h_kv" in block.sizes() and sizes["h_q"] % sizes["h_kv"]:
+        raise CostcalcError(f"preset {origin}: {where}h_q={sizes['h_q']} is not divisible by h_kv={sizes['h_kv']}")
+    if block.ffn == "moe" and sizes["k"] > sizes["E"]:
+        raise CostcalcError(f"preset {origin}: {where}k={sizes['k']} experts per token exceeds E={sizes['E']} experts")
 
 
 def from_dict(data: Any, origin: str) -> ModelSpec:
@@ -70,34 +167,70 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise CostcalcError(f"preset {origin}: field 'name' is missing or not a string")
-    arch = data.get("arch")
-    if arch not in ARCHS:
-        raise CostcalcError(f"preset {origin}: field 'arch' must be one of {', '.join(ARCHS)}, got {arch!r}")
-    wanted = COMMON_KEYS + ARCH_KEYS[arch]
     for key in data:
-        if key not in META_KEYS and key not in wanted:
-            hint = f" (only for arch {'moe' if arch == 'dense' else 'dense'})" if key in SIZE_KEYS else ""
+        if key not in META_KEYS and key not in SIZE_KEYS:
+            raise CostcalcError(f"preset {origin}: unknown field {key!r}")
+    top = {key: _positive(origin, key, data[key]) for key in SIZE_KEYS if key in data}
+    if "layers" in data:
+        for key in ("arch", "L"):
+            if key in data:
+                raise CostcalcError(f"preset {origin}: field {key!r} conflicts with 'layers' (give it per group)")
+        groups = _groups(origin, data["layers"], top)
+        kinds = {g.arch for g in groups}
+        arch = kinds.pop() if len(kinds) == 1 else "hybrid"
+        used = {k for g in groups for k in MODEL_KEYS + g.block.sizes()}
+    else:
+        arch = data.get("arch")
+        if not isinstance(arch, str):
+            raise CostcalcError(f"preset {origin}: field 'arch' must be one of {', '.join(ARCHS)} "
+                                f"or a block kind like window.dense, got {arch!r}")
+        block = _block(origin, "", arch)
+        if "L" not in top:
+            raise CostcalcError(f"preset {origin}: missing field 'L' ({vocab.meaning('L')})")
+        _check_group(origin, "", block, top)
+        groups = (Group(top["L"], block, {k: top[k] for k in MODEL_KEYS + block.sizes()}),)
+        used = set(MODEL_KEYS + block.sizes()) | {"L"}
+    for key in top:
+        if key not in used and key != "L":
+            hint = ""
+            if arch in ("dense", "moe") and key in ("m", "E", "k", "m_e"):
+                hint = f" (only for arch {'moe' if arch == 'dense' else 'dense'})"
             raise CostcalcError(f"preset {origin}: unknown field {key!r}{hint}")
-    sizes = {}
-    for key in wanted:
-        if key not in data:
-            raise CostcalcError(f"preset {origin}: missing field {key!r} ({_meaning(key)})")
-        value = data[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise CostcalcError(f"preset {origin}: field {key!r} must be a positive integer, got {value!r}")
-        sizes[key] = value
-    if sizes["h_q"] % sizes["h_kv"]:
-        raise CostcalcError(f"preset {origin}: h_q={sizes['h_q']} is not divisible by h_kv={sizes['h_kv']}")
-    if arch == "moe" and sizes["k"] > sizes["E"]:
-        raise CostcalcError(f"preset {origin}: k={sizes['k']} experts per token exceeds E={sizes['E']} experts")
+    sizes = {**top, "L": sum(g.count for g in groups)}
     source = data.get("source", {})
     if not isinstance(source, dict):
         raise CostcalcError(f"preset {origin}: field 'source' must be an object")
     title = data.get("title", "")
     if not isinstance(title, str):
         raise CostcalcError(f"preset {origin}: field 'title' must be a string")
-    return ModelSpec(name=name, arch=arch, sizes=sizes, title=title, source=source)
+    tied = data.get("tied_embeddings", False)
+    if not isinstance(tied, bool):
+        raise CostcalcError(f"preset {origin}: field 'tied_embeddings' must be true or false")
+    stated = data.get("stated", {})
+    if not isinstance(stated, dict):
+        raise CostcalcError(f"preset {origin}: field 'stated' must be an object")
+    return ModelSpec(name=name, arch=arch, sizes=sizes, title=title, source=source, groups=tuple(groups),
+                     tied_embeddings=tied, stated=stated)
 
 
-def _meaning(key: str) -> str:
-    return vocab.meaning(key)
+def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:
+    if not isinstance(layers, list) or not layers:
+        raise CostcalcError(f"preset {origin}: field 'layers' must be a non-empty list of groups")
+    out = []
+    for index, group in enumerate(layers, start=1):
+        where = f"layers[{index}]: "
+        if not isinstance(group, dict):
+            raise CostcalcError(f"preset {origin}: {where}expected an object")
+        for key in group:
+            if key not in ("count", "arch") + SIZE_KEYS or key in MODEL_KEYS + ("L",):
+                raise CostcalcError(f"preset {origin}: {where}unknown field {key!r}")
+        count = _positive(origin, f"layers[{index}].count", group.get("count"))
+        block = _block(origin, where, group.get("arch"))
+        own = {k: _positive(origin, f"layers[{index}].{k}", v) for k, v in group.items() if k in SIZE_KEYS}
+        for key in own:
+            if key not in block.sizes():
+                raise CostcalcError(f"preset {origin}: {where}field {key!r} is not used by arch {block.key}")
+        sizes = {**top, **own}
+        _check_group(origin, where, block, sizes)
+        out.append(Group(count, block, {k: sizes[k] for k in MODEL_KEYS + block.sizes()}))
+    return tuple(out)

@@ -28,6 +28,14 @@ E = _size("E")          # routed experts
 k = _size("k")          # experts per token
 m_e = _size("m_e")      # expert width
 V = _size("V")          # vocabulary
+W = _size("W")          # sliding window (keys a query reads at most)
+E_s = _size("E_s")      # shared experts
+m_s = _size("m_s")      # shared expert width
+r_q = _size("r_q")      # MLA query LoRA rank
+r_kv = _size("r_kv")    # MLA KV latent rank
+d_nope = _size("d_nope")  # MLA per-head q/k dim without RoPE
+d_rope = _size("d_rope")  # MLA per-head RoPE dim
+d_v = _size("d_v")      # MLA per-head value dim
 
 # Derived widths. They are symbols of their own so that formulas read as in the
 # cost model; their values always come from h_q*d_h and h_kv*d_h (see ``derived_values``).
@@ -49,6 +57,7 @@ b_k = _size("b_k")
 i = sp.Symbol("i", integer=True, nonnegative=True)
 j = sp.Symbol("j", integer=True, nonnegative=True)
 t = sp.Symbol("t", integer=True, nonnegative=True)   # query tile
+p = sp.Symbol("p", integer=True, positive=True)      # a query's position (1-based, cache included)
 
 # Display-only symbol for the executed linear parameters per token.
 P_lin = sp.Symbol("P_lin", integer=True, positive=True)

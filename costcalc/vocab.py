@@ -28,6 +28,14 @@ MODEL = (
     Name("k", "k", "experts per token", "num_experts_per_tok"),
     Name("m_e", "m_e", "expert width", "moe_intermediate_size (Mixtral: intermediate_size)"),
     Name("V", "V", "vocabulary", "vocab_size"),
+    Name("W", "W", "sliding window: keys a query reads at most, itself included", "sliding_window"),
+    Name("E_s", "E_s", "shared experts (always on)", "n_shared_experts (Qwen2-MoE: 1)"),
+    Name("m_s", "m_s", "shared expert width", "moe_intermediate_size / shared_expert_intermediate_size"),
+    Name("r_q", "r_q", "MLA query LoRA rank", "q_lora_rank"),
+    Name("r_kv", "r_kv", "MLA key/value latent rank", "kv_lora_rank"),
+    Name("d_nope", "d_nope", "MLA per-head query/key dim without RoPE", "qk_nope_head_dim"),
+    Name("d_rope", "d_rope", "MLA per-head RoPE dim (one shared key)", "qk_rope_head_dim"),
+    Name("d_v", "d_v", "MLA per-head value dim", "v_head_dim"),
 )
 
 DERIVED = (
@@ -46,13 +54,16 @@ WORKLOAD = (
 )
 
 # Breakdown terms as columns are ordered: linear parts, their sum, attention, LM head, total.
-TERM_ORDER = ("attn_proj", "ffn", "router", "experts", "linear", "attention", "lm_head", "total")
+TERM_ORDER = ("attn_proj", "ffn", "router", "experts", "shared_experts", "linear", "attention", "lm_head",
+              "total")
 
 ORDER = tuple(n.name for n in MODEL + DERIVED + WORKLOAD)  # argument order of generated code
 
 
 def derived(sizes: Mapping[str, int]) -> dict[str, int]:
-    """The derived widths d_q and d_kv from a model's head counts."""
+    """The derived widths d_q and d_kv from a model's head counts (where it has d_h)."""
+    if "d_h" not in sizes:
+        return {}
     return {"d_q": sizes["h_q"] * sizes["d_h"], "d_kv": sizes["h_kv"] * sizes["d_h"]}
 
 

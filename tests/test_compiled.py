@@ -15,7 +15,7 @@ from costcalc import symbols as s
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("kind", [k for k in codegen.KINDS if k != "p_lin"])
+@pytest.mark.parametrize("kind", [k for k in codegen.KINDS if k not in ("p_lin", "params")])
 @pytest.mark.parametrize("arch", ["dense", "moe"])
 @pytest.mark.parametrize("convention", ["causal", "full", "tiled"])
 def test_generated_code_equals_the_sympy_core(kind, arch, convention):
@@ -62,7 +62,7 @@ def test_a_warm_calculation_imports_neither_sympy_nor_pandas(tmp_path, fmt):
     first = run(PROBE.format(args=args), tmp_path)
     assert first.returncode == 0, first.stderr
     assert "sympy" in first.stdout.splitlines()[-1]            # the first run derives
-    assert list(tmp_path.glob(f"{compiled.core_hash()}/prefill-dense-causal-last.py"))
+    assert list(tmp_path.glob(f"{compiled.core_hash()}/prefill-gqa.dense-causal-last.py"))
     second = run(PROBE.format(args=args), tmp_path)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines()[-1] == "MODULES []"      # the second one does not
@@ -77,7 +77,7 @@ def test_a_corrupt_or_stale_cache_is_derived_again(tmp_path, monkeypatch):
     compiled.get.cache_clear()
     try:
         good = compiled.get("decode", "dense", "causal", "last")
-        path = tmp_path / compiled.core_hash() / "decode-dense-causal-last.py"
+        path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.py"
         assert path.is_file()
         path.write_text("TERMS = (  # truncated")
         compiled.get.cache_clear()
@@ -89,7 +89,7 @@ def test_a_corrupt_or_stale_cache_is_derived_again(tmp_path, monkeypatch):
         monkeypatch.setattr(compiled, "core_hash", lambda: "0" * 16)
         compiled.get.cache_clear()
         compiled.get("decode", "dense", "causal", "last")
-        assert (tmp_path / ("0" * 16) / "decode-dense-causal-last.py").is_file()
+        assert (tmp_path / ("0" * 16) / "decode-gqa.dense-causal-last.py").is_file()
     finally:
         compiled.get.cache_clear()
 
@@ -108,4 +108,4 @@ def test_an_unwritable_cache_still_computes(tmp_path, monkeypatch):
 
 def test_the_core_hash_covers_the_core_sources():
     files = {p.name for pattern in compiled.SOURCES for p in (ROOT / "costcalc").glob(pattern)}
-    assert {"attention.py", "linear.py", "workloads.py", "codegen.py", "symbols.py"} <= files
+    assert {"attention.py", "linear.py", "workloads.py", "codegen.py", "symbols.py", "blocks.py"} <= files

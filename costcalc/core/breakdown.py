@@ -1,7 +1,8 @@
 """A breakdown: named FLOPs terms of one workload, with ``linear`` and ``total`` as sums.
 
-Terms, in order: ``attn_proj`` (Q, K, V, O projections), ``ffn`` (dense SwiGLU) or
-``router`` + ``experts`` (MoE), ``attention`` (QK^T and AV), ``lm_head``.
+Terms, in order: ``attn_proj`` (Q, K, V, O projections; MLA's down/up projections),
+``ffn`` (dense SwiGLU) or ``router`` + ``experts`` (MoE) + ``shared_experts``,
+``attention`` (QK^T and AV), ``lm_head``.
 ``linear`` is the block linear part (everything but attention and LM head).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Callable, Mapping
 
 import sympy as sp
 
-LINEAR_PARTS = ("attn_proj", "ffn", "router", "experts")
+LINEAR_PARTS = ("attn_proj", "ffn", "router", "experts", "shared_experts")
 ORDER = LINEAR_PARTS + ("attention", "lm_head")
 
 
@@ -72,5 +73,5 @@ def exact_int(expr: sp.Expr, point: Mapping[sp.Symbol, sp.Integer], name: str = 
 
 
 def _expand(expr: sp.Expr) -> sp.Expr:
-    """Expand closed forms; leave unevaluated sums over tiles as they are."""
-    return expr if expr.has(sp.Sum) else sp.expand(expr)
+    """Expand closed forms; leave sums over tiles and window splits (Min/Max) as they are."""
+    return expr if expr.has(sp.Sum, sp.Min, sp.Max) else sp.expand(expr)

@@ -42,3 +42,51 @@ def prefill_crossover(arch: str, convention: str) -> sp.Expr:
     """Prompt length at which prefill attention equals prefill linear FLOPs (B = 1)."""
     pre = prefill(arch, convention).map(lambda e: e.subs(s.B, 1))
     return _positive_root(sp.Eq(pre.linear, pre.terms["attention"]), s.S)
+
+
+def first_crossing(gap: sp.Expr, x: sp.Symbol, lowest: int = 1) -> sp.Expr | None:
+    """The smallest x >= ``lowest`` where ``gap`` (attention - linear) reaches 0, or None.
+
+    ``gap`` may hold Min/Max (sliding windows): the x axis is cut where any Min/Max
+    switches argument; on each piece the Min/Max are resolved and the polynomial solved
+    exactly. None means the two never meet (e.g. every layer windowed, and the windows too
+    small for attention to catch up with the linear layers).
+    """
+    cuts = set()
+    for atom in gap.atoms(sp.Min, sp.Max):
+        for a in atom.args:
+            for b in atom.args:
+                if a is not b:
+                    cuts |= {r for r in sp.solve(sp.Eq(a, b), x) if r.is_real and r > lowest}
+    edges = [sp.Integer(lowest)] + sorted(cuts) + [sp.oo]
+    for lo, hi in zip(edges, edges[1:]):
+        probe = (lo + hi) / 2 if hi != sp.oo else lo + 1
+        piece = _resolve(gap, x, probe)
+        for root in sorted(r for r in sp.solve(sp.Eq(piece, 0), x) if r.is_real):
+            if lo <= root <= hi:
+                return sp.nsimplify(root) if root.is_Rational else root
+    return None
+
+
+def _resolve(expr: sp.Expr, x: sp.Symbol, at: sp.Expr) -> sp.Expr:
+    """``expr`` with each Min/Max replaced by the argument it takes at x = ``at``."""
+    def pick(kind):
+        def choose(*args):
+            values = [float(a.subs(x, at)) for a in args]
+            best = min(values) if kind is sp.Min else max(values)
+            return args[values.index(best)]
+        return choose
+    return expr.replace(sp.Min, pick(sp.Min)).replace(sp.Max, pick(sp.Max))
+
+
+def decode_gap(arch: str) -> tuple[sp.Expr, sp.Symbol]:
+    """Attention - linear of one decode step (B = 1, no LM head) in K = keys read."""
+    step = decode_step(arch).map(lambda e: e.subs(s.B, 1))
+    keys = sp.Symbol("K", integer=True, positive=True)
+    return step.terms["attention"].subs(s.T, keys - 1) - step.linear, keys
+
+
+def prefill_gap(arch: str, convention: str) -> sp.Expr:
+    """Attention - linear of a prefill of S (B = 1, no LM head)."""
+    pre = prefill(arch, convention).map(lambda e: e.subs(s.B, 1))
+    return pre.terms["attention"] - pre.linear

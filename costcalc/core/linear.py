@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from .. import symbols as s
-from ..vocab import ARCHS
+from ..blocks import Block, parse
 from .matmul import FLOPS_PER_MULTIPLY_ADD, matmul
 
 
@@ -22,15 +22,41 @@ class Projection:
     term: str          # the breakdown term it is charged to
     fan_in: sp.Expr
     fan_out: sp.Expr
-    uses: sp.Expr = sp.Integer(1)   # times a token goes through it
+    uses: sp.Expr = sp.Integer(1)       # times a token goes through it (k for a routed expert)
+    instances: sp.Expr = sp.Integer(1)  # copies of the weight in the model (E routed experts)
+    weight: bool = True                 # False: a product with an activation, not a stored weight
 
 
-ATTENTION_PROJECTIONS = (
+GQA = (
     Projection("q_proj", "attn_proj", s.d, s.d_q),
     Projection("k_proj", "attn_proj", s.d, s.d_kv),
     Projection("v_proj", "attn_proj", s.d, s.d_kv),
     Projection("o_proj", "attn_proj", s.d_q, s.d),
 )
+ATTENTION_PROJECTIONS = GQA   # the seed's name
+
+_QK = s.d_nope + s.d_rope   # MLA per-head query/key width
+
+
+def mla(q_lora: bool, form: str) -> tuple[Projection, ...]:
+    """MLA's products per token. Naive: Q (direct or LoRA), the joint KV down-projection
+    to the latent and the shared RoPE key, the KV up-projection of every token, O.
+    Absorbed: the KV up-projection is not run per token; instead each head's query is
+    taken into the latent (d_nope x r_kv) and each head's latent output back to d_v
+    (r_kv x d_v) -- products with the same weights, charged per token."""
+    q = (Projection("q_a_proj", "attn_proj", s.d, s.r_q),
+         Projection("q_b_proj", "attn_proj", s.r_q, s.h_q * _QK)) if q_lora else (
+        Projection("q_proj", "attn_proj", s.d, s.h_q * _QK),)
+    kv_a = Projection("kv_a_proj_with_mqa", "attn_proj", s.d, s.r_kv + s.d_rope)
+    o = Projection("o_proj", "attn_proj", s.h_q * s.d_v, s.d)
+    if form == "naive":
+        kv = (kv_a, Projection("kv_b_proj", "attn_proj", s.r_kv, s.h_q * (s.d_nope + s.d_v)))
+    else:
+        kv = (kv_a,
+              Projection("q_absorb (kv_b_proj K part)", "attn_proj", s.d_nope, s.r_kv, s.h_q, weight=False),
+              Projection("v_absorb (kv_b_proj V part)", "attn_proj", s.r_kv, s.d_v, s.h_q, weight=False))
+    return q + kv + (o,)
+
 
 DENSE_FFN = (
     Projection("gate_proj", "ffn", s.d, s.m),
@@ -38,27 +64,42 @@ DENSE_FFN = (
     Projection("down_proj", "ffn", s.m, s.d),
 )
 
-# Homogeneous MoE, no shared expert: a router, then k of E SwiGLU experts per token.
+# MoE: a router, then k of E SwiGLU experts per token.
 MOE_FFN = (
     Projection("router", "router", s.d, s.E),
-    Projection("expert.gate_proj", "experts", s.d, s.m_e, s.k),
-    Projection("expert.up_proj", "experts", s.d, s.m_e, s.k),
-    Projection("expert.down_proj", "experts", s.m_e, s.d, s.k),
+    Projection("expert.gate_proj", "experts", s.d, s.m_e, s.k, s.E),
+    Projection("expert.up_proj", "experts", s.d, s.m_e, s.k, s.E),
+    Projection("expert.down_proj", "experts", s.m_e, s.d, s.k, s.E),
 )
+
+# Shared experts: E_s SwiGLU experts of width m_s that every token runs.
+SHARED_FFN = (
+    Projection("shared.gate_proj", "shared_experts", s.d, s.m_s, s.E_s, s.E_s),
+    Projection("shared.up_proj", "shared_experts", s.d, s.m_s, s.E_s, s.E_s),
+    Projection("shared.down_proj", "shared_experts", s.m_s, s.d, s.E_s, s.E_s),
+)
+SHARED_GATE = Projection("shared_expert_gate", "shared_experts", s.d, sp.Integer(1))
 
 LM_HEAD = Projection("lm_head", "lm_head", s.d, s.V)
 
 
-def block(arch: str) -> tuple[Projection, ...]:
-    """The projections of one decoder block of the given architecture."""
-    if arch == "dense":
-        return ATTENTION_PROJECTIONS + DENSE_FFN
-    if arch == "moe":
-        return ATTENTION_PROJECTIONS + MOE_FFN
-    raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
+def block(arch: "str | Block") -> tuple[Projection, ...]:
+    """The projections of one decoder block of the given kind (a ``Block`` or its key)."""
+    kind = arch if isinstance(arch, Block) else _parse(arch)
+    attention = GQA if kind.attention in ("gqa", "window") else mla(kind.q_lora, kind.form)
+    if kind.ffn == "dense":
+        return attention + DENSE_FFN
+    return attention + MOE_FFN + (SHARED_FFN if kind.shared else ()) + ((SHARED_GATE,) if kind.shared_gate else ())
 
 
-def linear_terms(arch: str, n: sp.Expr) -> dict[str, sp.Expr]:
+def _parse(arch: str) -> Block:
+    try:
+        return parse(arch)
+    except ValueError as exc:
+        raise ValueError(f"unknown arch {arch!r}: {exc}") from None
+
+
+def linear_terms(arch: "str | Block", n: sp.Expr) -> dict[str, sp.Expr]:
     """Block linear FLOPs for n tokens through all L layers, per breakdown term."""
     terms: dict[str, sp.Expr] = {}
     for p in block(arch):
@@ -72,7 +113,20 @@ def lm_head_flops(rows: sp.Expr) -> sp.Expr:
     return matmul(rows, LM_HEAD.fan_in, LM_HEAD.fan_out)
 
 
-def p_lin(arch: str) -> sp.Expr:
+def p_lin(arch: "str | Block") -> sp.Expr:
     """Linear parameters executed per token, summed over layers (the chapter's P_lin)."""
     one_token = sum(linear_terms(arch, sp.Integer(1)).values())
     return sp.expand(one_token / FLOPS_PER_MULTIPLY_ADD)
+
+
+def block_params(arch: "str | Block") -> dict[str, sp.Expr]:
+    """Weights of the L blocks: ``total`` (every expert) and ``active`` (what a token runs).
+
+    Counted from the same projection shapes as the FLOPs, in the naive form (the absorbed
+    MLA form reuses the naive weights); matrices only -- norms and biases are not counted.
+    """
+    kind = arch if isinstance(arch, Block) else _parse(arch)
+    projections = [p for p in block(kind.with_form("naive")) if p.weight]
+    total = sum(p.fan_in * p.fan_out * p.instances for p in projections)
+    active = sum(p.fan_in * p.fan_out * p.uses for p in projections)
+    return {"block_total": sp.expand(s.L * total), "block_active": sp.expand(s.L * active)}

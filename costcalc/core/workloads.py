@@ -23,7 +23,8 @@ from functools import lru_cache
 import sympy as sp
 
 from .. import symbols as s
-from .attention import attention_flops, check_convention
+from ..blocks import Block, parse
+from .attention import attention_flops, check_convention, per_query_flops, position_sum
 from .breakdown import Breakdown
 from .linear import linear_terms, lm_head_flops
 
@@ -43,7 +44,7 @@ def forward(arch: str, convention: str, logits: str, past: sp.Expr, new: sp.Expr
     check_convention(convention)
     _check_logits(logits)
     terms = {name: batch * e for name, e in linear_terms(arch, new).items()}
-    terms["attention"] = batch * attention_flops(convention, past, new)
+    terms["attention"] = batch * attention_flops(convention, past, new, arch)
     terms["lm_head"] = lm_head_flops(batch * _ROWS_PER_SEQUENCE[logits](new))
     return Breakdown(terms).map(sp.expand)
 
@@ -51,6 +52,13 @@ def forward(arch: str, convention: str, logits: str, past: sp.Expr, new: sp.Expr
 def summed(step: Breakdown, index: sp.Symbol, lo: sp.Expr, hi: sp.Expr) -> Breakdown:
     """The sum of a per-step breakdown over ``index = lo..hi``."""
     return step.map(lambda e: sp.summation(e, (index, lo, hi)))
+
+
+def _check_closed(arch) -> None:
+    kind = parse(arch) if isinstance(arch, str) else arch
+    if kind.attention == "window":
+        raise ValueError("a uniform chunk schedule over a sliding window has no single closed form; "
+                         "evaluate the chunks one by one")
 
 
 @lru_cache(maxsize=None)
@@ -72,9 +80,24 @@ def decode_step(arch: str, convention: str = "causal") -> Breakdown:
 
 @lru_cache(maxsize=None)
 def decode_phase(arch: str, convention: str = "causal") -> Breakdown:
-    """The N-1 decode steps after a prefill of S: step j runs over S + j - 1 cached tokens."""
-    step = decode_step(arch, convention).map(lambda e: e.subs(s.T, s.S + s.j - 1))
-    return summed(step, s.j, 1, s.N - 1)
+    """The N-1 decode steps after a prefill of S: step j runs over S + j - 1 cached tokens.
+
+    The linear and LM-head terms are the step's, summed over j. The step's one query sits
+    at position S + j, so attention is the per-pair cost times the keys read at positions
+    S+1..S+N-1: the legal keys under causal and tiled (a single query is a single tile), all
+    cached keys plus its own under full -- summed over positions (split at W in a window).
+    """
+    check_convention(convention)
+    step = decode_step(arch, convention)
+    kind = parse(arch) if isinstance(arch, str) else arch
+    others = Breakdown({n: e for n, e in step.terms.items() if n != "attention"})
+    phase = summed(others.map(lambda e: e.subs(s.T, s.S + s.j - 1)), s.j, 1, s.N - 1)
+    read = Block() if convention == "full" else kind      # full: no window cap
+    keys = position_sum(read, s.S + 1, s.S + s.N - 1)
+    attention = s.B * per_query_flops(sp.Integer(1), kind) * keys
+    terms = dict(phase.terms)
+    terms["attention"] = attention if attention.has(sp.Min, sp.Max) else sp.expand(attention)
+    return Breakdown({n: terms[n] for n in step.terms})
 
 
 @lru_cache(maxsize=None)
@@ -88,6 +111,7 @@ def uniform_chunks(arch: str, convention: str, n_chunks: sp.Expr) -> Breakdown:
 
     Chunk j (0-based) runs C tokens over T + j*C cached tokens.
     """
+    _check_closed(arch)
     step = forward(arch, convention, "none", past=s.T + s.j * s.C, new=s.C)
     chunks = summed(step, s.j, 0, n_chunks - 1)
     return chunks + Breakdown({"lm_head": lm_head_flops(s.B)})

@@ -1,0 +1,96 @@
+"""Kinds of decoder block, by name (no sympy): what the core derives one formula for.
+
+A block is an attention kind and an FFN kind:
+
+- attention ``gqa``: grouped-query attention over every earlier token (MHA and MQA are
+  its h_kv = h_q and h_kv = 1 cases);
+- attention ``window``: the same projections, each query reading at most W keys (itself
+  and the W-1 before it): sliding-window layers (Mistral, Gemma-2/3 local, gpt-oss);
+- attention ``mla``: DeepSeek's multi-head latent attention -- Q directly or through a
+  rank-r_q LoRA (``q_lora``), K and V from a rank-r_kv latent plus a shared RoPE key of
+  d_rope; per head d_qk = d_nope + d_rope for scores and d_v for values. ``form`` is
+  ``naive`` (up-project K and V for every token) or ``absorbed`` (fold the up-projections
+  into the query and output: scores and values over the cached latent, as at decode);
+- FFN ``dense`` (SwiGLU of width m) or ``moe`` (router over E experts of width m_e, k per
+  token), optionally with E_s always-on ``shared`` experts of width m_s, and optionally
+  a ``shared_gate`` (Qwen2-MoE: a d x 1 sigmoid gate on the shared expert).
+
+``Block.key`` names a block in one short string, e.g. ``gqa.dense``, ``window.moe``,
+``mla_q-absorbed.moe_shared``; the seed's ``dense`` and ``moe`` are ``gqa.dense`` and
+``gqa.moe``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ATTENTIONS = ("gqa", "window", "mla")
+FFNS = ("dense", "moe")
+FORMS = ("naive", "absorbed")
+ALIASES = {"dense": "gqa.dense", "moe": "gqa.moe"}
+
+
+@dataclass(frozen=True)
+class Block:
+    attention: str = "gqa"
+    ffn: str = "dense"
+    q_lora: bool = False        # mla: Q through a rank-r_q LoRA
+    form: str = "naive"         # mla: naive or absorbed
+    shared: bool = False        # moe: E_s shared experts of width m_s
+    shared_gate: bool = False   # moe with shared experts: a d x 1 gate
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"unknown attention kind {self.attention!r}; expected one of {', '.join(ATTENTIONS)}")
+        if self.ffn not in FFNS:
+            raise ValueError(f"unknown FFN kind {self.ffn!r}; expected one of {', '.join(FFNS)}")
+        if self.form not in FORMS:
+            raise ValueError(f"unknown MLA form {self.form!r}; expected naive or absorbed")
+        if self.attention != "mla" and (self.q_lora or self.form != "naive"):
+            raise ValueError("q_lora and form apply to mla attention only")
+        if self.ffn != "moe" and self.shared:
+            raise ValueError("shared experts apply to a moe FFN only")
+        if self.shared_gate and not self.shared:
+            raise ValueError("a shared-expert gate needs shared experts")
+
+    @property
+    def key(self) -> str:
+        attn = self.attention + ("_q" if self.q_lora else "") + ("-absorbed" if self.form == "absorbed" else "")
+        ffn = self.ffn + ("_shared" if self.shared else "") + ("_gate" if self.shared_gate else "")
+        return f"{attn}.{ffn}"
+
+    def with_form(self, form: str) -> "Block":
+        """The same block under an MLA form (other attention kinds are unchanged)."""
+        if self.attention != "mla":
+            return self
+        return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate)
+
+    def sizes(self) -> tuple[str, ...]:
+        """The size symbols this block's formulas use (besides L, d, V)."""
+        out: list[str] = []
+        if self.attention in ("gqa", "window"):
+            out += ["h_q", "h_kv", "d_h"] + (["W"] if self.attention == "window" else [])
+        else:
+            out += ["h_q"] + (["r_q"] if self.q_lora else []) + ["r_kv", "d_nope", "d_rope", "d_v"]
+        if self.ffn == "dense":
+            out += ["m"]
+        else:
+            out += ["E", "k", "m_e"] + (["E_s", "m_s"] if self.shared else [])
+        return tuple(out)
+
+
+def parse(key: str) -> Block:
+    """``"mla_q-absorbed.moe_shared"`` -> Block(...); also the aliases ``dense``, ``moe``."""
+    key = ALIASES.get(key, key)
+    try:
+        attn, ffn = key.split(".")
+    except ValueError:
+        raise ValueError(f"block {key!r} is not ATTENTION.FFN (e.g. gqa.dense, window.moe)") from None
+    form = "absorbed" if attn.endswith("-absorbed") else "naive"
+    attn = attn.removesuffix("-absorbed")
+    q_lora = attn.endswith("_q")
+    attn = attn.removesuffix("_q")
+    gate = ffn.endswith("_gate")
+    ffn = ffn.removesuffix("_gate")
+    shared = ffn.endswith("_shared")
+    ffn = ffn.removesuffix("_shared")
+    return Block(attn, ffn, q_lora, form, shared, gate)

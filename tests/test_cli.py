@@ -117,7 +117,7 @@ BAD = [
     (["prefill", "--preset", "toy", "--seq", "ten"], "--seq: 'ten' is not a number"),
     (["prefill", "--preset", "toy"], "give --seq"),
     (["prefill", "--seq", "10"], "no model"),
-    (["prefill", "--preset", "toy", "--preset-file", "x.json", "--seq", "10"], "not both"),
+    (["prefill", "--preset", "toy", "--preset-file", "x.json", "--seq", "10"], "give one of --preset"),
     (["prefill", "--preset", "toy", "--seq", "10", "--lengths", "1,2"], "--lengths and --seq conflict"),
     (["prefill", "--preset", "toy", "--seq", "10", "--padded"], "--padded applies only with --lengths"),
     (["chunked", "--preset", "toy", "--seq", "10", "--chunk", "11"], "chunk 11 is larger than the prompt"),

@@ -7,7 +7,9 @@ from costcalc.errors import CostcalcError
 from costcalc.spec import from_dict
 
 REQUIRED = ["toy", "llama-2-7b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
-            "qwen2.5-7b", "mixtral-8x7b", "olmoe-1b-7b", "qwen3-30b-a3b"]
+            "qwen2.5-7b", "mixtral-8x7b", "olmoe-1b-7b", "qwen3-30b-a3b",
+            "mistral-7b-v0.1", "qwen3-8b", "qwen2.5-72b", "llama-2-70b", "qwen3-235b-a22b", "deepseek-v3",
+            "gpt-oss-20b", "gpt-oss-120b", "gemma-2-9b", "gemma-3-12b", "qwen1.5-moe-a2.7b"]
 
 
 def test_required_presets_present():
@@ -19,7 +21,10 @@ def test_every_preset_loads_and_states_its_source(name):
     spec = presets.load(name)
     assert spec.name == name
     assert spec.source, f"{name} has no source"
-    assert spec.d_q == spec["h_q"] * spec["d_h"]
+    assert sum(g.count for g in spec.groups) == spec["L"]
+    for g in spec.groups:
+        if "d_h" in g.sizes:
+            assert g.numbers()["d_q"] == g.sizes["h_q"] * g.sizes["d_h"]
 
 
 # Field-by-field against real config.json copies (tests/data/hf-configs, from shared/data).

@@ -1,14 +1,15 @@
 """Commands that describe rather than evaluate: formula, crossover, presets."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from .. import calc, notes, presets
 from ..vocab import ARCHS, FORMULAS
-from .options import (Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, conventions, emit, model)
+from .options import (write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt,
+                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, conventions, emit, model)
 
 FORMULA_WORKLOADS = list(FORMULAS)
 
@@ -51,11 +52,13 @@ def formula(
 def crossover(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
+    config: ConfigOpt = None,
+    mla: MlaOpt = "auto",
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """T_equal for decode, and the prefill length where attention equals the linear layers."""
-    emit(calc.crossover(model(preset, preset_file)), fmt, output, [notes.CROSSOVER])
+    emit(calc.crossover(model(preset, preset_file, config), mla=mla), fmt, output, [notes.CROSSOVER])
 
 
 presets_app = typer.Typer(help="Built-in model presets.", invoke_without_command=True,
@@ -75,21 +78,71 @@ def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
 def presets_show(
     name: Annotated[Optional[str], typer.Argument(help="Preset name.")] = None,
     preset_file: PresetFileOpt = None,
+    config: ConfigOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
-    """Every field of one preset, with where it came from."""
-    spec = model(name, preset_file)
-    row = {**_summary(spec), **{f"source.{k}": v for k, v in spec.source.items()}}
+    """Every field of one preset -- layer groups, parameter counts, where it came from."""
+    spec = model(name, preset_file, config)
+    row = {**_summary(spec), **_groups(spec), **{f"stated.{k}": v for k, v in spec.stated.items()},
+           **{f"source.{k}": v for k, v in spec.source.items()}}
     if fmt in (None, Format.table) and output is None:
         width = max(map(len, row))
-        typer.echo("\n".join(f"{k:<{width}}  {v}" for k, v in row.items()))
+        typer.echo("\n".join(f"{k:<{width}}  {_show(k, v)}" for k, v in row.items()))
         return
     emit([row], fmt, output)
 
 
+@presets_app.command("import")
+def presets_import(
+    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
+    name: Annotated[str, typer.Option("--name", help="The preset's name (also its file name).")] = ...,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Where to write the preset [default: NAME.json here].")] = None,
+    title: Annotated[Optional[str], typer.Option(help="A readable title.")] = None,
+) -> None:
+    """Write a preset file from a config.json, mapped field by field (unknown fields are errors)."""
+    import json
+
+    from .. import hf
+    from ..spec import from_dict
+
+    spec = hf.load(config, name)
+    data = spec.to_dict()
+    if title:
+        data["title"] = title
+    from_dict(data, origin=name)   # what is written loads back
+    target = output or Path(f"{name}.json")
+    write_text(target, json.dumps(data, indent=2) + "\n")
+    typer.echo(f"wrote {target} ({spec.arch}, {len(spec.groups)} layer group{'s' if len(spec.groups) > 1 else ''}, "
+               f"{_billions(calc.parameters(spec)['total_params'])} parameters)", err=True)
+
+
 def _summary(spec) -> dict:
-    row = {"preset": spec.name, "title": spec.title, "arch": spec.arch, **spec.sizes,
-           "d_q": spec.d_q, "d_kv": spec.d_kv}
+    row = {"preset": spec.name, "title": spec.title, "arch": spec.arch,
+           **{k: v for k, v in spec.sizes.items()}}
+    if spec.uniform and "d_h" in spec.sizes:
+        row.update(d_q=spec.d_q, d_kv=spec.d_kv)
     row["p_lin"] = calc.executed_linear_params(spec)
+    params = calc.parameters(spec)
+    row.update({k: params[k] for k in ("total_params", "active_params", "embedding_params", "lm_head_params",
+                                       "tied_embeddings")})
     return row
+
+
+def _groups(spec) -> dict:
+    if spec.uniform:
+        return {}
+    return {f"layers[{i}]": f"{g.count} x {g.arch} "
+            + " ".join(f"{k}={v}" for k, v in g.sizes.items() if spec.sizes.get(k) != v)
+            for i, g in enumerate(spec.groups, start=1)}
+
+
+def _billions(n: int) -> str:
+    return f"{n / 1e9:.2f}B"
+
+
+def _show(key: str, value) -> str:
+    if key.endswith("_params") and isinstance(value, int):
+        return f"{value:,} ({_billions(value)})"
+    return str(value)

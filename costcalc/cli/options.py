@@ -44,6 +44,11 @@ PresetOpt = Annotated[Optional[str], typer.Option(
     "--preset", "-p", help="Built-in preset name (see 'costcalc presets'); a comma list compares several.")]
 PresetFileOpt = Annotated[Optional[Path], typer.Option(
     "--preset-file", help="A preset JSON file of your own (same fields as presets/*.json).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", help="A Hugging Face config.json: the model it describes (see 'costcalc presets import').")]
+MlaOpt = Annotated[str, typer.Option(
+    "--mla", help="MLA form for models with MLA layers: auto (absorbed for decode steps, naive otherwise), "
+                  "naive or absorbed.")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format [default: from --output's suffix, else table].")]
 OutputOpt = Annotated[Optional[Path], typer.Option(
@@ -60,14 +65,20 @@ BatchOpt = Annotated[str, typer.Option(
 RANGE_HELP = "a list or range sweeps: 1024,4096 or 1k:128k:x2 or 512:4k:512 (k=1024, M=1024^2)"
 
 
-def model(preset: Optional[str], preset_file: Optional[Path]) -> ModelSpec:
-    if preset and preset_file:
-        raise CostcalcError("give --preset or --preset-file, not both")
+def model(preset: Optional[str], preset_file: Optional[Path], config: Optional[Path] = None) -> ModelSpec:
+    given = [flag for flag, value in (("--preset", preset), ("--preset-file", preset_file), ("--config", config))
+             if value]
+    if len(given) > 1:
+        raise CostcalcError(f"give one of --preset, --preset-file or --config, not {' and '.join(given)}")
     if preset:
         return presets.load(preset)
     if preset_file:
         return presets.load_file(preset_file)
-    raise CostcalcError("no model: give --preset NAME or --preset-file PATH")
+    if config:
+        from .. import hf
+
+        return hf.load(config)
+    raise CostcalcError("no model: give --preset NAME, --preset-file PATH or --config config.json")
 
 
 def conventions(choice: Convention) -> list[str]:
@@ -83,16 +94,16 @@ def int_list(text: Optional[str], option: str, minimum: int = 1) -> list[int]:
     return list(ranges.parse(text, option, minimum))
 
 
-def models(preset: Optional[str], preset_file: Optional[Path]) -> list[ModelSpec]:
+def models(preset: Optional[str], preset_file: Optional[Path], config: Optional[Path] = None) -> list[ModelSpec]:
     """One model, or several from ``--preset a,b`` (side by side)."""
-    if preset and preset_file:
-        raise CostcalcError("give --preset or --preset-file, not both")
+    if preset and (preset_file or config):
+        raise CostcalcError("give one of --preset, --preset-file or --config")
     if preset and "," in preset:
         names = [name.strip() for name in preset.split(",")]
         if not all(names):
             raise CostcalcError(f"--preset: empty name in {preset!r}")
         return [presets.load(name) for name in dict.fromkeys(names)]
-    return [model(preset, preset_file)]
+    return [model(preset, preset_file, config)]
 
 
 def interleave(tables: Sequence[Mapping[str, Sequence[Any]]], block: int = 1) -> Columns:
@@ -168,6 +179,22 @@ def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt
         raise
     count = length(rows)
     typer.echo(f"wrote {count} row{'' if count == 1 else 's'} ({chosen}) to {output}", err=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a whole file atomically (never half a file), with the usual mode."""
+    target = path.resolve()
+    if not target.parent.is_dir():
+        raise CostcalcError(f"cannot write {str(path)!r}: no directory {str(target.parent)!r}")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _ordered(names: list[str]) -> list[str]:

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import CostcalcError
 from ..ranges import number, parse
-from .options import (RANGE_HELP, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt,
+from .options import (RANGE_HELP, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt, ConfigOpt,
                       conventions, models)
 from .options import tile as parse_tile
 
@@ -19,6 +19,7 @@ def plot(
     output: Annotated[Path, typer.Option("--output", "-o", help="The figure: a .png or .svg file.")],
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
+    config: ConfigOpt = None,
     seq: Annotated[Optional[str], typer.Option("--seq", "-s", help=f"prefill: prompt lengths; {RANGE_HELP}.")] = None,
     context: Annotated[Optional[str], typer.Option("--context", "-t", help=f"decode: cached contexts; {RANGE_HELP}.")] = None,
     prompt: Annotated[Optional[str], typer.Option("--prompt", help="generate: the prompt length S.")] = None,
@@ -36,7 +37,7 @@ def plot(
     """Draw FLOPs by term against length for one or several presets, crossovers marked."""
     from .. import plot as plotting
 
-    specs = models(preset, preset_file)
+    specs = models(preset, preset_file, config)
     given = {"prefill": ("--seq", seq), "decode": ("--context", context), "generate": ("--new", new)}
     if what not in given:
         raise CostcalcError(f"plot: expected prefill, decode or generate, got {what!r}")

@@ -8,13 +8,14 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import CostcalcError
-from .options import FormatOpt, OutputOpt, PresetFileOpt, PresetOpt, emit, int_list, model
+from .options import FormatOpt, OutputOpt, PresetFileOpt, PresetOpt, ConfigOpt, emit, int_list, model
 from .options import tile as parse_tile
 
 
 def verify(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
+    config: ConfigOpt = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     dtype: Annotated[str, typer.Option(help="float32, float64, bfloat16 or float16 (toy: float64).")] = "float32",
     layers: Annotated[Optional[int], typer.Option(help="Run N layers (FLOPs are linear in L); every shape stays real.")] = None,
@@ -31,7 +32,7 @@ def verify(
     output: OutputOpt = None,
 ) -> None:
     """Run the workloads on a real torch decoder; hold counted FLOPs against the formulas."""
-    spec = model(preset, preset_file)
+    spec = model(preset, preset_file, config)
     names = [w.strip() for w in workloads.split(",") if w.strip()]
     for n, label in ((batch, "--batch"), (layers, "--layers"), (vocab, "--vocab")):
         if n is not None and n < 1:

@@ -281,7 +281,9 @@ def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "l
         if key in labels:
             out[key] = _repeat(labels[key], 3)
     if spec.has_mla:
-        out["mla"] = [mla_form(kind, mla) for _ in range(n) for kind in ("prefill", "decode_phase", "total")]
+        first_form, step_form = mla_form("prefill", mla), mla_form("decode_phase", mla)
+        both = first_form if first_form == step_form else f"{first_form}+{step_form}"
+        out["mla"] = [first_form, step_form, both] * n
     out["workload"] = ["generate"] * (3 * n)
     out["phase"] = ["prefill", "decode", "total"] * n
     for key in ("batch", "seq", "new_tokens", "logits"):

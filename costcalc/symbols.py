@@ -56,7 +56,9 @@ b_k = _size("b_k")
 # Summation indices (not sizes: they run from 0 or 1).
 i = sp.Symbol("i", integer=True, nonnegative=True)
 j = sp.Symbol("j", integer=True, nonnegative=True)
-t = sp.Symbol("t", integer=True, nonnegative=True)   # query tile
+# The query-tile index carries no integer assumption on purpose: sympy 1.14 wrongly takes
+# Min(4, 2*t + 2)/6 for an integer when t is one, and then drops the ceiling around it.
+t = sp.Symbol("t", nonnegative=True)                 # query tile
 p = sp.Symbol("p", integer=True, positive=True)      # a query's position (1-based, cache included)
 
 # Display-only symbol for the executed linear parameters per token.

@@ -52,6 +52,9 @@ def first_crossing(gap: sp.Expr, x: sp.Symbol, lowest: int = 1) -> sp.Expr | Non
     exactly. None means the two never meet (e.g. every layer windowed, and the windows too
     small for attention to catch up with the linear layers).
     """
+    real = sp.Dummy("x", real=True)      # the root need not be an integer: drop x's assumptions
+    gap = gap.xreplace({x: real})
+    x = real
     cuts = set()
     for atom in gap.atoms(sp.Min, sp.Max):
         for a in atom.args:

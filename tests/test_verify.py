@@ -38,6 +38,56 @@ def test_every_workload_term_and_convention_is_exact(spec):
         assert {"router", "experts"} <= {r["term"] for r in outcome.checks}
 
 
+STRUCTURES = [
+    # sliding windows beside global layers (gpt-oss / Gemma pattern), MoE
+    {"name": "small-hybrid-window", "d": 32, "V": 31, "h_q": 4, "h_kv": 2, "d_h": 8, "E": 4, "k": 2, "m_e": 16,
+     "layers": [{"count": 1, "arch": "window.moe", "W": 5}, {"count": 1, "arch": "gqa.moe"}]},
+    # MLA with Q LoRA, a dense first layer, then shared experts (DeepSeek pattern)
+    {"name": "small-mla", "d": 32, "V": 29, "h_q": 4, "r_q": 12, "r_kv": 10, "d_nope": 6, "d_rope": 4, "d_v": 5,
+     "layers": [{"count": 1, "arch": "mla_q.dense", "m": 24},
+                {"count": 1, "arch": "mla_q.moe_shared", "E": 4, "k": 2, "m_e": 8, "E_s": 2, "m_s": 8}]},
+    # MLA without Q LoRA; Qwen2-MoE style shared expert with its own width and gate; a window
+    {"name": "small-mixed", "d": 24, "V": 23,
+     "layers": [{"count": 1, "arch": "mla.dense", "h_q": 2, "r_kv": 6, "d_nope": 4, "d_rope": 2, "d_v": 3, "m": 20},
+                {"count": 1, "arch": "window.moe_shared_gate", "h_q": 4, "h_kv": 1, "d_h": 6, "W": 3,
+                 "E": 5, "k": 2, "m_e": 8, "E_s": 1, "m_s": 20}]},
+]
+
+
+@pytest.mark.parametrize("data", STRUCTURES, ids=lambda d: d["name"])
+def test_real_structures_are_exact_too(data):
+    spec = from_dict(data, data["name"])
+    outcome = verify(spec, device="cpu", dtype="float64", seqs=(11, 30), batch=2, tile=(4, 8), repeats=0,
+                     show_progress=False)
+    bad = [r for r in outcome.checks if not r["match"]]
+    assert not bad, bad[:3]
+    terms = {r["term"] for r in outcome.checks}
+    assert {"attn_proj", "attention", "lm_head"} <= terms
+    if "shared" in json.dumps(data):
+        assert "shared_experts" in terms
+    assert any("within tolerance" in line for line in outcome.extras)
+
+
+def test_mla_absorbed_and_naive_compute_the_same_function():
+    spec = from_dict(STRUCTURES[1], "mla")
+    model = build.from_spec(spec, dtype=torch.float64)
+    from verify.model import causal_mask
+
+    tokens = torch.randint(0, spec["V"], (2, 9))
+    with torch.no_grad():
+        naive = model(tokens, causal_mask(9), logits="all", form="naive")
+        absorbed = model(tokens, causal_mask(9), logits="all", form="absorbed")
+    assert torch.allclose(naive, absorbed, atol=1e-10)
+
+
+def test_a_window_mask_reads_w_keys():
+    from verify.model import band, causal_mask
+
+    mask = band(causal_mask(4, past=6), past=6, window=3)
+    assert mask.sum(-1).tolist() == [3, 3, 3, 3]
+    assert mask[0].nonzero().flatten().tolist() == [4, 5, 6]
+
+
 def test_tiled_area_matches_the_published_tile_counts():
     # shared/docs/torch-counting.md: S=1000, D=64, H=2 -> tile 128: 288,129,024 FLOPs
     allowed = torch.ones(1000, 1000, dtype=torch.bool).tril()

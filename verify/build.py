@@ -43,7 +43,7 @@ def from_spec(spec, layers: int | None = None, vocab: int | None = None, dtype=t
     if vocab is not None:
         overrides["V"] = vocab
     config = DecoderConfig.from_spec(spec, **overrides)
-    check_memory(config, dtype, torch.device(device))
+    check_memory(parameter_bytes(spec.with_sizes(**overrides) if overrides else spec, dtype), torch.device(device))
     with torch.device("meta"):
         model = Decoder(config).to(dtype)
     model = model.to_empty(device=device)
@@ -70,16 +70,16 @@ def twin(model: Decoder) -> Decoder:
     return other.eval()
 
 
-def parameter_bytes(config: DecoderConfig, dtype: torch.dtype) -> int:
-    c = config
-    attn = c.d * c.h_q * c.d_h * 2 + c.d * c.h_kv * c.d_h * 2
-    ffn = 3 * c.d * c.m if not c.moe else c.d * c.E + c.E * 3 * c.d * c.m_e
-    params = 2 * c.V * c.d + c.L * (attn + ffn)
-    return params * torch.empty((), dtype=dtype).element_size()
+def parameter_bytes(spec, dtype: torch.dtype) -> int:
+    """Bytes of the decoder's weights: the costcalc count, with an LM head of its own."""
+    from costcalc.calc import parameters
+
+    params = parameters(spec)
+    count = params["block_params"] + params["embedding_params"] + params["lm_head_params"]
+    return count * torch.empty((), dtype=dtype).element_size()
 
 
-def check_memory(config: DecoderConfig, dtype: torch.dtype, device: torch.device) -> None:
-    need = parameter_bytes(config, dtype)
+def check_memory(need: int, device: torch.device) -> None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
     else:
@@ -104,8 +104,8 @@ def toy(dtype=torch.float64, device="cpu") -> Decoder:
     """The seed tutorial's decoder with its exact weights: ``random.Random(7)``,
     ``uniform(-0.2, 0.2)``, drawn row by row in the order embedding, position table,
     then per block q, k, v, out, gate, up, down, then lm_head (each as [in][out])."""
-    config = DecoderConfig(L=2, d=8, h_q=2, h_kv=1, d_h=4, m=16, V=6, positions="table",
-                           max_positions=64, norm_scale=False, norm_eps=1e-6)
+    config = DecoderConfig.uniform(L=2, d=8, V=6, h_q=2, h_kv=1, d_h=4, m=16, positions="table",
+                                   max_positions=64, norm_scale=False, norm_eps=1e-6)
     model = Decoder(config)
     rng = random.Random(7)
 

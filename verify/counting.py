@@ -3,13 +3,19 @@
 ``torch.utils.flop_counter.FlopCounterMode`` counts every ``mm`` from shapes. Its gaps
 (see shared/docs/torch-counting.md) are closed here:
 
-- the SDPA ops (on CPU ``_scaled_dot_product_flash_attention_for_cpu`` counts 0 in the stock
-  registry) get a *raw* formula that sees the real tensors, reads the attention mask and
-  records three counts per call: ``full`` (the Sq x Sk rectangle, torch's own convention),
-  ``causal`` (the allowed pairs in the mask) and ``tiled`` (the area of the b_q x b_k blocks
-  holding at least one allowed pair, edge-aware, tiles aligned at key 0).
-- linear terms come from the counter's per-module keys: each ``nn.Linear`` of the model
-  is charged to its breakdown term by its name; the sum of terms must equal the Global total.
+- every attention product goes through ``verify.model.attend``, which shows the real
+  tensors and mask to a recorder first: it records three counts per call -- ``full`` (the
+  Sq x Sk rectangle, torch's own convention), ``causal`` (the allowed pairs in the mask:
+  sliding windows included) and ``tiled`` (the area of the b_q x b_k blocks holding at least
+  one allowed pair, edge-aware, tiles aligned at key 0) -- at ``2 E + 2 Ev`` FLOPs a pair
+  (score width E, value width Ev: they differ for MLA).
+- the fused SDPA ops (on CPU ``_scaled_dot_product_flash_attention_for_cpu`` counts 0 in the
+  stock registry) get a formula giving the full rectangle, so the counter's own total stays
+  whole; where SDPA falls back to its math path (value width != score width) torch counts
+  the two bmm itself, also the full rectangle.
+- linear terms come from the counter's per-module keys: each ``nn.Linear`` (and each MLA
+  absorb product) is charged to its breakdown term by its name; terms plus the full attention
+  must equal the counter's Global total.
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from .model import HOOKS, Absorb
 
 CONVENTIONS = ("causal", "full", "tiled")
 aten = torch.ops.aten
@@ -35,6 +43,8 @@ def term_of(name: str) -> str:
         return "attn_proj"
     if name.endswith(".ffn.router"):
         return "router"
+    if ".ffn.shared_expert" in name:
+        return "shared_experts"
     if ".ffn.experts." in name:
         return "experts"
     if ".ffn." in name:
@@ -65,29 +75,31 @@ def tiled_area(allowed: torch.Tensor, b_q: int, b_k: int) -> int:
 
 @dataclass
 class AttentionRecorder:
-    """Collects the three conventions' counts of every SDPA call made under the counter."""
+    """Collects the three conventions' counts of every attention product made while counting."""
     tile: tuple[int, int]
     flops: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONVENTIONS, 0))
     calls: int = 0
 
-    def formula(self):
-        def sdpa_raw(query, key, *args, out_val=None, **kwargs):
-            mask = kwargs.get("attn_mask")
-            if mask is None and len(args) >= 2 and isinstance(args[1], torch.Tensor):
-                mask = args[1]  # efficient / cudnn: (query, key, value, attn_bias, ...)
-            b, h, sq, dh = query.shape
-            sk = key.shape[-2]
-            allowed = allowed_pairs(mask, sq, sk)
-            allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
-            copies = (b // allowed.shape[0]) * (h // allowed.shape[1])   # broadcast over batch, heads
-            per_pair = 4 * dh                                             # QK^T and AV
-            self.flops["full"] += per_pair * b * h * sq * sk
-            self.flops["causal"] += per_pair * copies * int(allowed.sum())
-            self.flops["tiled"] += per_pair * copies * tiled_area(allowed, *self.tile)
-            self.calls += 1
-            return per_pair * b * h * sq * sk   # the counter keeps torch's own (full) convention
-        sdpa_raw._get_raw = True
-        return sdpa_raw
+    def record(self, query, key, value, mask) -> None:
+        b, h, sq, dq = query.shape
+        sk, dv = key.shape[-2], value.shape[-1]
+        allowed = allowed_pairs(mask, sq, sk)
+        allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
+        copies = (b // allowed.shape[0]) * (h // allowed.shape[1])   # broadcast over batch, heads
+        per_pair = 2 * dq + 2 * dv                                    # QK^T and AV
+        self.flops["full"] += per_pair * b * h * sq * sk
+        self.flops["causal"] += per_pair * copies * int(allowed.sum())
+        self.flops["tiled"] += per_pair * copies * tiled_area(allowed, *self.tile)
+        self.calls += 1
+
+
+def sdpa_full(query, key, value, *args, out_val=None, **kwargs) -> int:
+    """The fused SDPA ops' FLOPs as torch's convention has them: the full rectangle."""
+    b, h, sq, dq = query.shape
+    return (2 * dq + 2 * value.shape[-1]) * b * h * sq * key.shape[-2]
+
+
+sdpa_full._get_raw = True
 
 
 @dataclass
@@ -113,18 +125,19 @@ class Counter:
     def __init__(self, model: nn.Module, tile: tuple[int, int] = (128, 128)) -> None:
         self.model = model
         self.recorder = AttentionRecorder(tile)
-        formula = self.recorder.formula()
-        self.mode = FlopCounterMode(display=False, custom_mapping={op: formula for op in SDPA_OPS})
+        self.mode = FlopCounterMode(display=False, custom_mapping={op: sdpa_full for op in SDPA_OPS})
         root = type(model).__name__
         self.keys = {f"{root}.{name}": term_of(name)
-                     for name, mod in model.named_modules() if isinstance(mod, nn.Linear)}
+                     for name, mod in model.named_modules() if isinstance(mod, (nn.Linear, Absorb))}
 
     def __enter__(self) -> "Counter":
+        HOOKS.append(self.recorder.record)
         self.mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self.mode.__exit__(*exc)
+        HOOKS.remove(self.recorder.record)
 
     def result(self) -> Counted:
         counts = self.mode.get_flop_counts()

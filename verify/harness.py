@@ -10,14 +10,16 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from costcalc.vocab import TERM_ORDER
+
 from .build import twin
 from .counting import CONVENTIONS, Counter
 from .model import causal_mask
 from .workloads import Job
 
-TERMS = ("attn_proj", "ffn", "router", "experts", "linear", "attention", "lm_head", "total")
+TERMS = TERM_ORDER        # every breakdown term the core knows, in its order
 # What the counter sees per convention: the linear terms do not depend on it.
-CONVENTION_FREE = ("attn_proj", "ffn", "router", "experts", "linear", "lm_head")
+CONVENTION_FREE = tuple(t for t in TERM_ORDER if t not in ("attention", "total"))
 
 
 def sync(device: torch.device) -> None:

@@ -14,19 +14,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from costcalc.blocks import Block
+from costcalc.blocks import parse as parse_block
+
 
 @dataclass(frozen=True)
-class DecoderConfig:
-    L: int
-    d: int
+class LayerConfig:
+    """One layer: its block kind (``costcalc.blocks``) and the sizes that kind uses."""
+    block: Block
     h_q: int
-    h_kv: int
-    d_h: int
-    V: int
+    h_kv: int = 0
+    d_h: int = 0
+    W: Optional[int] = None          # sliding window (keys a query reads at most)
     m: Optional[int] = None          # dense SwiGLU width
     E: Optional[int] = None          # MoE: experts, experts per token, expert width
     k: Optional[int] = None
     m_e: Optional[int] = None
+    E_s: int = 0                     # shared experts and their width
+    m_s: Optional[int] = None
+    r_q: Optional[int] = None        # MLA ranks and per-head widths
+    r_kv: Optional[int] = None
+    d_nope: Optional[int] = None
+    d_rope: Optional[int] = None
+    d_v: Optional[int] = None
+
+    @property
+    def mla(self) -> bool:
+        return self.block.attention == "mla"
+
+    @property
+    def moe(self) -> bool:
+        return self.block.ffn == "moe"
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    d: int
+    V: int
+    layers: tuple[LayerConfig, ...]
     positions: str = "rope"          # "rope" or "table" (the seed toy's learned table)
     max_positions: int = 64          # rows of the position table
     norm_scale: bool = True          # RMSNorm with a learned scale (the toy has none)
@@ -34,13 +59,36 @@ class DecoderConfig:
     rope_theta: float = 10000.0
 
     @property
-    def moe(self) -> bool:
-        return self.E is not None
+    def L(self) -> int:
+        return len(self.layers)
+
+    def __getattr__(self, name: str):
+        """A uniform model's layer sizes read as the model's (``c.h_q``, ``c.m``, ...)."""
+        if name.startswith("_") or name not in LayerConfig.__dataclass_fields__:
+            raise AttributeError(name)
+        values = {getattr(layer, name) for layer in self.layers}
+        if len(values) != 1:
+            raise AttributeError(f"layers differ in {name}")
+        return values.pop()
+
+    @classmethod
+    def uniform(cls, L: int, d: int, V: int, arch: str = "gqa.dense", **sizes) -> "DecoderConfig":
+        model_keys = {k: sizes.pop(k) for k in ("positions", "max_positions", "norm_scale", "norm_eps",
+                                                 "rope_theta") if k in sizes}
+        layer = LayerConfig(parse_block(arch), **sizes)
+        return cls(d=d, V=V, layers=(layer,) * L, **model_keys)
 
     @classmethod
     def from_spec(cls, spec, **overrides) -> "DecoderConfig":
-        """From a costcalc ModelSpec: the very sizes the calculator uses."""
-        return cls(**{**spec.sizes, **overrides})
+        """From a costcalc ModelSpec: the very sizes the calculator uses, group after group
+        (``L`` keeps that many layers round-robin over the groups, ``V`` a smaller vocabulary)."""
+        if overrides:
+            spec = spec.with_sizes(**overrides)
+        layers = []
+        for group in spec.groups:
+            sizes = {k: v for k, v in group.sizes.items() if k not in ("d", "V")}
+            layers += [LayerConfig(group.block, **sizes)] * group.count
+        return cls(d=spec["d"], V=spec["V"], layers=tuple(layers))
 
 
 class RMSNorm(nn.Module):
@@ -64,60 +112,178 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+HOOKS: list = []   # attention recorders (verify.counting) called on every attention product
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+           scale: Optional[float] = None) -> torch.Tensor:
+    """softmax(q k^T) v over the allowed pairs: one SDPA call, seen by the recorders first.
+    q [B, H, Sq, E], k [B, H, Sk, E], v [B, H, Sk, Ev] (Ev may differ: MLA)."""
+    for hook in HOOKS:
+        hook(q, k, v, mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def band(mask: torch.Tensor, past: int, window: Optional[int]) -> torch.Tensor:
+    """A causal mask [C, past + C] cut to a sliding window: query at position p reads keys
+    p - W + 1 .. p (W keys, itself included)."""
+    if window is None:
+        return mask
+    C, K = mask.shape[-2:]
+    q_pos = torch.arange(past, past + C, device=mask.device)[:, None]
+    k_pos = torch.arange(K, device=mask.device)[None, :]
+    return mask & (q_pos - k_pos < window)
+
+
 class KVCache(nn.Module):
-    """Preallocated K/V for B sequences; ``filled`` tokens are valid and attention reads only those."""
+    """Preallocated tensors for B sequences, one per named stream (K and V; for MLA also the
+    latent); ``filled`` tokens are valid and attention reads only those. A sliding-window layer
+    keeps its whole cache and masks it (a rolling buffer would shrink only the full rectangle)."""
 
-    def __init__(self, batch: int, max_len: int, h_kv: int, d_h: int, dtype, device) -> None:
+    def __init__(self, batch: int, max_len: int, shapes: dict[str, tuple[int, int]], dtype, device) -> None:
         super().__init__()
-        shape = (batch, h_kv, max_len, d_h)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.filled = 0
+        for name, (heads, width) in shapes.items():
+            self.register_buffer(name, torch.zeros(batch, heads, max_len, width, dtype=dtype, device=device),
+                                 persistent=False)
+        self.names = tuple(shapes)
+        self.filled = dict.fromkeys(shapes, 0)
+        self.capacity = max_len
 
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append k, v [B, H_kv, C, D]; return the filled prefix [B, H_kv, T + C, D]."""
-        start, end = self.filled, self.filled + k.shape[2]
-        if end > self.k.shape[2]:
-            raise ValueError(f"KV cache holds {self.k.shape[2]} tokens, asked for {end}")
-        self.k[:, :, start:end] = k
-        self.v[:, :, start:end] = v
-        self.filled = end
-        return self.k[:, :, :end], self.v[:, :, :end]
+    def append(self, **streams: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Append each stream [B, H, C, D] after its filled tokens; return the filled prefixes."""
+        out = {}
+        for name, x in streams.items():
+            start = self.filled[name]
+            end = start + x.shape[2]
+            if end > self.capacity:
+                raise ValueError(f"KV cache holds {self.capacity} tokens, asked for {end}")
+            buf = getattr(self, name)
+            buf[:, :, start:end] = x
+            self.filled[name] = end
+            out[name] = buf[:, :, :end]
+        return out
+
+    @property
+    def length(self) -> int:
+        return max(self.filled.values())
 
 
 class Attention(nn.Module):
-    def __init__(self, c: DecoderConfig) -> None:
-        super().__init__()
-        self.c = c
-        self.q_proj = nn.Linear(c.d, c.h_q * c.d_h, bias=False)
-        self.k_proj = nn.Linear(c.d, c.h_kv * c.d_h, bias=False)
-        self.v_proj = nn.Linear(c.d, c.h_kv * c.d_h, bias=False)
-        self.o_proj = nn.Linear(c.h_q * c.d_h, c.d, bias=False)
+    """GQA, with a sliding window where the layer has one."""
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                cache: Optional[KVCache]) -> torch.Tensor:
+    def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
+        super().__init__()
+        self.c, self.lc = c, lc
+        self.q_proj = nn.Linear(c.d, lc.h_q * lc.d_h, bias=False)
+        self.k_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
+        self.v_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
+        self.o_proj = nn.Linear(lc.h_q * lc.d_h, c.d, bias=False)
+
+    def cache_shapes(self) -> dict[str, tuple[int, int]]:
+        return {"k": (self.lc.h_kv, self.lc.d_h), "v": (self.lc.h_kv, self.lc.d_h)}
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask, cache: Optional[KVCache],
+                form: str = "naive") -> torch.Tensor:
         B, C, _ = x.shape
-        c = self.c
-        q = self.q_proj(x).view(B, C, c.h_q, c.d_h).transpose(1, 2)     # [B, H_q, C, D]
-        k = self.k_proj(x).view(B, C, c.h_kv, c.d_h).transpose(1, 2)    # [B, H_kv, C, D]
-        v = self.v_proj(x).view(B, C, c.h_kv, c.d_h).transpose(1, 2)
+        c, lc = self.c, self.lc
+        q = self.q_proj(x).view(B, C, lc.h_q, lc.d_h).transpose(1, 2)     # [B, H_q, C, D]
+        k = self.k_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)    # [B, H_kv, C, D]
+        v = self.v_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)
         if c.positions == "rope":
             q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
         if cache is not None:
-            k, v = cache.update(k, v)                                    # [B, H_kv, T + C, D]
-        group = c.h_q // c.h_kv                                           # GQA: query head h reads KV head h // group
+            got = cache.append(k=k, v=v)                                   # [B, H_kv, T + C, D]
+            k, v = got["k"], got["v"]
+        group = lc.h_q // lc.h_kv                                          # GQA: query head h reads KV head h // group
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        if isinstance(mask, Packed):   # varlen: one attention call per sequence, as varlen kernels do
-            ys, start = [], 0
-            for n in mask.lengths:
-                part = slice(start, start + n)
-                ys.append(F.scaled_dot_product_attention(q[:, :, part], k[:, :, part], v[:, :, part],
-                                                         attn_mask=causal_mask(n, device=x.device)))
-                start += n
-            y = torch.cat(ys, dim=2)
+        y = run_attention(q, k, v, mask, int(positions[0]), lc.W)
+        return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * lc.d_h))
+
+
+def run_attention(q, k, v, mask, past: int, window: Optional[int], scale: Optional[float] = None):
+    if isinstance(mask, Packed):   # varlen: one attention call per sequence, as varlen kernels do
+        ys, start = [], 0
+        for n in mask.lengths:
+            part = slice(start, start + n)
+            ys.append(attend(q[:, :, part], k[:, :, part], v[:, :, part],
+                             band(causal_mask(n, device=q.device), 0, window), scale))
+            start += n
+        return torch.cat(ys, dim=2)
+    return attend(q, k, v, band(mask, past, window), scale)                 # [B, H_q, C, Dv]
+
+
+class Absorb(nn.Module):
+    """A per-head product with a slice of a weight another module owns (MLA's absorbed form):
+    its own module so the FLOP counter can name it."""
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(x, weight)                                       # [B, H, C, a] x [H, a, b]
+
+
+class MLAttention(nn.Module):
+    """DeepSeek's multi-head latent attention, naive or absorbed.
+
+    Naive: Q (direct or LoRA), the latent c = kv_a(x) with the shared RoPE key, K_nope and V
+    up-projected from the latent for the new tokens, cached decompressed; scores over
+    d_nope + d_rope, values d_v. Absorbed: the query taken into the latent per head
+    (W_UK), scores over the cached latent and RoPE key, values in the latent, brought back to
+    d_v per head (W_UV). Both scale scores by 1/sqrt(d_nope + d_rope): the same function."""
+
+    def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
+        super().__init__()
+        self.c, self.lc = c, lc
+        qk = lc.d_nope + lc.d_rope
+        if lc.block.q_lora:
+            self.q_a_proj = nn.Linear(c.d, lc.r_q, bias=False)
+            self.q_a_norm = RMSNorm(lc.r_q, c.norm_eps, c.norm_scale)
+            self.q_b_proj = nn.Linear(lc.r_q, lc.h_q * qk, bias=False)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H_q, C, D]
-        return self.o_proj(y.transpose(1, 2).reshape(B, C, c.h_q * c.d_h))
+            self.q_proj = nn.Linear(c.d, lc.h_q * qk, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(c.d, lc.r_kv + lc.d_rope, bias=False)
+        self.kv_a_norm = RMSNorm(lc.r_kv, c.norm_eps, c.norm_scale)
+        self.kv_b_proj = nn.Linear(lc.r_kv, lc.h_q * (lc.d_nope + lc.d_v), bias=False)
+        self.o_proj = nn.Linear(lc.h_q * lc.d_v, c.d, bias=False)
+        self.q_absorb = Absorb()
+        self.v_absorb = Absorb()
+        self.scale = qk ** -0.5
+
+    def cache_shapes(self) -> dict[str, tuple[int, int]]:
+        lc = self.lc
+        return {"k": (lc.h_q, lc.d_nope + lc.d_rope), "v": (lc.h_q, lc.d_v), "latent": (1, lc.r_kv + lc.d_rope)}
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask, cache: Optional[KVCache],
+                form: str = "naive") -> torch.Tensor:
+        B, C, _ = x.shape
+        c, lc = self.c, self.lc
+        q_in = self.q_b_proj(self.q_a_norm(self.q_a_proj(x))) if lc.block.q_lora else self.q_proj(x)
+        q = q_in.view(B, C, lc.h_q, lc.d_nope + lc.d_rope).transpose(1, 2)
+        q_nope, q_rope = q.split([lc.d_nope, lc.d_rope], dim=-1)
+        c_kv, k_rope = self.kv_a_proj_with_mqa(x).split([lc.r_kv, lc.d_rope], dim=-1)
+        c_kv = self.kv_a_norm(c_kv)[:, None]                                # [B, 1, C, r_kv]
+        k_rope = k_rope[:, None]                                            # [B, 1, C, d_rope]
+        q_rope, k_rope = rope(q_rope, positions, c.rope_theta), rope(k_rope, positions, c.rope_theta)
+        latent = torch.cat([c_kv, k_rope], dim=-1)                          # [B, 1, C, r_kv + d_rope]
+        past = int(positions[0])
+        w_b = self.kv_b_proj.weight.detach().view(lc.h_q, lc.d_nope + lc.d_v, lc.r_kv)   # a module input: no grad
+        if form == "naive":
+            kv = self.kv_b_proj(c_kv[:, 0]).view(B, C, lc.h_q, lc.d_nope + lc.d_v).transpose(1, 2)
+            k_nope, v = kv.split([lc.d_nope, lc.d_v], dim=-1)
+            k = torch.cat([k_nope, k_rope.expand(B, lc.h_q, C, lc.d_rope)], dim=-1)
+            if cache is not None:
+                if cache.filled["k"] != cache.filled["latent"]:
+                    raise ValueError("a naive MLA step after absorbed ones: the decompressed cache is incomplete")
+                got = cache.append(k=k, v=v, latent=latent)
+                k, v = got["k"], got["v"]
+            y = run_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask, past, None, self.scale)
+        else:
+            if cache is not None:
+                latent = cache.append(latent=latent)["latent"]
+            q_lat = self.q_absorb(q_nope, w_b[:, :lc.d_nope, :])            # [B, H, C, r_kv]
+            keys = latent.expand(B, lc.h_q, latent.shape[2], lc.r_kv + lc.d_rope)
+            values = keys[..., :lc.r_kv]
+            y_lat = run_attention(torch.cat([q_lat, q_rope], dim=-1), keys, values, mask, past, None, self.scale)
+            y = self.v_absorb(y_lat, w_b[:, lc.d_nope:, :].transpose(1, 2))  # [B, H, C, d_v]
+        return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * lc.d_v))
 
 
 @dataclass(frozen=True)
@@ -140,13 +306,16 @@ class FeedForward(nn.Module):
 
 
 class MoEFeedForward(nn.Module):
-    """Router, top-k, and each expert run on exactly the tokens routed to it."""
+    """Router, top-k, each expert run on exactly the tokens routed to it; shared experts run
+    on every token (with a sigmoid gate where the layer has one: Qwen2-MoE)."""
 
-    def __init__(self, c: DecoderConfig) -> None:
+    def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
-        self.k = c.k
-        self.router = nn.Linear(c.d, c.E, bias=False)
-        self.experts = nn.ModuleList(FeedForward(c.d, c.m_e) for _ in range(c.E))
+        self.k = lc.k
+        self.router = nn.Linear(c.d, lc.E, bias=False)
+        self.experts = nn.ModuleList(FeedForward(c.d, lc.m_e) for _ in range(lc.E))
+        self.shared_experts = nn.ModuleList(FeedForward(c.d, lc.m_s) for _ in range(lc.E_s))
+        self.shared_expert_gate = nn.Linear(c.d, 1, bias=False) if lc.block.shared_gate else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, S, d = x.shape
@@ -161,19 +330,25 @@ class MoEFeedForward(nn.Module):
                 continue
             y = expert(x_TD[token].unsqueeze(0)).squeeze(0)               # [tokens_e, d]
             out_TD.index_add_(0, token, y * weights_TK[token, slot, None])
-        return out_TD.view(B, S, d)
+        out = out_TD.view(B, S, d)
+        if len(self.shared_experts):
+            shared = sum(expert(x) for expert in self.shared_experts)
+            if self.shared_expert_gate is not None:
+                shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
+            out = out + shared
+        return out
 
 
 class Block(nn.Module):
-    def __init__(self, c: DecoderConfig) -> None:
+    def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
-        self.attn = Attention(c)
+        self.attn = MLAttention(c, lc) if lc.mla else Attention(c, lc)
         self.ffn_norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
-        self.ffn = MoEFeedForward(c) if c.moe else FeedForward(c.d, c.m)
+        self.ffn = MoEFeedForward(c, lc) if lc.moe else FeedForward(c.d, lc.m)
 
-    def forward(self, x, positions, mask, cache):
-        x = x + self.attn(self.attn_norm(x), positions, mask, cache)
+    def forward(self, x, positions, mask, cache, form="naive"):
+        x = x + self.attn(self.attn_norm(x), positions, mask, cache, form)
         return x + self.ffn(self.ffn_norm(x))
 
 
@@ -183,23 +358,24 @@ class Decoder(nn.Module):
         self.c = c
         self.embed = nn.Embedding(c.V, c.d)
         self.position = nn.Embedding(c.max_positions, c.d) if c.positions == "table" else None
-        self.layers = nn.ModuleList(Block(c) for _ in range(c.L))
+        self.layers = nn.ModuleList(Block(c, lc) for lc in c.layers)
         self.norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
         self.lm_head = nn.Linear(c.d, c.V, bias=False)
 
     def new_cache(self, batch: int, max_len: int) -> list[KVCache]:
         p = self.lm_head.weight
-        return [KVCache(batch, max_len, self.c.h_kv, self.c.d_h, p.dtype, p.device) for _ in self.layers]
+        return [KVCache(batch, max_len, layer.attn.cache_shapes(), p.dtype, p.device) for layer in self.layers]
 
     def forward(self, tokens: torch.Tensor, mask, past: int = 0,
                 cache: Optional[list[KVCache]] = None, logits: str = "last",
-                rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> Optional[torch.Tensor]:
+                rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None, form: str = "naive") -> Optional[torch.Tensor]:
         """tokens [B, C] after ``past`` cached ones; ``mask`` [C, past + C] (True = may attend)
-        or ``Packed(lengths)``.
+        or ``Packed(lengths)``; sliding-window layers cut it to their window.
 
         ``logits``: ``last`` -- the LM head on the positions ``rows`` = (batch index, position)
         (default: each sequence's last position), giving [R, V]; ``all`` -- every position,
         [B, C, V]; ``none`` -- no LM head (a chunk that is not the prompt's last).
+        ``form``: the MLA form (``naive`` or ``absorbed``) for MLA layers.
         """
         B, C = tokens.shape
         positions = torch.arange(past, past + C, device=tokens.device)
@@ -207,7 +383,7 @@ class Decoder(nn.Module):
         if self.position is not None:
             x = x + self.position(positions)[None]
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, mask, cache[i] if cache is not None else None)
+            x = layer(x, positions, mask, cache[i] if cache is not None else None, form)
         if logits == "none":
             return None
         x = self.norm(x)

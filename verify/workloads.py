@@ -94,24 +94,27 @@ def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device) -> J
 def decode(spec: ModelSpec, context: int, batch: int, tile, device) -> Job:
     toks = _tokens(batch, 1, spec["V"], 4, device)
     mask = causal_mask(1, context, device=device)
+    form = calc.mla_form("decode", "auto")
     return Job("decode", f"B={batch} T={context}",
                lambda m: _fill(m, batch, context, context + 1, device),
-               lambda m, cache: m(toks, mask, context, cache),
+               lambda m, cache: m(toks, mask, context, cache, form=form),
                lambda conv: calc.decode(spec, context, batch, conv, tile))
 
 
 def greedy(model: Decoder, prompt: torch.Tensor, new: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Prefill, then new-1 cached decode steps; returns all tokens and each step's logits."""
+    """Prefill, then new-1 cached decode steps; returns all tokens and each step's logits.
+    MLA layers run the forms ``calc`` charges by default: naive prefill, absorbed steps."""
     batch, seq = prompt.shape
     cache = model.new_cache(batch, seq + new)
     device = prompt.device
-    logits = model(prompt, causal_mask(seq, device=device), 0, cache)
+    step_form = calc.mla_form("decode_phase", "auto")
+    logits = model(prompt, causal_mask(seq, device=device), 0, cache, form=calc.mla_form("prefill", "auto"))
     steps, tokens = [logits], prompt
     for step in range(new - 1):
         nxt = logits.argmax(-1, keepdim=True)
         tokens = torch.cat([tokens, nxt], dim=1)
         past = seq + step
-        logits = model(nxt, causal_mask(1, past, device=device), past, cache)
+        logits = model(nxt, causal_mask(1, past, device=device), past, cache, form=step_form)
         steps.append(logits)
     return torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1), steps
 

@@ -109,12 +109,23 @@ def attention_flops(convention: str, past: sp.Expr, new: sp.Expr, arch=None) -> 
     check_convention(convention)
     kind = _block(arch)
     unit = per_query_flops(sp.Integer(1), kind)          # FLOPs per query-key pair, all layers
-    if new == 1:  # one query reads its legal keys under every convention but full (a single tile)
-        keys = past + 1 if convention == "full" else legal_keys(kind, past + 1)
-        return sp.expand(unit * keys)
+    if new == 1:  # one query: a single query tile
+        return _expand(unit * single_query_keys(convention, kind, past + 1))
     if convention == "tiled":
         return tiled_attention_flops(past, new, kind)
     return _expand(unit * pairs(convention, past, new, kind))
+
+
+def single_query_keys(convention: str, kind: Block, position: sp.Expr) -> sp.Expr:
+    """Keys one query at ``position`` reads: all cached keys and its own under full; its
+    legal keys under causal; under tiled the whole key tiles its legal keys fall in -- the
+    same as causal without a window (tiles from key 0 up to itself), more with one (the
+    first tile of the window may start before it)."""
+    if convention == "full":
+        return position
+    if convention == "tiled" and kind.attention == "window":
+        return position - sp.floor(sp.Max(position - s.W, 0) / s.b_k) * s.b_k
+    return legal_keys(kind, position)
 
 
 def tiled_attention_flops(past: sp.Expr, new: sp.Expr, arch=None) -> sp.Expr:

@@ -24,7 +24,7 @@ import sympy as sp
 
 from .. import symbols as s
 from ..blocks import Block, parse
-from .attention import attention_flops, check_convention, per_query_flops, position_sum
+from .attention import attention_flops, check_convention, per_query_flops, position_sum, single_query_keys
 from .breakdown import Breakdown
 from .linear import linear_terms, lm_head_flops
 
@@ -92,11 +92,14 @@ def decode_phase(arch: str, convention: str = "causal") -> Breakdown:
     kind = parse(arch) if isinstance(arch, str) else arch
     others = Breakdown({n: e for n, e in step.terms.items() if n != "attention"})
     phase = summed(others.map(lambda e: e.subs(s.T, s.S + s.j - 1)), s.j, 1, s.N - 1)
-    read = Block() if convention == "full" else kind      # full: no window cap
-    keys = position_sum(read, s.S + 1, s.S + s.N - 1)
+    if convention == "tiled" and kind.attention == "window":   # whole key tiles: no closed form
+        keys = sp.Sum(single_query_keys(convention, kind, s.S + s.j), (s.j, 1, s.N - 1))
+    else:
+        read = Block() if convention == "full" else kind      # full: no window cap
+        keys = position_sum(read, s.S + 1, s.S + s.N - 1)
     attention = s.B * per_query_flops(sp.Integer(1), kind) * keys
     terms = dict(phase.terms)
-    terms["attention"] = attention if attention.has(sp.Min, sp.Max) else sp.expand(attention)
+    terms["attention"] = attention if attention.has(sp.Min, sp.Max, sp.Sum) else sp.expand(attention)
     return Breakdown({n: terms[n] for n in step.terms})
 
 

@@ -20,4 +20,13 @@ py verify --preset "$BIG" --device "$DEV" --dtype "$DT" ${LAYERS:+--layers $LAYE
 # 2. MoE with reduced layers: every workload.
 py verify --preset qwen3-30b-a3b --device "$DEV" --dtype "$DT" $( [ "${DRY:-0}" = 1 ] && echo --layers 1 --vocab 1000 || echo --layers 2 ) \
    --seq "$SEQ_MOE" --tile 128 --repeats "$REP" --report "$OUT/moe" 2>&1 | tee "$OUT/moe.log"
+# 3. Sliding windows beside global layers, MoE (gpt-oss-20b: one layer of each kind).
+py verify --preset gpt-oss-20b --device "$DEV" --dtype "$DT" --layers 2 $( [ "${DRY:-0}" = 1 ] && echo --vocab 1000 ) \
+   --seq "$SEQ_MOE" --tile 128 --repeats "$REP" --report "$OUT/window" 2>&1 | tee "$OUT/window.log"
+# 4. MLA (naive prefill, absorbed decode), dense-first and shared experts: deepseek-v3, one layer of each kind
+#    (~25 GB of bf16 weights: GPU only).
+if [ "${DRY:-0}" != 1 ]; then
+  py verify --preset deepseek-v3 --device "$DEV" --dtype "$DT" --layers 2 --seq 2048 --tile 128 \
+     --repeats "$REP" --report "$OUT/mla" 2>&1 | tee "$OUT/mla.log"
+fi
 echo "gpu_check: done, reports in $OUT"

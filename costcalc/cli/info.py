@@ -16,7 +16,9 @@ FORMULA_WORKLOADS = list(FORMULAS)
 
 def formula(
     workload: Annotated[str, typer.Argument(help=f"One of: {', '.join(FORMULA_WORKLOADS)}.")],
-    arch: Annotated[str, typer.Option(help=f"Architecture: {' or '.join(ARCHS)}.")] = "dense",
+    arch: Annotated[str, typer.Option(help=f"Block kind: {' or '.join(ARCHS)}, or ATTENTION.FFN with attention "
+                                           "gqa, window, mla, mla_q (+ -absorbed) and FFN dense, moe, "
+                                           "moe_shared, moe_shared_gate (e.g. window.moe, mla_q-absorbed.moe_shared).")] = "dense",
     convention: ConventionOpt = Convention.causal,
     logits: LogitsOpt = Logits.last,
     latex: Annotated[bool, typer.Option("--latex", help="Print LaTeX instead of plain text.")] = False,
@@ -27,9 +29,19 @@ def formula(
     from ..errors import CostcalcError
     from ..formulas import describe, formula_rows
 
-    if arch not in ARCHS:
-        raise CostcalcError(f"--arch must be one of {', '.join(ARCHS)}, got {arch!r}")
-    rows = [r for c in conventions(convention) for r in formula_rows(workload, arch, c, logits.value)]
+    from ..blocks import parse
+
+    try:
+        parse(arch)
+    except ValueError as exc:
+        raise CostcalcError(f"--arch must be one of {', '.join(ARCHS)} or a block kind ATTENTION.FFN: {exc}") from None
+    try:
+        rows = [r for c in conventions(convention) for r in formula_rows(workload, arch, c, logits.value)]
+    except (ValueError, ArithmeticError, NotImplementedError) as exc:
+        if parse(arch).attention == "window":
+            raise CostcalcError(f"formula {workload} --arch {arch}: a sliding window makes it piecewise; "
+                                f"'costcalc crossover' solves it per model (it may be 'never')") from None
+        raise CostcalcError(f"formula {workload} --arch {arch}: {' '.join(str(exc).split())}") from None
     if fmt not in (None, Format.table) or (output is not None and fmt is None and output.suffix != ".txt"):
         emit(rows, fmt, output)
         return

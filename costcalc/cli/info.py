@@ -145,8 +145,8 @@ def _summary(spec) -> dict:
 def _groups(spec) -> dict:
     if spec.uniform:
         return {}
-    return {f"layers[{i}]": f"{g.count} x {g.arch} "
-            + " ".join(f"{k}={v}" for k, v in g.sizes.items() if spec.sizes.get(k) != v)
+    return {f"layers[{i}]": " ".join([f"{g.count} x {g.arch}"]
+                                     + [f"{k}={v}" for k, v in g.sizes.items() if spec.sizes.get(k) != v])
             for i, g in enumerate(spec.groups, start=1)}
 
 

@@ -39,24 +39,18 @@ KINDS: dict[str, Callable[[str, str, str], Breakdown | dict]] = {
 }
 
 HELPERS = '''
-def _min(*xs):
-    if any(hasattr(x, "__array__") for x in xs):
-        import numpy
-        out = xs[0]
-        for x in xs[1:]:
-            out = numpy.minimum(out, x)
-        return out
-    return min(xs)
+def _pick(numpy_name, builtin):
+    def pick(*xs):
+        if any(hasattr(x, "__array__") for x in xs):   # arrays: numpy.minimum / numpy.maximum
+            import functools
+            import numpy
+            return functools.reduce(getattr(numpy, numpy_name), xs)
+        return builtin(xs)
+    return pick
 
 
-def _max(*xs):
-    if any(hasattr(x, "__array__") for x in xs):
-        import numpy
-        out = xs[0]
-        for x in xs[1:]:
-            out = numpy.maximum(out, x)
-        return out
-    return max(xs)
+_min = _pick("minimum", min)
+_max = _pick("maximum", max)
 
 
 def _cdiv(a, b):
@@ -120,9 +114,17 @@ def _fraction(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
 
 
 def bound_expr(expr: sp.Expr) -> sp.Expr | None:
-    """Sum of |monomials| of the integer numerator, or None if ``expr`` is not a polynomial."""
-    if expr.has(sp.Sum, sp.Min, sp.Max, sp.ceiling, sp.floor, sp.Piecewise):
+    """Sum of |monomials| of the integer numerator -- with each Min/Max (window splits, whose
+    arguments are never negative) replaced by the sum of its arguments, an upper bound of it --
+    or None where the term is not evaluated over arrays (sums over tiles, ceilings, floors)."""
+    if expr.has(sp.Sum, sp.ceiling, sp.floor, sp.Piecewise):
         return None
+    if expr.has(sp.Min, sp.Max):
+        num, den = _fraction(expr)
+        if den.free_symbols:
+            return None
+        wide = num.replace(sp.Min, lambda *a: sp.Add(*a)).replace(sp.Max, lambda *a: sp.Add(*a))
+        return bound_expr(sp.expand(wide))
     num, den = _fraction(expr)
     if den.free_symbols:
         return None
@@ -179,7 +181,8 @@ def source(kind: str, arch: str, convention: str, logits: str, stamp: str = "") 
         vector[name] = bound is not None
         if bound is not None:
             lines.append(f"def {name}__bound({_args(bound)}**_):\n    return {_float_code(bound)}\n")
-            polys[name] = polynomial(expr)
+            if not expr.has(sp.Min, sp.Max):
+                polys[name] = polynomial(expr)
     lines.append(f"TERMS = {tuple(terms)!r}")
     lines.append(f"OUTPUTS = {outputs!r}")
     lines.append(f"VECTOR = {vector!r}")

@@ -98,8 +98,11 @@ class Compiled:
             bounds[name] = self._bound[name](**scalars, **peak)
             if bounds[name] < INT64_SAFE:
                 got[name] = np.broadcast_to(np.asarray(self._fn[name](**scalars, **arrays), np.int64), (n,))
-            else:
+            elif name in self._poly:
                 got[name] = self._big(name, scalars, arrays, peak, n, monomials)
+            else:   # Min/Max past int64: the same code over arrays of Python ints
+                big = {k: a.astype(object) for k, a in arrays.items()}
+                got[name] = np.broadcast_to(np.asarray(self._fn[name](**scalars, **big), object), (n,)).tolist()
         out: dict[str, list[int]] = {}
         done: dict[tuple[str, ...], list[int]] = {}   # sums already formed, by their parts
         for name, parts in self.outputs.items():

@@ -26,10 +26,11 @@ from .errors import CostcalcError
 from .spec import ModelSpec
 
 WHATS = ("prefill", "decode", "generate")
-TERM_LABELS = {"attn_proj": "QKVO projections", "ffn": "FFN (SwiGLU)", "router": "router",
-               "experts": "experts", "attention": "attention (QK^T, AV)", "lm_head": "LM head"}
+TERM_LABELS = {"attn_proj": "attention projections", "ffn": "FFN (SwiGLU)", "router": "router",
+               "experts": "routed experts", "shared_experts": "shared experts",
+               "attention": "attention (QK^T, AV)", "lm_head": "LM head"}
 COLORS = {"attn_proj": "#4C72B0", "ffn": "#55A868", "router": "#8172B2", "experts": "#64B5CD",
-          "attention": "#C44E52", "lm_head": "#CCB974"}
+          "shared_experts": "#937860", "attention": "#C44E52", "lm_head": "#CCB974"}
 CONVENTION_STYLE = {"causal": "-", "full": "--", "tiled": ":"}
 DECADES = 2   # a value range wider than this many decades gets a log axis
 
@@ -88,9 +89,14 @@ def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt:
     out = []
     if what == "prefill":
         at = rows["prefill_attention_equals_linear"]["tokens"]
+        if at is None:      # never: sliding windows keep attention below the linear layers
+            return [{"x": None, "label": "attention never reaches the linear layers (sliding windows)",
+                     "convention": convention}]
         label = f"attention = linear at S = {at:,.0f}"
     else:
         t_equal = rows["decode_t_equal"]["tokens"]
+        if t_equal is None:
+            return [{"x": None, "label": "T_equal: never (sliding windows)", "convention": convention}]
         at = t_equal if what == "decode" else t_equal - prompt + 2
         label = f"T_equal = {t_equal:,.0f}" + ("" if what == "decode" else f" (token {at:,.0f})")
     if xs[0] <= at <= xs[-1]:
@@ -186,6 +192,11 @@ def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str]
         for marker in _markers(spec, what, conv, xs, prompt):
             if len(conventions) > 1:
                 marker["label"] += f" ({conv})"
+            if marker["x"] is None:
+                ax.text(0.98, 0.03, marker["label"], transform=ax.transAxes, ha="right", va="bottom",
+                        fontsize=8, color="dimgrey")
+                panel["markers"].append(marker)
+                continue
             ax.axvline(marker["x"], color="dimgrey", linestyle="-.", linewidth=1)
             ax.annotate(marker["label"], xy=(marker["x"], 0.97), xycoords=("data", "axes fraction"),
                         xytext=(-4, 0), textcoords="offset points", rotation=90, va="top", ha="right",

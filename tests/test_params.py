@@ -96,7 +96,7 @@ def test_importing_a_config_gives_the_preset(name):
 def test_every_family_is_covered_by_a_real_config():
     families = {json.loads((CONFIGS / f"{n}.json").read_text())["model_type"] for n in CONFIG_FILES}
     assert {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3",
-            "gpt_oss", "gemma2", "gemma3"} <= families
+            "gpt_oss", "gemma2", "gemma3", "deepseek_v2"} <= families
 
 
 def structure(name):
@@ -109,6 +109,7 @@ def test_layer_structures_read_from_the_configs():
     assert structure("gemma-2-9b") == [(21, "window.dense"), (21, "gqa.dense")]
     assert structure("gemma-3-12b") == [(40, "window.dense"), (8, "gqa.dense")]
     assert structure("mistral-7b-v0.1") == [(32, "window.dense")]
+    assert structure("deepseek-v2-lite") == [(1, "mla.dense"), (26, "mla.moe_shared")]
     assert structure("qwen1.5-moe-a2.7b") == [(24, "gqa.moe_shared_gate")]
     assert presets.load("gemma-3-12b").groups[0].sizes["W"] == 1024
 

@@ -102,3 +102,13 @@ def test_without_matplotlib_the_error_says_how_to_install(monkeypatch, tmp_path)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(CostcalcError, match=r"pip install 'costcalc\[plot\]'"):
         plot.figure("prefill", [presets.load("toy")], [1, 2], tmp_path / "x.png")
+
+
+def test_a_hybrid_and_an_all_windowed_model_side_by_side(tmp_path):
+    specs = [presets.load("mistral-7b-v0.1"), presets.load("deepseek-v3")]
+    drawn = plot.figure("prefill", specs, [2**p for p in range(10, 21)], tmp_path / "h.svg")
+    never, mla = drawn.panels
+    assert [m["x"] for m in never["markers"]] == [None] and "never" in never["markers"][0]["label"]
+    assert "shared_experts" in mla["series"] and mla["markers"][0]["x"] > 0
+    text = (tmp_path / "h.svg").read_text()
+    assert "never reaches" in text and "shared experts" in text

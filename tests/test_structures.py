@@ -188,3 +188,16 @@ def test_hybrid_crossover_is_where_attention_meets_linear():
         gap = [calc.decode(spec, k - 1) for k in (below, above)]    # decode reads K = T + 1 keys
         assert gap[0]["attention_flops"] < gap[0]["linear_flops"]
         assert gap[1]["attention_flops"] > gap[1]["linear_flops"]
+
+
+def test_a_generation_is_its_prefill_plus_its_decode_steps_for_every_structure():
+    for name in ("gpt-oss-20b", "deepseek-v3", "gemma-3-12b", "qwen1.5-moe-a2.7b"):
+        spec = presets.load(name)
+        for conv in ("causal", "full", "tiled"):
+            prompt, new = 1500, 40
+            rows = calc.generate(spec, prompt, new, 3, conv, tile=(64, 32))
+            first = calc.prefill(spec, prompt, 3, conv, tile=(64, 32))
+            steps = [calc.decode(spec, prompt + j - 1, 3, conv, tile=(64, 32)) for j in range(1, new)]
+            for key in ("attention_flops", "linear_flops", "total_flops"):
+                assert rows[0][key] == first[key], (name, conv, key)
+                assert rows[1][key] == sum(r[key] for r in steps), (name, conv, key)

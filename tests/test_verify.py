@@ -138,5 +138,5 @@ def test_gpu_check_script_logic_on_cpu(tmp_path):
     proc = subprocess.run(["bash", str(root / "verify" / "gpu_check.sh")], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    for part in ("dense", "moe"):
+    for part in ("dense", "moe", "window"):
         assert "0 mismatches" in (tmp_path / part / "report.md").read_text()

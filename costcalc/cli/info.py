@@ -9,7 +9,7 @@ import typer
 from .. import calc, notes, presets
 from ..vocab import ARCHS, FORMULAS
 from .options import (write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, conventions, emit, model)
+                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, conventions, emit, model, models)
 
 FORMULA_WORKLOADS = list(FORMULAS)
 
@@ -70,7 +70,8 @@ def crossover(
     output: OutputOpt = None,
 ) -> None:
     """T_equal for decode, and the prefill length where attention equals the linear layers."""
-    emit(calc.crossover(model(preset, preset_file, config), mla=mla), fmt, output, [notes.CROSSOVER])
+    rows = [row for spec in models(preset, preset_file, config) for row in calc.crossover(spec, mla=mla)]
+    emit(rows, fmt, output, [notes.CROSSOVER])
 
 
 presets_app = typer.Typer(help="Built-in model presets.", invoke_without_command=True,

@@ -201,3 +201,11 @@ def test_an_unknown_preset_in_a_list_is_named(capsys):
     code, out, err = run(capsys, "prefill", "--preset", "llama-3.1-8b,llama-9", "--seq", "8")
     assert code == 2 and out == ""
     assert err.startswith("error: unknown preset 'llama-9'") and len(err.splitlines()) == 1
+
+
+def test_crossover_of_several_presets_says_never_where_it_is(capsys):
+    code, out, err = run(capsys, "crossover", "--preset", "llama-3.1-8b,mistral-7b-v0.1", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["preset"] for r in rows] == ["llama-3.1-8b"] * 3 + ["mistral-7b-v0.1"] * 3
+    assert rows[0]["exact"] == "26624" and rows[3]["exact"] == "never" and rows[3]["tokens"] is None

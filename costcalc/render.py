@@ -176,7 +176,7 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = ()) -> st
         return "  ".join(v.rjust(w) if r else v.ljust(w)
                          for v, w, r in zip(values, widths, right)).rstrip()
 
-    out = [header, "", line(titles), line(["-" * w for w in widths])]
+    out = ([header, ""] if header else []) + [line(titles), line(["-" * w for w in widths])]
     out += [line(r) for r in cells]
     conventions = {str(r.get("convention")) for r in rows}
     logits = {str(r.get("logits")) for r in rows if "logits" in r}

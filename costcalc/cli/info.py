@@ -83,8 +83,20 @@ def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
     """List the built-in presets with their key sizes."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = [_summary(spec) for spec in presets.load_all()]
+    specs = presets.load_all()
+    if fmt in (None, Format.table) and (output is None or output.suffix == ".txt"):
+        rows = [_compact(spec) for spec in specs]     # the table: one readable line a model
+    else:
+        rows = [_summary(spec) for spec in specs]     # CSV / Markdown / JSON: every field
     emit(rows, fmt, output)
+
+
+def _compact(spec) -> dict:
+    params = calc.parameters(spec)
+    return {"preset": spec.name, "title": spec.title, "layers": " + ".join(f"{g.count} x {g.arch}" + (f" (W={g.sizes['W']})" if "W" in g.sizes else "")
+                           for g in spec.groups),
+            "d": spec["d"], "V": spec["V"], "total_params": _billions(params["total_params"]),
+            "active_params": _billions(params["active_params"])}
 
 
 @presets_app.command("show")

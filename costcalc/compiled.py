@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 _PACKAGE = Path(__file__).resolve().parent
 # The files whose content decides the generated code.
-SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "core/*.py")
+SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "core/*.py")
 INT64_SAFE = 2**62  # bound below which every intermediate fits int64 with room to spare
 
 

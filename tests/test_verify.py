@@ -68,6 +68,14 @@ def test_real_structures_are_exact_too(data):
     assert any("within tolerance" in line for line in outcome.extras)
 
 
+@pytest.mark.parametrize("mla", ["naive", "absorbed"])
+def test_mla_forms_forced_everywhere_are_exact(mla):
+    spec = from_dict(STRUCTURES[2], "mixed")
+    outcome = verify(spec, device="cpu", dtype="float64", seqs=(9,), batch=1, tile=(4, 4), repeats=0,
+                     show_progress=False, mla=mla)
+    assert outcome.ok and len(outcome.checks) > 50
+
+
 def test_mla_absorbed_and_naive_compute_the_same_function():
     spec = from_dict(STRUCTURES[1], "mla")
     model = build.from_spec(spec, dtype=torch.float64)

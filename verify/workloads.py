@@ -41,40 +41,41 @@ def _fill(model: Decoder, batch: int, prefix: int, capacity: int, device):
     return cache
 
 
-def prefill(spec: ModelSpec, seq: int, batch: int, tile, device) -> Job:
+def prefill(spec: ModelSpec, seq: int, batch: int, tile, device, mla: str = "auto") -> Job:
     toks = _tokens(batch, seq, spec["V"], 0, device)
     mask = causal_mask(seq, device=device)
     return Job("prefill", f"B={batch} S={seq}", lambda m: None,
-               lambda m, _: m(toks, mask),
-               lambda conv: calc.prefill(spec, seq, batch, conv, "last", tile))
+               lambda m, _: m(toks, mask, form=calc.mla_form("prefill", mla)),
+               lambda conv: calc.prefill(spec, seq, batch, conv, "last", tile, mla))
 
 
-def varlen(spec: ModelSpec, lengths: list[int], padded: bool, tile, device) -> Job:
+def varlen(spec: ModelSpec, lengths: list[int], padded: bool, tile, device, mla: str = "auto") -> Job:
     name = "varlen_padded" if padded else "varlen_packed"
     detail = f"lengths={','.join(map(str, lengths))}"
-    expected = lambda conv: calc.varlen_prefill(spec, lengths, padded, conv, "last", tile)
+    expected = lambda conv: calc.varlen_prefill(spec, lengths, padded, conv, "last", tile, mla)
+    form = calc.mla_form("prefill", mla)
     if padded:
         toks = _tokens(len(lengths), max(lengths), spec["V"], 0, device)
         mask = causal_mask(max(lengths), device=device)
         rows = (torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device) - 1)
-        return Job(name, detail, lambda m: None, lambda m, _: m(toks, mask, rows=rows), expected)
+        return Job(name, detail, lambda m: None, lambda m, _: m(toks, mask, rows=rows, form=form), expected)
     toks = _tokens(1, sum(lengths), spec["V"], 0, device)
     ends = torch.tensor(lengths, device=device).cumsum(0) - 1
     rows = (torch.zeros_like(ends), ends)
     return Job(name, detail, lambda m: None,
-               lambda m, _: m(toks, Packed(tuple(lengths)), rows=rows), expected)
+               lambda m, _: m(toks, Packed(tuple(lengths)), rows=rows, form=form), expected)
 
 
-def chunk(spec: ModelSpec, new: int, prefix: int, batch: int, tile, device) -> Job:
+def chunk(spec: ModelSpec, new: int, prefix: int, batch: int, tile, device, mla: str = "auto") -> Job:
     toks = _tokens(batch, new, spec["V"], 2, device)
     mask = causal_mask(new, prefix, device=device)
     return Job("chunk", f"B={batch} C={new} T={prefix}",
                lambda m: _fill(m, batch, prefix, prefix + new, device),
-               lambda m, cache: m(toks, mask, prefix, cache),
-               lambda conv: calc.cached_prefill(spec, new, prefix, batch, conv, "last", tile))
+               lambda m, cache: m(toks, mask, prefix, cache, form=calc.mla_form("chunk", mla)),
+               lambda conv: calc.cached_prefill(spec, new, prefix, batch, conv, "last", tile, mla))
 
 
-def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device) -> Job:
+def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device, mla: str = "auto") -> Job:
     toks = _tokens(batch, seq, spec["V"], 3, device)
     schedule = calc.chunk_schedule(seq, size)
 
@@ -83,32 +84,32 @@ def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device) -> J
         for i, n in enumerate(schedule):
             last = i == len(schedule) - 1
             m(toks[:, done:done + n], causal_mask(n, done, device=device), done, cache,
-              logits="last" if last else "none")
+              logits="last" if last else "none", form=calc.mla_form("chunk", mla))
             done += n
 
     return Job("chunked", f"B={batch} S={seq} chunk={size}",
                lambda m: m.new_cache(batch, seq), run,
-               lambda conv: calc.chunked(spec, seq, size, 0, batch, conv, "last", tile)[-2])
+               lambda conv: calc.chunked(spec, seq, size, 0, batch, conv, "last", tile, mla)[-2])
 
 
-def decode(spec: ModelSpec, context: int, batch: int, tile, device) -> Job:
+def decode(spec: ModelSpec, context: int, batch: int, tile, device, mla: str = "auto") -> Job:
     toks = _tokens(batch, 1, spec["V"], 4, device)
     mask = causal_mask(1, context, device=device)
-    form = calc.mla_form("decode", "auto")
+    form = calc.mla_form("decode", mla)
     return Job("decode", f"B={batch} T={context}",
                lambda m: _fill(m, batch, context, context + 1, device),
                lambda m, cache: m(toks, mask, context, cache, form=form),
-               lambda conv: calc.decode(spec, context, batch, conv, tile))
+               lambda conv: calc.decode(spec, context, batch, conv, tile, mla))
 
 
-def greedy(model: Decoder, prompt: torch.Tensor, new: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def greedy(model: Decoder, prompt: torch.Tensor, new: int, mla: str = "auto") -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Prefill, then new-1 cached decode steps; returns all tokens and each step's logits.
-    MLA layers run the forms ``calc`` charges by default: naive prefill, absorbed steps."""
+    MLA layers run the forms ``calc`` charges (auto: naive prefill, absorbed steps)."""
     batch, seq = prompt.shape
     cache = model.new_cache(batch, seq + new)
     device = prompt.device
-    step_form = calc.mla_form("decode_phase", "auto")
-    logits = model(prompt, causal_mask(seq, device=device), 0, cache, form=calc.mla_form("prefill", "auto"))
+    step_form = calc.mla_form("decode_phase", mla)
+    logits = model(prompt, causal_mask(seq, device=device), 0, cache, form=calc.mla_form("prefill", mla))
     steps, tokens = [logits], prompt
     for step in range(new - 1):
         nxt = logits.argmax(-1, keepdim=True)
@@ -129,8 +130,8 @@ def recompute_gap(model: Decoder, tokens: torch.Tensor, steps: list[torch.Tensor
     return gap
 
 
-def generate(spec: ModelSpec, prompt: int, new: int, batch: int, tile, device) -> Job:
+def generate(spec: ModelSpec, prompt: int, new: int, batch: int, tile, device, mla: str = "auto") -> Job:
     toks = _tokens(batch, prompt, spec["V"], 5, device)
     return Job("generate", f"B={batch} S={prompt} N={new}", lambda m: None,
-               lambda m, _: greedy(m, toks, new),
-               lambda conv: calc.generate(spec, prompt, new, batch, conv, "last", tile)[-1])
+               lambda m, _: greedy(m, toks, new, mla),
+               lambda conv: calc.generate(spec, prompt, new, batch, conv, "last", tile, mla)[-1])

@@ -15,16 +15,13 @@ import operator
 
 from . import compiled
 from .errors import CostcalcError
+from .render import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
-from .vocab import TERM_ORDER
-
-LINEAR_PARTS = ("attn_proj", "ffn", "router", "experts", "shared_experts")
+from .vocab import CONVENTIONS, LINEAR_PARTS, LOGITS, TERM_ORDER
 
 Row = dict[str, Any]
 Table = dict[str, list]    # columns of equal length, in row order
 
-CONVENTIONS = ("causal", "full", "tiled")
-LOGITS = ("last", "all")
 DEFAULT_TILE = (128, 128)
 SMALL = 256   # up to this many points a sweep is evaluated point by point (no numpy import)
 
@@ -121,8 +118,7 @@ def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: st
     if workload == "decode":
         out["total_flops_per_token"] = list(map(int.__floordiv__, out["total_flops"], out["batch"]))
     if workload == "train":
-        per_token = 6 * (executed_linear_params(spec, mla_form("train", mla)) + spec["d"] * spec["V"])
-        out["rule_6p_flops"] = [per_token * b * q for b, q in zip(out["batch"], out["seq"])]
+        out["rule_6p_flops"] = [rule_6p(spec, b * q, mla) for b, q in zip(out["batch"], out["seq"])]
         out["ratio_to_6p"] = [round(t / r, 4) for t, r in zip(out["total_flops"], out["rule_6p_flops"])]
     return out
 
@@ -132,21 +128,8 @@ def _mla_column(spec: ModelSpec, kind: str, mla: str) -> dict[str, str]:
     return {"mla": mla_form(kind, mla)} if spec.has_mla else {}
 
 
-def _ordered_row(row: Row) -> Row:
-    """A row with its breakdown columns in the one term order."""
-    flops = [f"{t}_flops" for t in TERM_ORDER if f"{t}_flops" in row]
-    head = [k for k in row if k not in flops and not k.endswith("_flops")]
-    return {k: row[k] for k in head + flops + [k for k in row if k.endswith("_flops") and k not in flops]}
-
-
 def _ints(values: Any) -> list[int]:
     return values.tolist() if hasattr(values, "tolist") else [int(v) for v in values]
-
-
-def rows(columns: Table) -> list[Row]:
-    """A table as a list of row dicts."""
-    names = list(columns)
-    return [dict(zip(names, values)) for values in zip(*columns.values())]
 
 
 def _one(spec: ModelSpec, workload: str, convention: str, logits: str,
@@ -231,10 +214,7 @@ def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int =
                     **_mla_column(spec, "chunk", mla), "phase": f"chunk {index}", "batch": batch, "seq": seq,
                     "chunk": size, "prefix": prefix + done, "logits": logits,
                     **{f"{name}_flops": value[0] for name, value in flops.items()}})
-        if mode == "none":
-            out[-1]["lm_head_flops"] = 0
         done += size
-    out = [_ordered_row(r) for r in out]
     total = total_row(out, phase="total", chunk=chunk, prefix=prefix)
     single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile, mla)
     single.update(workload="chunked", phase="unchunked", seq=seq, chunk=seq)
@@ -272,8 +252,7 @@ def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "l
                            {"B": batch, "S": seq, "N": new_tokens}, mla)
     phases = {"prefill": {k: v for k, v in first.items() if k.endswith("_flops")},
               "decode": {f"{k}_flops": v for k, v in steps.items()}}
-    phases["total"] = {k: list(map(int.__add__, phases["prefill"][k], phases["decode"][k]))
-                       for k in phases["prefill"]}
+    phases["total"] = {k: _add([phases["prefill"][k], phases["decode"][k]]) for k in phases["prefill"]}
     labels = {k: v for k, v in first.items() if not k.endswith("_flops")}
     labels["new_tokens"] = _ints(new_tokens) if n > SMALL else [int(v) for v in new_tokens]
     out: Table = {}
@@ -390,9 +369,9 @@ def parameters(spec: ModelSpec) -> Row:
             "block_params": blocks_total, "block_active_params": blocks_active}
 
 
-def rule_6p(spec: ModelSpec, tokens: int) -> int:
+def rule_6p(spec: ModelSpec, tokens: int, mla: str = "auto") -> int:
     """The 6P-per-token rule of thumb, P = executed linear + LM head parameters per token."""
-    return 6 * (executed_linear_params(spec) + spec["d"] * spec["V"]) * tokens
+    return 6 * (executed_linear_params(spec, mla_form("train", mla)) + spec["d"] * spec["V"]) * tokens
 
 
 def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), mla: str = "auto") -> list[Row]:

@@ -71,11 +71,12 @@ class Compiled:
     def columns(self, values: Mapping[str, Any], n: int) -> dict[str, list[int]]:
         """Every output over ``n`` points; ``values`` maps names to ints or length-n arrays.
 
-        A polynomial term is evaluated over whole arrays: by its generated function in
-        int64 where its bound shows every intermediate fits, else as a polynomial in the
-        swept variables whose coefficients (the model's values folded in) are exact Python
-        ints, each monomial computed once in int64 and scaled as Python ints. Other terms
-        (sums over tiles) run point by point. Every result is the exact integer.
+        A term is evaluated over whole arrays by its generated function in int64 where its
+        bound shows every intermediate fits. Past that, a polynomial term is taken as a
+        polynomial in the swept variables whose coefficients (the model's values folded in)
+        are exact Python ints, each monomial computed once in int64 and scaled as Python
+        ints; a window term (Min/Max) runs its generated function over arrays of Python
+        ints. Sums over tiles run point by point. Every result is the exact integer.
         """
         import numpy as np
 

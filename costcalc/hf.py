@@ -29,28 +29,32 @@ HARMLESS = {
     "norm_topk_prob", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
     "cache_implementation", "use_bidirectional_attention", "bos_token", "eos_token", "use_qk_norm",
     "clip_qkv", "swiglu_limit", "n_group", "topk_group", "topk_method", "scoring_func",
-    "routed_scaling_factor", "aux_loss_alpha", "seq_aux", "ep_size", "max_window_layers",
-    "use_sliding_window", "num_nextn_predict_layers", "unsloth_fixed", "model_name",
-    "head_dim", "sliding_window_size", "torchscript", "return_dict",
+    "routed_scaling_factor", "aux_loss_alpha", "seq_aux", "ep_size",
+    "num_nextn_predict_layers", "unsloth_fixed", "model_name", "torchscript", "return_dict",
     "qk_layernorm", "rope_interleave", "partial_rotary_factor",
 }
 # Read by the mappers below (so not "unknown"), family by family.
+# A field set to null says nothing, so only fields with a value are checked.
 COMMON = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
-          "intermediate_size", "sliding_window", "head_dim"}
+          "intermediate_size", "head_dim"}
 _MOE = {"num_experts_per_tok"}
 _SPARSE = {"decoder_sparse_step", "mlp_only_layers"}
-_TYPED = {"layer_types", "sliding_window_pattern"}
+_WINDOW = {"sliding_window"}
+_QWEN_WINDOW = _WINDOW | {"use_sliding_window", "max_window_layers"}
+_TYPED = _WINDOW | {"layer_types", "sliding_window_pattern"}
 FAMILY_FIELDS = {
-    "llama": set(), "mistral": set(), "qwen2": set(), "qwen3": set(),
-    "mixtral": {"num_local_experts"} | _MOE,
-    "qwen2_moe": {"num_experts", "moe_intermediate_size", "shared_expert_intermediate_size"} | _MOE | _SPARSE,
-    "qwen3_moe": {"num_experts", "moe_intermediate_size"} | _MOE | _SPARSE,
+    "llama": set(_WINDOW),           # read only to refuse a window llama does not have
+    "mistral": set(_WINDOW), "qwen2": set(_QWEN_WINDOW), "qwen3": set(_QWEN_WINDOW),
+    "mixtral": {"num_local_experts"} | _MOE | _WINDOW,
+    "qwen2_moe": {"num_experts", "moe_intermediate_size", "shared_expert_intermediate_size"} | _MOE | _SPARSE
+                 | _QWEN_WINDOW,
+    "qwen3_moe": {"num_experts", "moe_intermediate_size"} | _MOE | _SPARSE | _QWEN_WINDOW,
     "olmoe": {"num_experts"} | _MOE,
     "deepseek_v2": {"n_routed_experts", "n_shared_experts", "moe_intermediate_size", "q_lora_rank",
                     "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                     "first_k_dense_replace", "moe_layer_freq"} | _MOE,
-    "gpt_oss": {"num_local_experts", "experts_per_token", "layer_types"} | _MOE,
-    "gemma2": set(_TYPED), "gemma3_text": set(_TYPED),
+    "gpt_oss": {"num_local_experts", "experts_per_token"} | _MOE | _TYPED,
+    "gemma2": _TYPED | {"sliding_window_size"}, "gemma3_text": set(_TYPED),
 }
 FAMILY_FIELDS["deepseek_v3"] = FAMILY_FIELDS["deepseek_v2"]
 FAMILIES = tuple(FAMILY_FIELDS) + ("gemma3",)
@@ -84,8 +88,8 @@ def to_preset(config: Any, name: str, origin: str = "config") -> dict[str, Any]:
         raise CostcalcError(f"config {origin}: model_type {family!r} is not supported; supported: "
                             f"{', '.join(FAMILIES)}")
     known = HARMLESS | COMMON | FAMILY_FIELDS[family]
-    for key in config:
-        if key not in known and not _harmless_prefix(key):
+    for key, value in config.items():
+        if value is not None and key not in known and not _harmless_prefix(key):
             raise CostcalcError(f"config {origin}: field {key!r} ({family}) is not understood and may change "
                                 f"the cost; costcalc does not guess -- remove it if it does not")
     reader = Reader(config, family, origin)

@@ -28,3 +28,6 @@ def footer(conventions: set[str], logits: set[str]) -> list[str]:
     lines += [CONVENTIONS[c] for c in sorted(conventions) if c in CONVENTIONS]
     lines += [LOGITS[x] for x in sorted(logits) if x in LOGITS]
     return lines
+TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
+          "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
+          "model needs), peak_fraction against the GEMM peak measured in the same run.")

@@ -20,8 +20,6 @@ from . import blocks, vocab
 from .errors import CostcalcError
 from .vocab import ARCHS
 
-COMMON_KEYS = ("L", "d", "h_q", "h_kv", "d_h", "V")
-ARCH_KEYS = {"dense": ("m",), "moe": ("E", "k", "m_e")}
 META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated")
 SIZE_KEYS = tuple(n.name for n in vocab.MODEL)
 MODEL_KEYS = ("d", "V")          # one value for the whole model

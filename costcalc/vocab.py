@@ -53,9 +53,12 @@ WORKLOAD = (
     Name("b_k", "tile", "keys per attention tile (tiled convention)"),
 )
 
-# Breakdown terms as columns are ordered: linear parts, their sum, attention, LM head, total.
-TERM_ORDER = ("attn_proj", "ffn", "router", "experts", "shared_experts", "linear", "attention", "lm_head",
-              "total")
+# Attention conventions, logits modes, and the breakdown terms in the order columns show them:
+# the block linear parts, their sum ``linear``, attention, LM head, ``total``.
+CONVENTIONS = ("causal", "full", "tiled")
+LOGITS = ("last", "all")
+LINEAR_PARTS = ("attn_proj", "ffn", "router", "experts", "shared_experts")
+TERM_ORDER = LINEAR_PARTS + ("linear", "attention", "lm_head", "total")
 
 ORDER = tuple(n.name for n in MODEL + DERIVED + WORKLOAD)  # argument order of generated code
 

@@ -123,8 +123,7 @@ def variant(name: str, **changes) -> dict:
 def test_sparse_steps_and_dense_first_layers():
     qwen = hf.to_preset(variant("qwen3-30b-a3b", decoder_sparse_step=2, mlp_only_layers=[1]), "x")
     groups = [(g["count"], g["arch"]) for g in qwen["layers"]]
-    assert groups == [(24, "gqa.dense"), (24, "gqa.moe")] or groups == [(25, "gqa.dense"), (23, "gqa.moe")]
-    # layer 1 is (1+1) % 2 == 0 but listed in mlp_only_layers: dense; so 25 dense, 23 MoE
+    # every second layer is MoE, but layer 1 is listed in mlp_only_layers: 25 dense, 23 MoE
     assert groups == [(25, "gqa.dense"), (23, "gqa.moe")]
     ds = hf.to_preset(variant("deepseek-v3", first_k_dense_replace=10), "y")
     assert [(g["count"], g["arch"]) for g in ds["layers"]] == [(10, "mla_q.dense"), (51, "mla_q.moe_shared")]
@@ -136,6 +135,7 @@ def test_sparse_steps_and_dense_first_layers():
     ({"num_attention_heads": None}, "needs field 'num_attention_heads'"),
     ({"hidden_size": "4096"}, "must be a positive integer"),
     ({"layer_types": ["full_attention"]}, None),   # llama has no layer types: not understood
+    ({"sliding_window": 4096}, "llama with a sliding_window is not understood"),
 ])
 def test_import_refuses_to_guess(change, message):
     config = variant("llama-3.1-8b", **change)
@@ -143,6 +143,12 @@ def test_import_refuses_to_guess(change, message):
         spec = hf.to_preset(config, "x")
         from costcalc.spec import from_dict
         from_dict(spec, "x")
+
+
+def test_a_window_on_a_family_that_has_none_is_refused():
+    with pytest.raises(CostcalcError, match="'sliding_window' .olmoe. is not understood"):
+        hf.to_preset(variant("olmoe-1b-7b", sliding_window=4096), "x")
+    hf.to_preset(variant("olmoe-1b-7b", sliding_window=None), "x")     # null says nothing
 
 
 def test_gemma_without_head_dim_is_an_error_not_a_guess():

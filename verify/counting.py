@@ -28,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .model import HOOKS, Absorb
 
-CONVENTIONS = ("causal", "full", "tiled")
+from costcalc.vocab import CONVENTIONS
 aten = torch.ops.aten
 _SDPA_NAMES = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention")

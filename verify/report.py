@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costcalc.render import frame
+from costcalc.render import render
 
 from .harness import Outcome
 
@@ -14,7 +14,7 @@ def write(outcome: Outcome, directory: Path, title: str) -> list[Path]:
     for name, rows in (("checks", outcome.checks), ("timings", outcome.timings), ("attention", outcome.attention)):
         if rows:
             path = directory / f"{name}.csv"
-            path.write_text(frame(rows).to_csv(index=False))
+            path.write_text(render(rows, "csv"))
             paths.append(path)
     bad = [r for r in outcome.checks if not r["match"]]
     lines = [f"# {title}", "",
@@ -25,7 +25,7 @@ def write(outcome: Outcome, directory: Path, title: str) -> list[Path]:
     for name, rows in (("Checks", outcome.checks), ("Timings", outcome.timings),
                        ("Causal vs full attention time", outcome.attention)):
         if rows:
-            lines += [f"## {name}", "", frame(rows).to_markdown(index=False), ""]
+            lines += [f"## {name}", "", render(rows, "markdown"), ""]
     if outcome.extras:
         lines += ["## Notes", "", "```", *outcome.extras, "```", ""]
     path = directory / "report.md"

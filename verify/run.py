@@ -5,7 +5,7 @@ from typing import Sequence
 
 import torch
 
-from costcalc import calc
+from costcalc import calc, notes
 from costcalc.errors import CostcalcError
 from costcalc.spec import ModelSpec
 from . import build, toy as toy_checks, workloads as wl
@@ -55,9 +55,11 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
         checked = spec.with_sizes(**{k: v for k, v in (("L", layers), ("V", vocab)) if v is not None})
     torch_dtype = model.lm_head.weight.dtype
     jobs = jobs_for(checked, workloads, seqs, batch, tile, dev, mla)
-    outcome = run_jobs(model, jobs, checked.name, tile, dev, repeats, None, show_progress)
+    outcome = run_jobs(model, jobs, checked.name, tile, dev, repeats, show_progress)
     # The peak is measured after the workloads, on a warm device (a cold CPU core under-reports it).
     peak = matmul_peak(torch_dtype, dev, peak_n or (8192 if dev.type == "cuda" else 2048)) if repeats else None
+    if outcome.timings:
+        outcome.extras.append(notes.TIMING)
     if peak:
         set_peak(outcome.timings, peak)
         outcome.extras.append(f"measured {torch_dtype} GEMM peak on {dev.type}: {peak / 1e12:.3f} TFLOP/s")

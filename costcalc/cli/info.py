@@ -58,7 +58,7 @@ def formula(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        write_text(output, text)
 
 
 def crossover(

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import enum
-import itertools
 import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Callable, Mapping, Optional, Sequence, Union
 
 import typer
 
@@ -149,12 +148,6 @@ def tile(text: str) -> tuple[int, int]:
     return (sizes[0], sizes[-1])
 
 
-def product(**lists: Sequence[Any]) -> list[dict[str, Any]]:
-    """Every combination of the given lists, as keyword dicts (a sweep)."""
-    names = list(lists)
-    return [dict(zip(names, combo)) for combo in itertools.product(*lists.values())]
-
-
 def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt: Optional[Format],
          output: Optional[Path], notes: Sequence[str] = ()) -> None:
     """Render rows (or columns) and print them, or write them to ``output`` whole (never half a file)."""
@@ -165,31 +158,26 @@ def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt
         else:
             typer.echo(render(rows, chosen, notes), nl=False)
         return
-    target = output.resolve()
-    if not target.parent.is_dir():
-        raise CostcalcError(f"cannot write {str(output)!r}: no directory {str(target.parent)!r}")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            write(rows, chosen, handle, notes)
-        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; a written file gets the usual mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(output, lambda handle: write(rows, chosen, handle, notes))
     count = length(rows)
     typer.echo(f"wrote {count} row{'' if count == 1 else 's'} ({chosen}) to {output}", err=True)
 
 
 def write_text(path: Path, text: str) -> None:
     """Write a whole file atomically (never half a file), with the usual mode."""
+    atomic_write(path, lambda handle: handle.write(text))
+
+
+def atomic_write(path: Path, fill: Callable[[Any], Any]) -> None:
+    """Fill a temporary file beside ``path``, then move it into place: a failure leaves no
+    partial output. mkstemp makes 0600; the written file gets the usual mode."""
     target = path.resolve()
     if not target.parent.is_dir():
         raise CostcalcError(f"cannot write {str(path)!r}: no directory {str(target.parent)!r}")
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            fill(handle)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:

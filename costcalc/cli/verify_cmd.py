@@ -61,7 +61,8 @@ def verify(
     if outcome.attention and output is None:
         emit(outcome.attention, fmt, None)
     if report is not None:
-        for path in report_mod.write(outcome, report, f"costcalc verify: {spec.name}"):
+        for path in report_mod.write(outcome, report, f"costcalc verify: {spec.name}"
+                                         + "".join(f", {flag} {v}" for flag, v in (("--layers", layers), ("--vocab", vocab)) if v)):
             typer.echo(f"wrote {path}", err=True)
     if not outcome.ok:
         raise CostcalcError(f"{sum(not r['match'] for r in outcome.checks)} counted terms differ from the formulas")

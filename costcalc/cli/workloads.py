@@ -10,7 +10,7 @@ from ..errors import CostcalcError
 from ..ranges import grid, parse
 from .options import (RANGE_HELP, BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt,
                       OutputOpt, MlaOpt, PresetFileOpt, PresetOpt, ConfigOpt, TileOpt, concat, conventions, emit, int_list, interleave,
-                      models, product)
+                      models)
 from .options import tile as parse_tile
 
 
@@ -80,11 +80,12 @@ def chunked(
 ) -> None:
     """The chunk schedule of one prompt: a row per chunk, the total, and the unchunked pass."""
     rows, notes = [], []
+    points = calc.rows(grid(seq=parse(seq, "--seq"), chunk=parse(chunk, "--chunk"),
+                            prefix=parse(prefix, "--prefix", minimum=0), batch=parse(batch, "--batch")))
     for spec in models(preset, preset_file, config):
-        for p in product(seq=int_list(seq, "--seq"), chunk=int_list(chunk, "--chunk"),
-                         prefix=int_list(prefix, "--prefix", minimum=0), batch=int_list(batch, "--batch"),
-                         convention=conventions(convention)):
-            schedule = calc.chunked(spec, logits=logits.value, tile=parse_tile(tile), mla=mla, **p)
+        for p in ({**point, "convention": c} for point in points for c in conventions(convention)):
+            schedule = calc.chunked(spec, logits=logits.value, tile=parse_tile(tile), mla=mla,
+                                    **{k: v if isinstance(v, str) else int(v) for k, v in p.items()})
             rows += schedule
             total, single = schedule[-2]["total_flops"], schedule[-1]["total_flops"]
             notes.append(_chunk_note(spec.name, p, total, single))

@@ -29,7 +29,7 @@ from .. import symbols as s
 from ..blocks import Block, parse
 from .matmul import matmul
 
-CONVENTIONS = ("causal", "full", "tiled")
+from ..vocab import CONVENTIONS
 
 
 def check_convention(convention: str) -> None:
@@ -66,14 +66,6 @@ def per_query_flops(keys: sp.Expr, arch: "str | Block | None" = None) -> sp.Expr
 def legal_keys(kind: Block, position: sp.Expr) -> sp.Expr:
     """Keys the query at ``position`` may read under ``causal``."""
     return sp.Min(position, s.W) if kind.attention == "window" else position
-
-
-def keys_read(convention: str, past: sp.Expr, new: sp.Expr, q: sp.Expr, arch=None) -> sp.Expr:
-    """Keys that new query number ``q`` (1..new) reads after ``past`` cached tokens."""
-    check_convention(convention)
-    if convention == "tiled":
-        raise ValueError("the tiled convention reads keys per query tile, not per query")
-    return legal_keys(_block(arch), past + q) if convention == "causal" else past + new
 
 
 def position_sum(kind: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:

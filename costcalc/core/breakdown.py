@@ -12,7 +12,8 @@ from typing import Callable, Mapping
 
 import sympy as sp
 
-LINEAR_PARTS = ("attn_proj", "ffn", "router", "experts", "shared_experts")
+from ..vocab import LINEAR_PARTS
+
 ORDER = LINEAR_PARTS + ("attention", "lm_head")
 
 

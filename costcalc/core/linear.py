@@ -33,7 +33,6 @@ GQA = (
     Projection("v_proj", "attn_proj", s.d, s.d_kv),
     Projection("o_proj", "attn_proj", s.d_q, s.d),
 )
-ATTENTION_PROJECTIONS = GQA   # the seed's name
 
 _QK = s.d_nope + s.d_rope   # MLA per-head query/key width
 

@@ -28,7 +28,7 @@ from .attention import attention_flops, check_convention, per_query_flops, posit
 from .breakdown import Breakdown
 from .linear import linear_terms, lm_head_flops
 
-LOGITS = ("last", "all")
+from ..vocab import LOGITS
 _ROWS_PER_SEQUENCE = {"last": lambda new: 1, "all": lambda new: new, "none": lambda new: 0}
 TRAIN_FACTOR = 3  # forward + backward ~ 3 x forward (weight and input gradients)
 

@@ -15,6 +15,7 @@ import operator
 
 from . import compiled
 from .errors import CostcalcError
+from .ranges import check_rows
 from .render import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
 from .vocab import CONVENTIONS, LINEAR_PARTS, LOGITS, TERM_ORDER
@@ -185,11 +186,17 @@ def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False
 
 def chunk_schedule(seq: int, chunk: int) -> list[int]:
     """Chunk sizes of a prompt of ``seq`` tokens cut into chunks of ``chunk`` (last may be short)."""
+    full, rest = _chunk_counts(seq, chunk)
+    return [chunk] * full + ([rest] if rest else [])
+
+
+def _chunk_counts(seq: int, chunk: int) -> tuple[int, int]:
     seq, chunk = _positive("seq", seq), _positive("chunk", chunk)
     if chunk > seq:
         raise CostcalcError(f"chunk {chunk} is larger than the prompt (seq {seq})")
     full, rest = divmod(seq, chunk)
-    return [chunk] * full + ([rest] if rest else [])
+    check_rows(full + bool(rest) + 2, f"the schedule of seq {seq} in chunks of {chunk}")
+    return full, rest
 
 
 def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
@@ -201,24 +208,70 @@ def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int =
     Only the final chunk produces logits (``logits=last``); with ``all`` every chunk
     produces logits for its own tokens.
     """
-    sizes = chunk_schedule(seq, chunk)
+    return rows(chunked_table(spec, seq, chunk, prefix, batch, convention, logits, tile, mla))
+
+
+def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
+                  convention: str = "causal", logits: str = "last",
+                  tile: tuple[int, int] | None = None, mla: str = "auto") -> Table:
+    """``chunked`` as columns: every chunk evaluated at once over arrays (a schedule of a
+    million chunks takes seconds), then the ``total`` and ``unchunked`` rows."""
+    full, rest = _chunk_counts(seq, chunk)
     prefix, batch = _non_negative("prefix", prefix), _positive("batch", batch)
     _convention(convention), _logits(logits)
     tile_column, _ = _tile(convention, tile)
-    out, done = [], 0
-    for index, size in enumerate(sizes, start=1):
-        mode = logits if (logits == "all" or index == len(sizes)) else "none"
-        flops = _flops_columns(spec, "chunk", convention, mode, tile, 1,
-                               {"B": [batch], "C": [size], "T": [prefix + done]}, mla)
-        out.append({"preset": spec.name, "workload": "chunked", "convention": convention, **tile_column,
-                    **_mla_column(spec, "chunk", mla), "phase": f"chunk {index}", "batch": batch, "seq": seq,
-                    "chunk": size, "prefix": prefix + done, "logits": logits,
-                    **{f"{name}_flops": value[0] for name, value in flops.items()}})
-        done += size
-    total = total_row(out, phase="total", chunk=chunk, prefix=prefix)
+    n = full + bool(rest)
+    sizes = _arange_like(n, chunk)
+    if rest:
+        sizes[-1] = rest
+    starts = _starts(n, chunk, prefix)
+    # logits last: the last chunk alone runs the LM head; all: each chunk for its own tokens
+    flops: dict[str, list[int]] = {}
+    parts = [(0, n, logits)] if logits == "all" else [(0, n - 1, "none"), (n - 1, n, "last")]
+    for lo, hi, mode in parts:
+        if hi <= lo:
+            continue
+        got = _flops_columns(spec, "chunk", convention, mode, tile, hi - lo,
+                             {"B": [batch] * (hi - lo) if hi - lo <= SMALL else _full(hi - lo, batch),
+                              "C": sizes[lo:hi], "T": starts[lo:hi]}, mla)
+        for name, column in got.items():
+            flops.setdefault(name, []).extend(column)
+    labels = {"preset": spec.name, "workload": "chunked", "convention": convention, **tile_column,
+              **_mla_column(spec, "chunk", mla)}
+    out: Table = {key: [value] * (n + 2) for key, value in labels.items()}
+    out["phase"] = [f"chunk {i}" for i in range(1, n + 1)] + ["total", "unchunked"]
+    out["batch"] = [batch] * (n + 2)
+    out["seq"] = [seq] * (n + 2)
+    out["chunk"] = _ints(sizes) + [chunk, seq]
+    out["prefix"] = _ints(starts) + [prefix, prefix]
+    out["logits"] = [logits] * (n + 2)
     single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile, mla)
-    single.update(workload="chunked", phase="unchunked", seq=seq, chunk=seq)
-    return out + [total, {k: single[k] for k in total}]
+    for name, column in flops.items():
+        key = f"{name}_flops"
+        out[key] = column + [sum(column), single[key]]
+    return out
+
+
+def _arange_like(n: int, value: int):
+    if n <= SMALL:
+        return [value] * n
+    import numpy as np
+
+    return np.full(n, value, dtype=np.int64)
+
+
+def _starts(n: int, chunk: int, prefix: int):
+    if n <= SMALL:
+        return [prefix + i * chunk for i in range(n)]
+    import numpy as np
+
+    return prefix + chunk * np.arange(n, dtype=np.int64)
+
+
+def _full(n: int, value: int):
+    import numpy as np
+
+    return np.full(n, value, dtype=np.int64)
 
 
 def decode(spec: ModelSpec, context: int, batch: int = 1, convention: str = "causal",
@@ -412,9 +465,13 @@ def _crossover_row(spec: ModelSpec, quantity: str, convention: str, value, formu
     if spec.has_mla:
         row["mla"] = form
     if value is None:
-        row.update(exact="never", tokens=None, formula=formula)
+        row.update(exact="never", tokens=None)
     else:
-        row.update(exact=str(value), tokens=round(float(value), 2), formula=formula)
+        row.update(exact=str(value), tokens=round(float(value), 2))
+    if quantity == "decode_t_equal":   # keys read by the step = cached context + its own key
+        row["context_exact"] = "never" if value is None else str(value - 1)
+        row["context"] = None if value is None else round(float(value - 1), 2)
+    row["formula"] = formula
     return row
 
 

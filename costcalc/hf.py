@@ -10,10 +10,10 @@ used only where the family's own modeling code defines them (``head_dim`` =
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
+from . import jsonfile
 from .errors import CostcalcError
 from .spec import ModelSpec, from_dict
 
@@ -64,12 +64,7 @@ TIED_DEFAULT = {"gemma2": True, "gemma3_text": True}   # the family configs' own
 def load(path: str | Path, name: str | None = None) -> ModelSpec:
     """A model from a config.json file."""
     path = Path(path)
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CostcalcError(f"cannot read config {str(path)!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise CostcalcError(f"config {str(path)!r}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    config = jsonfile.read(path, "config")
     default = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     return from_dict(to_preset(config, name or default, str(path)), origin=repr(str(path)))
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import calc
+from . import calc, outputs, units
 from .errors import CostcalcError
 from .spec import ModelSpec
 
@@ -97,8 +97,12 @@ def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt:
         t_equal = rows["decode_t_equal"]["tokens"]
         if t_equal is None:
             return [{"x": None, "label": "T_equal: never (sliding windows)", "convention": convention}]
-        at = t_equal if what == "decode" else t_equal - prompt + 2
-        label = f"T_equal = {t_equal:,.0f}" + ("" if what == "decode" else f" (token {at:,.0f})")
+        # The x axis of decode is the cached context T: the step reads T + 1 keys. Token j >= 2
+        # of a generation comes from the step over S + j - 2 cached tokens (S + j - 1 keys).
+        context = rows["decode_t_equal"]["context"]
+        at = context if what == "decode" else t_equal - prompt + 1
+        label = (f"T_equal = {t_equal:,.6g} keys, context {context:,.6g}" if what == "decode"
+                 else f"T_equal = {t_equal:,.6g} keys (token {at:,.6g})")
     if xs[0] <= at <= xs[-1]:
         out.append({"x": at, "label": label, "convention": convention})
     return out
@@ -111,18 +115,19 @@ def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str
     """Draw ``what`` for each model over the x values and save it (PNG or SVG by suffix)."""
     if what not in WHATS:
         raise CostcalcError(f"plot: expected one of {', '.join(WHATS)}, got {what!r}")
-    path = Path(output)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise CostcalcError(f"plot: --output must end in .png or .svg, got {str(path)!r}")
-    if not path.resolve().parent.is_dir():
-        raise CostcalcError(f"cannot write {str(path)!r}: no directory {str(path.resolve().parent)!r}")
+    dest = check_output(output)
     if style not in ("auto", "stacked", "lines"):
         raise CostcalcError(f"plot: style must be auto, stacked or lines, got {style!r}")
     xs = sorted(set(int(x) for x in xs))
     if len(xs) < 2:
         raise CostcalcError("plot: give at least two x values (a list or a range)")
+    pixels = (size[0] * len(specs) * dpi, size[1] * dpi)
+    if not 10 <= dpi <= MAX_DPI or max(pixels) > MAX_PIXELS_SIDE:
+        raise CostcalcError(f"plot: {len(specs)} panel(s) of {size[0]:g}x{size[1]:g} inches at {dpi} dpi is "
+                            f"{pixels[0]:,.0f} x {pixels[1]:,.0f} pixels; at most {MAX_PIXELS_SIDE:,} a side "
+                            f"and {MAX_DPI} dpi")
     plt = _pyplot()
-    drawn = Drawn(path)
+    drawn = Drawn(Path(dest.shown))
     fig, axes = plt.subplots(1, len(specs), figsize=(size[0] * len(specs), size[1]), sharey=True,
                              squeeze=False)
     for ax, spec in zip(axes[0], specs):
@@ -132,9 +137,26 @@ def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str
                            "generate": "FLOPs of the token"}[what] + (f" (batch {batch})" if batch > 1 else ""))
     fig.suptitle(title or _title(what, batch, prompt, conventions), fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi, metadata={"Software": "costcalc"} if path.suffix.lower() == ".png" else None)
-    plt.close(fig)
+    kind = Path(dest.shown).suffix.lower().lstrip(".")
+    try:
+        outputs.write(dest, lambda handle: fig.savefig(handle, format=kind, dpi=dpi,
+                                                       metadata={"Software": "costcalc"} if kind == "png" else None),
+                      binary=True)
+    finally:
+        plt.close(fig)
     return drawn
+
+
+MAX_DPI = 1200
+MAX_PIXELS_SIDE = 20_000   # a figure side beyond this is refused (memory), whatever the dpi
+
+
+def check_output(output: str | Path) -> "outputs.Target":
+    """The figure's destination, checked before anything is drawn: a .png or .svg name."""
+    dest = outputs.target(output, "--output")
+    if Path(dest.shown).suffix.lower() not in (".png", ".svg"):
+        raise CostcalcError(f"plot: --output must name a .png or .svg file, got {dest.shown!r}")
+    return dest
 
 
 def _title(what: str, batch: int, prompt: int, conventions: Sequence[str]) -> str:
@@ -204,24 +226,12 @@ def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str]
             panel["markers"].append(marker)
     from matplotlib.ticker import FuncFormatter
 
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: short_flops(v)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.flops(v, short=True) if v > 0 else "0"))
     ax.set_title(spec.title or spec.name, fontsize=10)
     ax.set_xlabel(x_label)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return panel
-
-
-def short_flops(value: float) -> str:
-    """Axis tick text: ``1.5e15`` -> ``1.5 PFLOP``."""
-    if value <= 0:
-        return "0"
-    prefixes = ("", "K", "M", "G", "T", "P", "E", "Z", "Y")
-    step = 0
-    while value >= 1000 and step < len(prefixes) - 1:
-        value /= 1000
-        step += 1
-    return f"{value:.3g} {prefixes[step]}FLOP"
 
 
 def _powers_of_two(xs: Sequence[int]) -> bool:

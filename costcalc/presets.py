@@ -6,10 +6,10 @@ An installed costcalc (wheel or editable) carries ``presets/`` as the package
 from __future__ import annotations
 
 import difflib
-import json
 from importlib import resources
 from pathlib import Path
 
+from . import jsonfile
 from .errors import CostcalcError
 from .spec import ModelSpec, from_dict
 
@@ -39,7 +39,7 @@ def load(name: str) -> ModelSpec:
         near = difflib.get_close_matches(name, list(files), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(near)}?" if near else f"; see 'costcalc presets' ({len(files)} built in)"
         raise CostcalcError(f"unknown preset {name!r}{hint}")
-    spec = _parse(files[name].read_text(encoding="utf-8"), origin=f"{name!r}")
+    spec = from_dict(jsonfile.read(files[name], f"preset {name!r}"), origin=f"{name!r}")
     if spec.name != name:
         raise CostcalcError(f"preset {name!r}: field 'name' is {spec.name!r}, expected the file name")
     return spec
@@ -47,21 +47,9 @@ def load(name: str) -> ModelSpec:
 
 def load_file(path: str | Path) -> ModelSpec:
     """A preset from a user's JSON file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CostcalcError(f"cannot read preset file {str(path)!r}: {exc.strerror or exc}") from None
-    return _parse(text, origin=repr(str(path)))
+    return from_dict(jsonfile.read(path, "preset file"), origin=repr(str(path)))
 
 
 def load_all() -> list[ModelSpec]:
     return [load(n) for n in names()]
 
-
-def _parse(text: str, origin: str) -> ModelSpec:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CostcalcError(f"preset {origin}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return from_dict(data, origin)

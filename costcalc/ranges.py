@@ -19,7 +19,7 @@ from typing import Sequence
 from .errors import CostcalcError
 
 SUFFIX = {"": 1, "k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2, "g": 1024**3, "G": 1024**3}
-MAX_POINTS = 50_000_000   # a grid larger than this is refused before anything is allocated
+MAX_ROWS = 10_000_000     # no command builds more rows than this (about 5 GB of exact integers)
 MAX_VALUE = 2**40         # a trillion tokens: anything larger is a typo
 _NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgG]?)$")
 
@@ -98,6 +98,13 @@ def _item(item: str, option: str) -> Sequence[int]:
     return range(start, stop + 1, size)
 
 
+def check_rows(n: int, what: str) -> None:
+    """Refuse to build more than ``MAX_ROWS`` rows, before building any."""
+    if n > MAX_ROWS:
+        raise CostcalcError(f"{what} has {n:,} rows; at most {MAX_ROWS:,} are built (split it, or narrow "
+                            f"the ranges)")
+
+
 def grid(**axes: Sequence[int]) -> dict[str, Sequence[int]]:
     """The product of the axes (the first outermost) as equal-length columns.
 
@@ -108,8 +115,7 @@ def grid(**axes: Sequence[int]) -> dict[str, Sequence[int]]:
     total = 1
     for size in sizes:
         total *= size
-    if total > MAX_POINTS:
-        raise CostcalcError(f"the sweep has {total:,} points; at most {MAX_POINTS:,} are allowed")
+    check_rows(total, "the sweep")
     if total <= 4096:
         combos = list(itertools.product(*axes.values()))
         return {name: [c[i] for c in combos] for i, name in enumerate(axes)}

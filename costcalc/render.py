@@ -21,7 +21,7 @@ FORMATS = ("table", "csv", "markdown", "json")
 SUFFIXES = {".csv": "csv", ".md": "markdown", ".markdown": "markdown", ".json": "json",
             ".txt": "table"}
 _SHARED = ("linear_flops", "attention_flops", "lm_head_flops")  # columns shown with a share
-_HEADER_KEYS = ("workload", "preset", "convention", "logits")
+_HEADER_KEYS = ("workload", "preset", "convention", "logits", "mla", "tile")
 
 
 Rows = Sequence[Mapping[str, Any]]
@@ -74,26 +74,40 @@ def frame(data: Union[Rows, Table]):
                         columns=list(cols))
 
 
-def write(data: Union[Rows, Table], fmt: str, handle, extra_notes: Sequence[str] = ()) -> None:
-    """Render straight into an open text file (CSV streams; the rest is rendered whole)."""
+def write(data: Union[Rows, Table], fmt: str, handle, extra_notes: Sequence[str] = (),
+          width: int | None = None) -> None:
+    """Render straight into an open text file (CSV and JSON stream; the rest is rendered whole)."""
     if fmt == "csv":
         write_csv(data, handle)
+    elif fmt == "json":
+        write_json(data, handle)
     else:
-        handle.write(render(data, fmt, extra_notes))
+        handle.write(render(data, fmt, extra_notes, width))
 
 
-def render(data: Union[Rows, Table], fmt: str, extra_notes: Sequence[str] = ()) -> str:
+def render(data: Union[Rows, Table], fmt: str, extra_notes: Sequence[str] = (), width: int | None = None) -> str:
+    """The whole text of one format; ``width`` limits a table (columns dropped to fit)."""
     if fmt == "table":
-        return table(as_rows(data), extra_notes)
-    if fmt == "csv":
-        buffer = io.StringIO()
-        write_csv(data, buffer)
-        return buffer.getvalue()
+        return table(as_rows(data), extra_notes, width)
     if fmt == "markdown":
         return frame(data).to_markdown(index=False) + "\n"
-    if fmt == "json":
-        return json.dumps(as_rows(as_table(data)), indent=2) + "\n"   # every record has every column
+    if fmt in ("csv", "json"):
+        buffer = io.StringIO()
+        write(data, fmt, buffer)
+        return buffer.getvalue()
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def write_json(data: Union[Rows, Table], handle) -> None:
+    """One JSON array of records, every record with every column: the text of
+    ``json.dumps(records, indent=2)``, written a record at a time."""
+    cols = as_table(data)
+    names = list(cols)
+    handle.write("[")
+    for index, values in enumerate(zip(*cols.values())):
+        record = json.dumps(dict(zip(names, values)), indent=2).replace("\n", "\n  ")
+        handle.write(("\n  " if index == 0 else ",\n  ") + record)
+    handle.write("\n]\n" if names and length(cols) else "]\n")
 
 
 def write_csv(data: Union[Rows, Table], handle) -> None:
@@ -161,41 +175,86 @@ def _quote(text: str) -> str:
     return buffer.getvalue()
 
 
-def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = ()) -> str:
+def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width: int | None = None) -> str:
+    """Readable units and shares; columns constant over the rows go to a header line. With
+    ``width``, the breakdown's parts are dropped (then the shares) until the table fits, and
+    a note says so; notes are wrapped to the width."""
     cols = columns(rows)
     constant = [c for c in _HEADER_KEYS if c in cols and len({str(r.get(c)) for r in rows}) == 1]
     header = " | ".join(f"{c} {rows[0][c]}" for c in constant)
     shown = [c for c in cols if c not in constant]
-    cells = [[_cell(row, c) for c in shown] for row in rows]
-    titles = [c.removesuffix("_flops") for c in shown]
-    widths = [max(len(t), *(len(r[i]) for r in cells)) for i, t in enumerate(titles)]
-    right = [_is_flops(c) or c in ("batch", "seq", "context", "prefix", "chunk", "new_tokens")
-             for c in shown]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if r else v.ljust(w)
-                         for v, w, r in zip(values, widths, right)).rstrip()
-
-    out = ([header, ""] if header else []) + [line(titles), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells]
+    dropped: list[str] = []
+    shares = True
+    lines = _grid(rows, shown, shares)
+    for step in _NARROWER:
+        if width is None or max(map(len, lines)) <= width:
+            break
+        if step == "shares":
+            shares = False
+        elif step == "constants":
+            same = [c for c in shown if not _is_flops(c) and c not in _NEVER_HEADER
+                    and len({str(r.get(c)) for r in rows}) == 1]
+            header = " | ".join([header] * bool(header) + [f"{c} {rows[0][c]}" for c in same])
+            shown = [c for c in shown if c not in same]
+        elif step in shown:
+            shown.remove(step)
+            dropped.append(step.removesuffix("_flops"))
+        lines = _grid(rows, shown, shares)
+    out = ([header, ""] if header else []) + lines
     conventions = {str(r.get("convention")) for r in rows}
     logits = {str(r.get("logits")) for r in rows if "logits" in r}
     footer = notes.footer(conventions, logits) if any(c.endswith("_flops") for c in cols) else []
-    out += [""] + footer + list(extra_notes)
+    if dropped or not shares:
+        cut = ", ".join(dropped) + (" and the shares of the total" if not shares else "")
+        footer = [f"Columns left out to fit {width} characters: {cut.removeprefix(', ')} "
+                  f"(--wide or -f csv shows them)."] + footer
+    out += [""] + [line for note in footer + list(extra_notes) for line in _wrap(note, width)]
     return "\n".join(out) + "\n"
+
+
+# What a narrow table gives up, in order: the linear layers' parts (their sum ``linear`` stays),
+# the 6P rule, the LM head, then inputs that are the same on every row move to the header,
+# and last the shares of the total.
+_NARROWER = ("formula", "context_exact", "attn_proj_flops", "ffn_flops", "router_flops", "experts_flops", "shared_experts_flops",
+             "rule_6p_flops", "lm_head_flops", "constants", "shares")
+
+
+def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> list[str]:
+    cells = [[_cell(row, c, shares) for c in shown] for row in rows]
+    titles = [_TITLES.get(c, c.removesuffix("_flops")) for c in shown]
+    widths = [max(len(t), *(len(r[i]) for r in cells)) for i, t in enumerate(titles)]
+    right = [_is_flops(c) or c in _NUMERIC for c in shown]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)).rstrip()
+
+    return [line(titles), line(["-" * w for w in widths])] + [line(r) for r in cells]
+
+
+_TITLES = {"total_flops_per_token": "per_token"}
+_NEVER_HEADER = ("phase",)   # a single row keeps its phase in the table
+_NUMERIC = ("batch", "seq", "context", "prefix", "chunk", "new_tokens", "ratio_to_6p")
+
+
+def _wrap(text: str, width: int | None) -> list[str]:
+    if width is None or len(text) <= width:
+        return [text]
+    import textwrap
+
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
 
 
 def _is_flops(col: str) -> bool:
     return col.endswith("_flops") or col.endswith("_flops_per_token")
 
 
-def _cell(row: dict[str, Any], col: str) -> str:
+def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
     value = row.get(col)
     if value is None:
         return ""
     if _is_flops(col) and isinstance(value, int):
         text = units.flops(value)
-        if col in _SHARED and row.get("total_flops"):
+        if shares and col in _SHARED and row.get("total_flops"):
             text += f" {units.share(value, row['total_flops']):>5}"
         return text
     return str(value)

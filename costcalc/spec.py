@@ -13,6 +13,7 @@ Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), and ``s
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -131,6 +132,18 @@ def _take(layers: list[dict], n: int) -> list[dict]:
     return [{**g, "count": c} for g, c in zip(layers, counts) if c]
 
 
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_name(name: Any, where: str) -> str:
+    """A preset name: letters, digits, ``.``, ``_``, ``-``, not starting with a dot or dash
+    (it is also a file name: no folders, nothing hidden)."""
+    if not isinstance(name, str) or not NAME.match(name) or len(name) > 100:
+        raise CostcalcError(f"{where}: {name!r} is not a preset name (letters, digits, '.', '_' and '-', "
+                            f"starting with a letter or digit, at most 100 characters)")
+    return name
+
+
 def _positive(origin: str, key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise CostcalcError(f"preset {origin}: field {key!r} must be a positive integer, got {value!r}")
@@ -138,6 +151,8 @@ def _positive(origin: str, key: str, value: Any) -> int:
 
 
 def _block(origin: str, where: str, arch: Any) -> blocks.Block:
+    if arch is None:
+        raise CostcalcError(f"preset {origin}: {where}missing field 'arch'")
     if not isinstance(arch, str):
         raise CostcalcError(f"preset {origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
                             f"kind like window.dense, got {arch!r}")
@@ -162,9 +177,9 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
     """Validate a preset mapping; every error names the preset (``origin``) and the field."""
     if not isinstance(data, dict):
         raise CostcalcError(f"preset {origin}: expected a JSON object, got {type(data).__name__}")
-    name = data.get("name")
-    if not isinstance(name, str) or not name:
-        raise CostcalcError(f"preset {origin}: field 'name' is missing or not a string")
+    if "name" not in data:
+        raise CostcalcError(f"preset {origin}: missing field 'name'")
+    name = check_name(data["name"], f"preset {origin}: field 'name'")
     for key in data:
         if key not in META_KEYS and key not in SIZE_KEYS:
             raise CostcalcError(f"preset {origin}: unknown field {key!r}")
@@ -178,6 +193,9 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
         arch = kinds.pop() if len(kinds) == 1 else "hybrid"
         used = {k for g in groups for k in MODEL_KEYS + g.block.sizes()}
     else:
+        if "arch" not in data:
+            raise CostcalcError(f"preset {origin}: missing field 'arch' (the block kind: {', '.join(ARCHS)} "
+                                f"or ATTENTION.FFN like window.dense), or 'layers'")
         arch = data.get("arch")
         if not isinstance(arch, str):
             raise CostcalcError(f"preset {origin}: field 'arch' must be one of {', '.join(ARCHS)} "

@@ -1,22 +1,34 @@
-"""Readable FLOPs: SI prefixes, four significant digits."""
+"""Readable numbers: FLOPs with SI prefixes and four significant digits, parameter counts."""
 from __future__ import annotations
 
 _PREFIXES = ("", "K", "M", "G", "T", "P", "E", "Z", "Y")
 
 
-def flops(value: int | float) -> str:
-    """``15_470_000_000_000`` -> ``'15.47 TFLOP'``."""
+def flops(value: int | float, unit: str = "FLOP", short: bool = False) -> str:
+    """``15_470_000_000_000`` -> ``'15.47 TFLOP'`` (four significant digits; ``short``: up to
+    three, trailing zeros dropped, for axis ticks); past the largest prefix ``'2.621e+29 FLOP'``."""
     if value == 0:
-        return "0 FLOP"
-    step = 0
-    scaled = float(value)
+        return f"0 {unit}"
+    scaled, step = float(value), 0
     while abs(scaled) >= 999.95 and step < len(_PREFIXES) - 1:
         scaled /= 1000
         step += 1
+    if abs(scaled) >= 999.95:       # beyond Y: scientific, never "262144 YFLOP"
+        return f"{float(value):.{2 if short else 3}e} {unit}"
+    if short:
+        return f"{scaled:.3g} {_PREFIXES[step]}{unit}"
     if step == 0:
-        return f"{int(value)} FLOP"
+        return f"{value:.4g} {unit}" if isinstance(value, float) else f"{int(value)} {unit}"
     digits = 4 - len(str(int(abs(scaled))))  # 4 significant digits
-    return f"{scaled:.{max(digits, 0)}f} {_PREFIXES[step]}FLOP"
+    return f"{scaled:.{max(digits, 0)}f} {_PREFIXES[step]}{unit}"
+
+
+def params(count: int) -> str:
+    """A parameter count in the unit that reads: ``8.03B``, ``141.20M``, ``1.23K``, ``512``."""
+    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if count >= scale:
+            return f"{count / scale:.2f}{suffix}"
+    return f"{count:,}"
 
 
 def share(part: int, whole: int) -> str:

@@ -82,6 +82,7 @@ def test_chunked_rows_and_note(capsys):
     code, out, _ = run(capsys, "chunked", "-p", "toy", "--seq", "10", "--chunk", "4")
     assert code == 0
     assert "chunk 3" in out and "unchunked" in out
+    out = " ".join(out.split())   # notes are wrapped to the table width
     assert "causal, seq 10, chunk 4: the chunked total equals the unchunked prefill exactly." in out
     assert "full, seq 10, chunk 4: chunking changes the total by" in out
 

@@ -42,10 +42,27 @@ def test_decode_svg_is_stacked_and_marks_t_equal(tmp_path):
     assert text.lstrip().startswith("<?xml") and "</svg>" in text
     panel = drawn.panels[0]
     assert panel["style"] == "stacked" and panel["xscale"] == "log" and panel["yscale"] == "linear"
-    t_equal = next(r["tokens"] for r in calc.crossover(spec) if r["quantity"] == "decode_t_equal")
-    assert panel["markers"] == [{"x": t_equal, "label": f"T_equal = {t_equal:,.0f}", "convention": "causal"}]
-    assert f"T_equal = {t_equal:,.0f}" in text
+    [marker] = panel["markers"]
+    label = marker["label"]
+    assert label in text and "keys" in label and "context" in label
+    # The marker sits on the cached context where `decode --context` has attention == linear.
+    x = marker["x"]
+    below, above = (calc.decode(spec, c, 4) for c in (int(x), int(x) + 1))
+    assert below["attention_flops"] <= below["linear_flops"] < above["attention_flops"]
+    keys = next(r["tokens"] for r in calc.crossover(spec) if r["quantity"] == "decode_t_equal")
+    assert x == round(keys - 1, 2)
     assert panel["series"]["total"][5] == calc.decode(spec, xs[5], 4)["total_flops"]
+
+
+def test_the_generation_marks_the_token_whose_step_reaches_t_equal(tmp_path):
+    spec = presets.load("llama-3.1-8b")
+    prompt = 26000
+    drawn = plot.figure("generate", [spec], list(range(1, 1001)), tmp_path / "g.png", prompt=prompt)
+    [marker] = drawn.panels[0]["markers"]
+    j = int(marker["x"])
+    # token j >= 2 comes from the decode step over prompt + j - 2 cached tokens
+    step = calc.decode(spec, prompt + j - 2)
+    assert step["attention_flops"] == step["linear_flops"] and f"token {j}" in marker["label"]
 
 
 def test_generation_per_token_and_its_mean(tmp_path):
@@ -83,7 +100,10 @@ def test_plot_command_writes_the_file(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["prefill", "--preset", "toy", "--seq", "1:8", "-o", "x.jpg"], "must end in .png or .svg"),
+    (["prefill", "--preset", "toy", "--seq", "1:8", "-o", "x.jpg"], "must name a .png or .svg file"),
+    (["prefill", "--preset", "toy", "--seq", "1:8", "-o", "x.png", "--dpi", "100000"], "at most 20,000 a side"),
+    (["prefill", "--preset", "toy", "--seq", "1:8", "-o", "."], "is a directory"),
+    (["prefill", "--preset", "toy", "--seq", "1:8", "-o", ""], "the path is empty"),
     (["prefill", "--preset", "toy", "-o", "x.png"], "needs --seq"),
     (["generate", "--preset", "toy", "--new", "8", "-o", "x.png"], "needs --prompt"),
     (["prefill", "--preset", "toy", "--seq", "8", "-o", "x.png"], "at least two"),

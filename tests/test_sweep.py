@@ -57,7 +57,7 @@ def test_grid_is_the_product_in_order_and_refuses_huge_grids():
     big = ranges.grid(seq=range(1, 101), batch=range(1, 101))
     assert isinstance(big["seq"], np.ndarray) and len(big["seq"]) == 10_000
     assert (big["seq"][:101].tolist(), big["batch"][:101].tolist()) == ([1] * 100 + [2], list(range(1, 101)) + [1])
-    with pytest.raises(CostcalcError, match="points"):
+    with pytest.raises(CostcalcError, match="at most 10,000,000"):
         ranges.grid(seq=range(10**4), batch=range(10**4))
 
 

@@ -6,10 +6,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import calc, notes, presets
+from .. import calc, notes, outputs, presets, units
+from ..errors import CostcalcError
 from ..vocab import ARCHS, FORMULAS
-from .options import (write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, conventions, emit, model, models)
+from .options import (output_format, write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt,
+                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, emit, model, models)
 
 FORMULA_WORKLOADS = list(FORMULAS)
 
@@ -42,7 +43,7 @@ def formula(
             raise CostcalcError(f"formula {workload} --arch {arch}: a sliding window makes it piecewise; "
                                 f"'costcalc crossover' solves it per model (it may be 'never')") from None
         raise CostcalcError(f"formula {workload} --arch {arch}: {' '.join(str(exc).split())}") from None
-    if fmt not in (None, Format.table) or (output is not None and fmt is None and output.suffix != ".txt"):
+    if output_format(fmt, outputs.target(output)) != "table":
         emit(rows, fmt, output)
         return
     key = "latex" if latex else "formula"
@@ -55,22 +56,21 @@ def formula(
         lines += [f"  {r['term']:<{width}} = {r[key]}" for r in group] + [""]
     lines += notes.footer(set(conventions(convention)), {logits.value})
     text = "\n".join(lines) + "\n"
-    if output is None:
-        typer.echo(text, nl=False)
-    else:
-        write_text(output, text)
+    write_text(output, text)
 
 
 def crossover(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
-    mla: MlaOpt = "auto",
+    mla: MlaOpt = Mla.auto,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """T_equal for decode, and the prefill length where attention equals the linear layers."""
-    rows = [row for spec in models(preset, preset_file, config) for row in calc.crossover(spec, mla=mla)]
+    specs = models(preset, preset_file, config)
+    mla = mla_form(mla, specs)
+    rows = [row for spec in specs for row in calc.crossover(spec, mla=mla)]
     emit(rows, fmt, output, [notes.CROSSOVER])
 
 
@@ -84,7 +84,7 @@ def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
     if ctx.invoked_subcommand is not None:
         return
     specs = presets.load_all()
-    if fmt in (None, Format.table) and (output is None or output.suffix == ".txt"):
+    if output_format(fmt, outputs.target(output)) == "table":
         rows = [_compact(spec) for spec in specs]     # the table: one readable line a model
     else:
         rows = [_summary(spec) for spec in specs]     # CSV / Markdown / JSON: every field
@@ -95,52 +95,72 @@ def _compact(spec) -> dict:
     params = calc.parameters(spec)
     return {"preset": spec.name, "title": spec.title, "layers": " + ".join(f"{g.count} x {g.arch}" + (f" (W={g.sizes['W']})" if "W" in g.sizes else "")
                            for g in spec.groups),
-            "d": spec["d"], "V": spec["V"], "total_params": _billions(params["total_params"]),
-            "active_params": _billions(params["active_params"])}
+            "d": spec["d"], "V": spec["V"], "total_params": units.params(params["total_params"]),
+            "active_params": units.params(params["active_params"])}
 
 
 @presets_app.command("show")
 def presets_show(
-    name: Annotated[Optional[str], typer.Argument(help="Preset name.")] = None,
+    name: Annotated[Optional[str], typer.Argument(help="Preset name (or give --preset, --preset-file or --config).")] = None,
+    preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
-    """Every field of one preset -- layer groups, parameter counts, where it came from."""
-    spec = model(name, preset_file, config)
+    """Every field of one preset -- layer groups, parameter counts, where it came from.
+
+    Example: costcalc presets show llama-3.1-8b
+    """
+    if name and preset:
+        raise CostcalcError(f"give the preset once: {name!r} or --preset {preset!r}")
+    if not (name or preset or preset_file or config):
+        raise CostcalcError("give a preset name: costcalc presets show NAME (see 'costcalc presets'), "
+                            "or --preset-file PATH or --config config.json")
+    if preset and "," in preset:
+        raise CostcalcError("presets show takes one preset")
+    spec = model(name or preset, preset_file, config)
     row = {**_summary(spec), **_groups(spec), **{f"stated.{k}": v for k, v in spec.stated.items()},
            **{f"source.{k}": v for k, v in spec.source.items()}}
-    if fmt in (None, Format.table) and output is None:
+    if output_format(fmt, outputs.target(output)) == "table":
         width = max(map(len, row))
-        typer.echo("\n".join(f"{k:<{width}}  {_show(k, v)}" for k, v in row.items()))
+        write_text(output, "\n".join(f"{k:<{width}}  {_show(k, v)}" for k, v in row.items()) + "\n")
         return
     emit([row], fmt, output)
 
 
 @presets_app.command("import")
 def presets_import(
-    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
-    name: Annotated[str, typer.Option("--name", help="The preset's name (also its file name).")] = ...,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="Where to write the preset [default: NAME.json here].")] = None,
+    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.", metavar="CONFIG")],
+    name: Annotated[str, typer.Option("--name", metavar="NAME",
+                                      help="The preset's name (also its file name): letters, digits, . _ -")] = ...,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", metavar="FILE", help="Where to write the preset (- for standard output).  "
+                                               "(default: NAME.json here)")] = None,
     title: Annotated[Optional[str], typer.Option(help="A readable title.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing preset file.")] = False,
 ) -> None:
-    """Write a preset file from a config.json, mapped field by field (unknown fields are errors)."""
+    """Write a preset file from a config.json, mapped field by field (unknown fields are errors).
+
+    Example: costcalc presets import config.json --name my-model
+    """
     import json
 
     from .. import hf
-    from ..spec import from_dict
+    from ..spec import check_name, from_dict
 
+    check_name(name, "--name")
+    dest = outputs.target(f"{name}.json" if output is None else output)
+    if dest.kind == "file" and dest.path.exists() and not force:
+        raise CostcalcError(f"{dest.shown!r} exists; pass --force to replace it")
     spec = hf.load(config, name)
     data = spec.to_dict()
     if title:
         data["title"] = title
     from_dict(data, origin=name)   # what is written loads back
-    target = output or Path(f"{name}.json")
-    write_text(target, json.dumps(data, indent=2) + "\n")
-    typer.echo(f"wrote {target} ({spec.arch}, {len(spec.groups)} layer group{'s' if len(spec.groups) > 1 else ''}, "
-               f"{_billions(calc.parameters(spec)['total_params'])} parameters)", err=True)
+    outputs.write_text(dest, json.dumps(data, indent=2) + "\n")
+    typer.echo(f"wrote {dest.shown} ({spec.arch}, {len(spec.groups)} layer group{'s' if len(spec.groups) > 1 else ''}, "
+               f"{units.params(calc.parameters(spec)['total_params'])} parameters)", err=True)
 
 
 def _summary(spec) -> dict:
@@ -163,11 +183,7 @@ def _groups(spec) -> dict:
             for i, g in enumerate(spec.groups, start=1)}
 
 
-def _billions(n: int) -> str:
-    return f"{n / 1e9:.2f}B"
-
-
 def _show(key: str, value) -> str:
     if key.endswith("_params") and isinstance(value, int):
-        return f"{value:,} ({_billions(value)})"
+        return f"{value:,} ({units.params(value)})"
     return str(value)

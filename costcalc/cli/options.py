@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 import enum
-import os
-import sys
-import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Mapping, Optional, Sequence, Union
 
 import typer
 
-from .. import presets, ranges
+from .. import outputs, presets, ranges
 from ..errors import CostcalcError
-from ..render import FORMATS, SUFFIXES, Columns, length, render, write
+from ..render import FORMATS, SUFFIXES, Columns, length, write
 from ..spec import ModelSpec
 from ..vocab import TERM_ORDER
+
+
+MAX_TABLE_ROWS = 10_000   # a terminal table or Markdown longer than this is refused
+TABLE_WIDTH = 80          # the default table drops columns to fit this many characters
 
 
 class Format(str, enum.Enum):
@@ -39,28 +40,43 @@ class Logits(str, enum.Enum):
 
 assert {f.value for f in Format} == set(FORMATS)
 
+def check_output(value: Optional[str]) -> Optional[str]:
+    """Typer callback: an --output that cannot be written is an error before any work."""
+    if value is not None:
+        outputs.target(value)
+    return value
+
+
 PresetOpt = Annotated[Optional[str], typer.Option(
-    "--preset", "-p", help="Built-in preset name (see 'costcalc presets'); a comma list compares several.")]
+    "--preset", "-p", metavar="NAME", help="Built-in preset name (see 'costcalc presets'); a comma list compares several.")]
 PresetFileOpt = Annotated[Optional[Path], typer.Option(
-    "--preset-file", help="A preset JSON file of your own (same fields as presets/*.json).")]
+    "--preset-file", metavar="PATH", help="A preset JSON file of your own (same fields as presets/*.json).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option(
-    "--config", help="A Hugging Face config.json: the model it describes (see 'costcalc presets import').")]
-MlaOpt = Annotated[str, typer.Option(
+    "--config", metavar="CONFIG", help="A Hugging Face config.json: the model it describes (see 'costcalc presets import').")]
+class Mla(str, enum.Enum):
+    auto = "auto"
+    naive = "naive"
+    absorbed = "absorbed"
+
+
+MlaOpt = Annotated[Mla, typer.Option(
     "--mla", help="MLA form for models with MLA layers: auto (absorbed for decode steps, naive otherwise), "
                   "naive or absorbed.")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
-    "--format", "-f", help="Output format [default: from --output's suffix, else table].")]
-OutputOpt = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", help="Write to this file instead of standard output.")]
+    "--format", "-f", help="Output format.  (default: from --output's suffix, else table)")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column in the table, however wide.")]
+OutputOpt = Annotated[Optional[str], typer.Option(
+    "--output", "-o", callback=check_output, metavar="FILE",
+    help="Write to FILE (- for standard output); a FIFO or device is written in place.")]
 ConventionOpt = Annotated[Convention, typer.Option(
     help="Attention convention: causal (legal pairs), full (rectangle), tiled (blocks a "
          "tile kernel visits), both (causal+full) or all three.")]
-TileOpt = Annotated[str, typer.Option(
-    help="Tile of the tiled convention: queries x keys, e.g. 128 or 128x64.")]
+TileOpt = Annotated[Optional[str], typer.Option(
+    metavar="QxK", help="Tile of the tiled convention: queries x keys, e.g. 128 or 128x64.  (default: 128)")]
 LogitsOpt = Annotated[Logits, typer.Option(
     help="LM head on the last position of each sequence, or on all positions.")]
 BatchOpt = Annotated[str, typer.Option(
-    "--batch", "-b", help="Batch size B; a list or range sweeps (4,8 or 1:64:x2).")]
+    "--batch", "-b", metavar="B", help="Batch size B; a list or range sweeps (4,8 or 1:64:x2).")]
 RANGE_HELP = "a list or range sweeps: 1024,4096 or 1k:128k:x2 or 512:4k:512 (k=1024, M=1024^2)"
 
 
@@ -139,8 +155,15 @@ def concat(tables: Sequence[Mapping[str, Sequence[Any]]]) -> Columns:
     return out
 
 
-def tile(text: str) -> tuple[int, int]:
-    """``"128"`` -> (128, 128); ``"128x64"`` -> (128, 64) (queries x keys)."""
+DEFAULT_TILE = "128"
+
+
+def tile(text: Optional[str], kinds: Sequence[str] = ("tiled",)) -> tuple[int, int]:
+    """``"128"`` -> (128, 128); ``"128x64"`` -> (128, 64) (queries x keys). A tile given
+    where no tiled convention is asked for does nothing: a warning says so."""
+    if text is not None and "tiled" not in kinds:
+        warn(f"--tile {text} does nothing under --convention {'+'.join(kinds)} (only tiled uses it)")
+    text = DEFAULT_TILE if text is None else text
     parts = text.lower().split("x")
     if len(parts) > 2 or any("," in p for p in parts):
         raise CostcalcError(f"--tile: {text!r} is not N or NxM")
@@ -148,41 +171,50 @@ def tile(text: str) -> tuple[int, int]:
     return (sizes[0], sizes[-1])
 
 
+def mla_form(mla: Union[Mla, str], specs: Sequence[ModelSpec]) -> str:
+    """--mla, with a warning where no model has MLA layers (it then does nothing)."""
+    mla = mla.value if isinstance(mla, Mla) else mla
+    if mla != "auto" and not any(spec.has_mla for spec in specs):
+        warn(f"--mla {mla} does nothing: {', '.join(s.name for s in specs)} has no MLA layers")
+    return mla
+
+
 def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt: Optional[Format],
-         output: Optional[Path], notes: Sequence[str] = ()) -> None:
-    """Render rows (or columns) and print them, or write them to ``output`` whole (never half a file)."""
-    chosen = fmt.value if fmt else SUFFIXES.get(output.suffix.lower(), "table") if output else "table"
-    if output is None:
-        if chosen == "csv":
-            write(rows, chosen, sys.stdout)
-        else:
-            typer.echo(render(rows, chosen, notes), nl=False)
-        return
-    atomic_write(output, lambda handle: write(rows, chosen, handle, notes))
+         output: Optional[str], notes: Sequence[str] = (), wide: bool = False) -> None:
+    """Render rows (or columns) to standard output or ``output`` (never half a file, never
+    replacing what is not a regular file). Tables and Markdown are refused past
+    ``MAX_TABLE_ROWS`` rows; CSV and JSON stream."""
+    dest = outputs.target(output)
+    chosen = output_format(fmt, dest)
     count = length(rows)
-    typer.echo(f"wrote {count} row{'' if count == 1 else 's'} ({chosen}) to {output}", err=True)
+    if chosen in ("table", "markdown") and count > MAX_TABLE_ROWS:
+        raise CostcalcError(f"{count:,} rows are too many for a {chosen} (at most {MAX_TABLE_ROWS:,}); "
+                            f"write them with -f csv -o FILE or -f json -o FILE")
+    width = None if wide else TABLE_WIDTH
+    outputs.write(dest, lambda handle: write(rows, chosen, handle, notes, width))
+    if dest.kind != "stdout":
+        typer.echo(f"wrote {count} row{'' if count == 1 else 's'} ({chosen}) to {dest.shown}", err=True)
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write a whole file atomically (never half a file), with the usual mode."""
-    atomic_write(path, lambda handle: handle.write(text))
+def output_format(fmt: Optional[Format], dest: outputs.Target) -> str:
+    """The format asked for, else the one the file's suffix names, else a table; a format
+    that contradicts the suffix is written as asked, with a warning."""
+    by_suffix = SUFFIXES.get(dest.suffix)
+    if fmt is None:
+        return by_suffix or "table"
+    if by_suffix and by_suffix != fmt.value:
+        warn(f"--format {fmt.value} but {dest.shown!r} ends in {dest.suffix}; writing {fmt.value}")
+    return fmt.value
 
 
-def atomic_write(path: Path, fill: Callable[[Any], Any]) -> None:
-    """Fill a temporary file beside ``path``, then move it into place: a failure leaves no
-    partial output. mkstemp makes 0600; the written file gets the usual mode."""
-    target = path.resolve()
-    if not target.parent.is_dir():
-        raise CostcalcError(f"cannot write {str(path)!r}: no directory {str(target.parent)!r}")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            fill(handle)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def warn(message: str) -> None:
+    """A one-line warning on stderr: an option that does nothing here, or contradicts another."""
+    typer.echo(f"warning: {message}", err=True)
+
+
+def write_text(output: Optional[str], text: str, option: str = "--output") -> None:
+    """Write a whole text to standard output or a file (atomically; streams in place)."""
+    outputs.write_text(outputs.target(output, option), text)
 
 
 def _ordered(names: list[str]) -> list[str]:
@@ -195,7 +227,3 @@ def _ordered(names: list[str]) -> list[str]:
     return [n for n in rest if names.index(n) < at] + terms + [n for n in rest if names.index(n) > at]
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -16,7 +16,8 @@ from .options import tile as parse_tile
 def plot(
     what: Annotated[str, typer.Argument(help="prefill (by prompt length), decode (by context) or "
                                              "generate (per generated token).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The figure: a .png or .svg file.")],
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FILE",
+                                        help="The figure: a .png or .svg file (a FIFO is written in place).")],
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
@@ -37,6 +38,7 @@ def plot(
     """Draw FLOPs by term against length for one or several presets, crossovers marked."""
     from .. import plot as plotting
 
+    plotting.check_output(output)          # before any work
     specs = models(preset, preset_file, config)
     given = {"prefill": ("--seq", seq), "decode": ("--context", context), "generate": ("--new", new)}
     if what not in given:
@@ -58,8 +60,6 @@ def plot(
     first = parse(prompt, "--prompt") if prompt is not None else [1]
     if len(first) != 1:
         raise CostcalcError("--prompt: a plot takes one prompt length")
-    if dpi < 10:
-        raise CostcalcError(f"--dpi: {dpi} is too small")
     drawn = plotting.figure(what, specs, xs, output, conventions(convention), sizes[0], first[0],
                             logits.value, parse_tile(tile), style, _size(size), dpi, title)
     marks = [m["label"] for p in drawn.panels for m in p["markers"]]

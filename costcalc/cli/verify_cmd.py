@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import CostcalcError
-from .options import ConfigOpt, FormatOpt, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, emit, int_list, model
+from .options import ConfigOpt, FormatOpt, MlaOpt, Mla, mla_form, OutputOpt, PresetFileOpt, PresetOpt, emit, int_list, model
 from .options import tile as parse_tile
 
 
@@ -27,7 +27,7 @@ def verify(
     tile: Annotated[str, typer.Option(help="Tile of the tiled convention (queries x keys).")] = "16",
     repeats: Annotated[int, typer.Option(help="Timed repeats per workload (0: count only).")] = 1,
     attention_lengths: Annotated[Optional[str], typer.Option(help="Lengths at which to time causal vs full attention.")] = None,
-    mla: MlaOpt = "auto",
+    mla: MlaOpt = Mla.auto,
     report: Annotated[Optional[Path], typer.Option(help="Write report.md and CSVs to this folder.")] = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -48,7 +48,7 @@ def verify(
     try:
         outcome = run(spec, device, dtype, layers, vocab, names, int_list(seq, "--seq"), batch,
                       parse_tile(tile), repeats, attention_lengths=int_list(attention_lengths, "--attention-lengths"),
-                      mla=mla)
+                      mla=mla_form(mla, [spec]))
     except MemoryError:
         raise CostcalcError("out of memory: use --layers, --vocab or shorter --seq") from None
     except RuntimeError as exc:

@@ -7,9 +7,9 @@ import typer
 
 from .. import calc, notes
 from ..errors import CostcalcError
-from ..ranges import grid, parse
+from ..ranges import check_rows, grid, parse
 from .options import (RANGE_HELP, BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt,
-                      OutputOpt, MlaOpt, PresetFileOpt, PresetOpt, ConfigOpt, TileOpt, concat, conventions, emit, int_list, interleave,
+                      OutputOpt, WideOpt, MlaOpt, Mla, mla_form, PresetFileOpt, PresetOpt, ConfigOpt, TileOpt, concat, conventions, emit, int_list, interleave,
                       models)
 from .options import tile as parse_tile
 
@@ -19,24 +19,29 @@ def prefill(
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
     seq: Annotated[Optional[str], typer.Option(
-        "--seq", "-s", help=f"Prompt length S (new tokens C with --cached-prefix); {RANGE_HELP}.")] = None,
+        "--seq", "-s", metavar="S", help=f"Prompt length S (new tokens C with --cached-prefix); {RANGE_HELP}.")] = None,
     batch: BatchOpt = "1",
     lengths: Annotated[Optional[str], typer.Option(
-        help="One variable-length batch: the prompt lengths, e.g. 100,2000,512.")] = None,
+        metavar="S1,S2,..", help="One variable-length batch: the prompt lengths, e.g. 100,2000,512.")] = None,
     padded: Annotated[bool, typer.Option(
         "--padded", help="With --lengths: charge the padded shape B x max length.")] = False,
     cached_prefix: Annotated[Optional[str], typer.Option(
-        "--cached-prefix", help=f"Tokens T already cached before the --seq new ones; {RANGE_HELP}.")] = None,
+        "--cached-prefix", metavar="T", help=f"Tokens T already cached before the --seq new ones; {RANGE_HELP}.")] = None,
     convention: ConventionOpt = Convention.causal,
-    tile: TileOpt = "128",
+    tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
-    mla: MlaOpt = "auto",
+    mla: MlaOpt = Mla.auto,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
+    wide: WideOpt = False,
 ) -> None:
-    """Prefill FLOPs: uniform prompts, a variable-length batch, or new tokens over a cached prefix."""
+    """Prefill FLOPs: uniform prompts, a variable-length batch, or new tokens over a cached prefix.
+
+    Example: costcalc prefill --preset llama-3.1-8b --seq 4096
+    """
     specs = models(preset, preset_file, config)
     kinds = conventions(convention)
+    chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     if lengths is not None:
         for flag, given in (("--seq", seq), ("--cached-prefix", cached_prefix)):
             if given is not None:
@@ -44,14 +49,14 @@ def prefill(
         if batch != "1":
             raise CostcalcError("--lengths and --batch conflict: the batch is the number of lengths")
         sizes = int_list(lengths, "--lengths")
-        emit([calc.varlen_prefill(spec, sizes, padded, c, logits.value, parse_tile(tile), mla)
-              for spec in specs for c in kinds], fmt, output)
+        emit([calc.varlen_prefill(spec, sizes, padded, c, logits.value, chosen, mla)
+              for spec in specs for c in kinds], fmt, output, wide=wide)
         return
     if seq is None:
         raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
     if padded:
         raise CostcalcError("--padded applies only with --lengths")
-    seqs, batches, chosen = parse(seq, "--seq"), parse(batch, "--batch"), parse_tile(tile)
+    seqs, batches = parse(seq, "--seq"), parse(batch, "--batch")
     if cached_prefix is None:
         points = grid(seq=seqs, batch=batches)
         tables = [interleave([calc.table(spec, "prefill", c, logits.value, chosen, mla, **points) for c in kinds])
@@ -60,36 +65,53 @@ def prefill(
         points = grid(chunk=seqs, prefix=parse(cached_prefix, "--cached-prefix", minimum=0), batch=batches)
         tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, **points)
                               for c in kinds]) for spec in specs]
-    emit(concat(tables), fmt, output)
+    emit(concat(tables), fmt, output, wide=wide)
 
 
 def chunked(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
-    seq: Annotated[str, typer.Option("--seq", "-s", help="Prompt length S.")] = ...,
-    chunk: Annotated[str, typer.Option("--chunk", "-c", help="Chunk size C (the last chunk may be shorter).")] = ...,
-    prefix: Annotated[str, typer.Option(help="Tokens T cached before the prompt.")] = "0",
+    seq: Annotated[str, typer.Option("--seq", "-s", metavar="S", help="Prompt length S.")] = ...,
+    chunk: Annotated[str, typer.Option("--chunk", "-c", metavar="C", help="Chunk size C (the last chunk may be shorter).")] = ...,
+    prefix: Annotated[str, typer.Option(metavar="T", help="Tokens T cached before the prompt.")] = "0",
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.both,
-    tile: TileOpt = "128",
+    tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
-    mla: MlaOpt = "auto",
+    mla: MlaOpt = Mla.auto,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
+    wide: WideOpt = False,
 ) -> None:
-    """The chunk schedule of one prompt: a row per chunk, the total, and the unchunked pass."""
-    rows, notes = [], []
+    """The chunk schedule of one prompt: a row per chunk, the total, and the unchunked pass.
+
+    Example: costcalc chunked --preset llama-3.1-8b --seq 8192 --chunk 2048
+    """
+    tables, notes = [], []
     points = calc.rows(grid(seq=parse(seq, "--seq"), chunk=parse(chunk, "--chunk"),
                             prefix=parse(prefix, "--prefix", minimum=0), batch=parse(batch, "--batch")))
-    for spec in models(preset, preset_file, config):
-        for p in ({**point, "convention": c} for point in points for c in conventions(convention)):
-            schedule = calc.chunked(spec, logits=logits.value, tile=parse_tile(tile), mla=mla,
-                                    **{k: v if isinstance(v, str) else int(v) for k, v in p.items()})
-            rows += schedule
-            total, single = schedule[-2]["total_flops"], schedule[-1]["total_flops"]
+    specs, kinds = models(preset, preset_file, config), conventions(convention)
+    chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
+    count = 0
+    for point in points:   # every schedule's size is checked before any is built
+        count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
+    check_rows(count * len(specs) * len(kinds), "the chunk schedules")
+    for spec in specs:
+        for p in ({**point, "convention": c} for point in points for c in kinds):
+            schedule = calc.chunked_table(spec, logits=logits.value, tile=chosen, mla=mla,
+                                          **{k: v if isinstance(v, str) else int(v) for k, v in p.items()})
+            tables.append(schedule)
+            total, single = schedule["total_flops"][-2], schedule["total_flops"][-1]
             notes.append(_chunk_note(spec.name, p, total, single))
-    emit(rows, fmt, output, notes)
+    emit(concat(tables), fmt, output, notes[:MAX_NOTES] + _more(len(notes) - MAX_NOTES), wide)
+
+
+MAX_NOTES = 12   # schedules noted one by one; the rest are counted
+
+
+def _more(n: int) -> list[str]:
+    return [f"... and {n} more schedules (the total and unchunked rows say the same)."] if n > 0 else []
 
 
 def _chunk_note(name: str, p: dict, total: int, single: int) -> str:
@@ -106,59 +128,74 @@ def decode(
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
     context: Annotated[str, typer.Option(
-        "--context", "-t", help=f"Tokens T already cached; {RANGE_HELP}.")] = ...,
+        "--context", "-t", metavar="T", help=f"Tokens T already cached; {RANGE_HELP}.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
-    mla: MlaOpt = "auto",
+    mla: MlaOpt = Mla.auto,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
+    wide: WideOpt = False,
 ) -> None:
-    """One decode step over T cached tokens, and its cost per output token."""
+    """One decode step over T cached tokens, and its cost per output token.
+
+    Example: costcalc decode --preset llama-3.1-405b --context 128k --batch 64
+    """
     specs = models(preset, preset_file, config)
+    mla = mla_form(mla, specs)
     points = grid(context=parse(context, "--context"), batch=parse(batch, "--batch"))
     emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, **points) for c in conventions(convention)])
                  for spec in specs]),
-         fmt, output, [_decode_note(specs)])
+         fmt, output, [_decode_note(specs)], wide)
 
 
 def generate(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
-    prompt: Annotated[str, typer.Option("--prompt", "-s", help=f"Prompt length S; {RANGE_HELP}.")] = ...,
-    new: Annotated[str, typer.Option("--new", "-n", help=f"Output tokens N; {RANGE_HELP}.")] = ...,
+    prompt: Annotated[str, typer.Option("--prompt", "-s", metavar="S", help=f"Prompt length S; {RANGE_HELP}.")] = ...,
+    new: Annotated[str, typer.Option("--new", "-n", metavar="N", help=f"Output tokens N; {RANGE_HELP}.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
-    tile: TileOpt = "128",
+    tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
-    mla: MlaOpt = "auto",
+    mla: MlaOpt = Mla.auto,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
+    wide: WideOpt = False,
 ) -> None:
-    """A whole generation: prefill of S, then N-1 decode steps (the j-th reads S+j keys)."""
-    specs = models(preset, preset_file, config)
+    """A whole generation: prefill of S, then N-1 decode steps (the j-th reads S+j keys).
+
+    Example: costcalc generate --preset mixtral-8x7b --prompt 8192 --new 1024 --batch 8
+    """
+    specs, kinds = models(preset, preset_file, config), conventions(convention)
+    chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     points = grid(seq=parse(prompt, "--prompt"), new_tokens=parse(new, "--new"), batch=parse(batch, "--batch"))
-    emit(concat([interleave([calc.generate_table(spec, c, logits.value, parse_tile(tile), mla, **points)
-                             for c in conventions(convention)], block=3) for spec in specs]), fmt, output)
+    emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, **points)
+                             for c in conventions(convention)], block=3) for spec in specs]), fmt, output, wide=wide)
 
 
 def train(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
-    seq: Annotated[str, typer.Option("--seq", "-s", help=f"Sequence length S; {RANGE_HELP}.")] = ...,
+    seq: Annotated[str, typer.Option("--seq", "-s", metavar="S", help=f"Sequence length S; {RANGE_HELP}.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
-    tile: TileOpt = "128",
-    mla: MlaOpt = "auto",
+    tile: TileOpt = None,
+    mla: MlaOpt = Mla.auto,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
+    wide: WideOpt = False,
 ) -> None:
-    """Training step: forward with all-position logits x3, beside the 6P rule of thumb."""
-    specs = models(preset, preset_file, config)
+    """Training step: forward with all-position logits x3, beside the 6P rule of thumb.
+
+    Example: costcalc train --preset llama-3.1-70b --seq 8192 --batch 16
+    """
+    specs, kinds = models(preset, preset_file, config), conventions(convention)
+    chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     points = grid(seq=parse(seq, "--seq"), batch=parse(batch, "--batch"))
-    emit(concat([interleave([calc.table(spec, "train", c, "all", parse_tile(tile), mla, **points)
-                             for c in conventions(convention)]) for spec in specs]), fmt, output, [notes.TRAIN])
+    emit(concat([interleave([calc.table(spec, "train", c, "all", chosen, mla, **points)
+                             for c in conventions(convention)]) for spec in specs]), fmt, output, [notes.TRAIN], wide)
 
 
 def _decode_note(specs) -> str:

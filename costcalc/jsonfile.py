@@ -1,0 +1,40 @@
+"""Reading a JSON file a user names (a preset, a config, a device profile): every failure is
+one ``CostcalcError`` line naming the file and the problem."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+MAX_BYTES = 50 * 2**20   # no model description is this large
+
+
+def read(path: Union[str, Path], what: str) -> Any:
+    """The parsed JSON of ``path``; ``what`` names it in errors ("preset file", "config")."""
+    text = str(path)
+    p = Path(path)
+    try:
+        if p.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        with open(p, "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise _error(f"cannot read {what} {text!r}: {exc.strerror or exc}")
+    if len(raw) > MAX_BYTES:
+        raise _error(f"{what} {text!r}: larger than {MAX_BYTES // 2**20} MiB; not a JSON description")
+    try:
+        decoded = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _error(f"{what} {text!r}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")
+    try:
+        return json.loads(decoded)
+    except json.JSONDecodeError as exc:
+        raise _error(f"{what} {text!r}: not valid JSON ({exc.msg} at line {exc.lineno})")
+    except RecursionError:
+        raise _error(f"{what} {text!r}: nested too deeply")
+
+
+def _error(message: str):
+    from .errors import CostcalcError
+
+    return CostcalcError(message)

@@ -1,0 +1,171 @@
+"""Where output goes, checked before any work: standard output, a regular file, or a stream.
+
+- ``-`` (or no path) is standard output.
+- A regular file (or a new one in a writable folder) is written atomically: filled beside
+  the target, then moved into place, so a failure never leaves half a file.
+- A FIFO, a terminal, a character device, or any path under ``/dev`` or ``/proc`` (such as
+  ``/dev/stdout`` in a pipe or redirected to a file) is written in place, streamed -- it is
+  never replaced by a regular file.
+- A directory, an empty path, a socket or block device, a missing or unwritable folder:
+  one ``CostcalcError`` naming the problem, raised by ``target`` before anything is computed.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Callable, Optional, Union
+
+from .errors import CostcalcError
+
+STDOUT = "-"
+_STREAM_ROOTS = ("/dev/", "/proc/")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked destination: ``kind`` is ``stdout``, ``stream`` (write in place) or ``file``
+    (atomic replace of ``path``, which may not exist yet)."""
+    kind: str
+    path: Optional[Path] = None
+    shown: str = "standard output"
+
+    @property
+    def suffix(self) -> str:
+        return self.path.suffix.lower() if self.path is not None and self.kind == "file" else ""
+
+
+def target(path: Union[str, Path, None], option: str = "--output") -> Target:
+    """Check that ``path`` can be written, without writing it."""
+    if path is None or str(path) == STDOUT:
+        return Target("stdout")
+    text = str(path)
+    if not text.strip():
+        raise CostcalcError(f"{option}: the path is empty (use - for standard output)")
+    p = Path(text)
+    if text.startswith(_STREAM_ROOTS):
+        return _existing_stream(p, text, option)
+    try:
+        info = os.stat(p)
+    except FileNotFoundError:
+        return _new_file(p, text, option)
+    except OSError as exc:
+        raise CostcalcError(f"{option}: cannot write {text!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise CostcalcError(f"{option}: {text!r} is a directory; give a file name")
+    if stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode):
+        if not os.access(p, os.W_OK):
+            raise CostcalcError(f"{option}: cannot write {text!r}: permission denied")
+        return Target("stream", p, text)
+    if not stat.S_ISREG(info.st_mode):
+        raise CostcalcError(f"{option}: {text!r} is not a regular file, a FIFO or a character device")
+    real = Path(os.path.realpath(p))
+    if not os.access(real, os.W_OK):
+        raise CostcalcError(f"{option}: cannot write {text!r}: permission denied")
+    _writable_folder(real.parent, text, option)
+    return Target("file", real, text)
+
+
+def _existing_stream(p: Path, text: str, option: str) -> Target:
+    try:
+        info = os.stat(p)
+    except OSError as exc:
+        raise CostcalcError(f"{option}: cannot write {text!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise CostcalcError(f"{option}: {text!r} is a directory; give a file name")
+    if not os.access(p, os.W_OK):
+        raise CostcalcError(f"{option}: cannot write {text!r}: permission denied")
+    return Target("stream", p, text)
+
+
+def _new_file(p: Path, text: str, option: str) -> Target:
+    if text.endswith(os.sep):
+        raise CostcalcError(f"{option}: {text!r} names a directory that does not exist; give a file name")
+    real = Path(os.path.realpath(p))
+    _writable_folder(real.parent, text, option)
+    return Target("file", real, text)
+
+
+def _writable_folder(folder: Path, text: str, option: str) -> None:
+    if not folder.is_dir():
+        raise CostcalcError(f"{option}: cannot write {text!r}: no directory {str(folder)!r}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CostcalcError(f"{option}: cannot write {text!r}: directory {str(folder)!r} is not writable")
+
+
+def folder(path: Union[str, Path], option: str) -> Path:
+    """Check that a report folder can be created (or is a writable directory), before any work."""
+    text = str(path)
+    if not text.strip():
+        raise CostcalcError(f"{option}: the path is empty")
+    p = Path(os.path.realpath(text))
+    probe = p
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        where = "is not a directory" if probe == p else f"lies under {str(probe)!r}, which is not a directory"
+        raise CostcalcError(f"{option}: {text!r} {where}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise CostcalcError(f"{option}: cannot write into {str(probe)!r}: permission denied")
+    return p
+
+
+def write(dest: Target, fill: Callable[[IO[Any]], Any], binary: bool = False) -> None:
+    """Write through ``fill(handle)``: to standard output, in place into a stream, or atomically."""
+    mode = "wb" if binary else "w"
+    try:
+        if dest.kind == "stdout":
+            fill(sys.stdout.buffer if binary else sys.stdout)
+            (sys.stdout.buffer if binary else sys.stdout).flush()
+        elif dest.kind == "stream":
+            with open(dest.path, mode, **({} if binary else {"encoding": "utf-8", "newline": ""})) as handle:
+                fill(handle)
+        else:
+            _atomic(dest.path, fill, mode)
+    except BrokenPipeError:
+        _quiet_stdout()
+        raise CostcalcError(f"cannot write {dest.shown}: the reader closed the pipe") from None
+    except OSError as exc:
+        raise CostcalcError(f"cannot write {dest.shown!r}: {exc.strerror or exc}") from None
+
+
+def write_text(dest: Target, text: str) -> None:
+    write(dest, lambda handle: handle.write(text))
+
+
+def _atomic(path: Path, fill: Callable[[IO[Any]], Any], mode: str) -> None:
+    """Fill a temporary file beside ``path``, then move it into place. A replaced file keeps
+    its permission bits; a new one gets the usual mode (mkstemp alone makes 0600)."""
+    try:
+        keep = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        keep = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as handle:
+            fill(handle)
+        os.chmod(tmp, keep)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe, stop Python complaining again when it flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -190,7 +190,7 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
         if width is None or max(map(len, lines)) <= width:
             break
         if step == "shares":
-            shares = False
+            shares = not any(c in _SHARED for c in shown)
         elif step == "constants":
             same = [c for c in shown if not _is_flops(c) and c not in _NEVER_HEADER
                     and len({str(r.get(c)) for r in rows}) == 1]
@@ -200,7 +200,7 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
             shown.remove(step)
             dropped.append(step.removesuffix("_flops"))
         lines = _grid(rows, shown, shares)
-    out = ([header, ""] if header else []) + lines
+    out = ([*_wrap_header(header, width), ""] if header else []) + lines
     conventions = {str(r.get("convention")) for r in rows}
     logits = {str(r.get("logits")) for r in rows if "logits" in r}
     footer = notes.footer(conventions, logits) if any(c.endswith("_flops") for c in cols) else []
@@ -208,35 +208,54 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
         cut = ", ".join(dropped) + (" and the shares of the total" if not shares else "")
         footer = [f"Columns left out to fit {width} characters: {cut.removeprefix(', ')} "
                   f"(--wide or -f csv shows them)."] + footer
-    out += [""] + [line for note in footer + list(extra_notes) for line in _wrap(note, width)]
+    out += [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]
     return "\n".join(out) + "\n"
 
 
 # What a narrow table gives up, in order: the linear layers' parts (their sum ``linear`` stays),
 # the 6P rule, the LM head, then inputs that are the same on every row move to the header,
 # and last the shares of the total.
-_NARROWER = ("formula", "context_exact", "attn_proj_flops", "ffn_flops", "router_flops", "experts_flops", "shared_experts_flops",
-             "rule_6p_flops", "lm_head_flops", "constants", "shares")
+_NARROWER = ("formula", "title", "context_exact", "exact", "attn_proj_flops", "ffn_flops", "router_flops", "experts_flops", "shared_experts_flops",
+             "rule_6p_flops", "lm_head_flops", "constants", "shares", "tile", "mla", "logits")
+
+
+def _wrap_header(header: str, width: int | None) -> list[str]:
+    """The header's ``key value`` fields, as many to a line as fit."""
+    if width is None or len(header) <= width:
+        return [header]
+    lines: list[str] = []
+    for field in header.split(" | "):
+        if lines and len(lines[-1]) + 3 + len(field) <= width:
+            lines[-1] += " | " + field
+        else:
+            lines.append(field)
+    return lines
 
 
 def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> list[str]:
-    cells = [[_cell(row, c, shares) for c in shown] for row in rows]
+    """The table's lines; a cell holding several lines (a model's layer groups) spans them."""
+    cells = [[_cell(row, c, shares).split("\n") for c in shown] for row in rows]
     titles = [_TITLES.get(c, c.removesuffix("_flops")) for c in shown]
-    widths = [max(len(t), *(len(r[i]) for r in cells)) for i, t in enumerate(titles)]
+    widths = [max(len(t), *(len(part) for r in cells for part in r[i])) for i, t in enumerate(titles)]
     right = [_is_flops(c) or c in _NUMERIC for c in shown]
 
     def line(values: Sequence[str]) -> str:
         return "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)).rstrip()
 
-    return [line(titles), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    out = [line(titles), line(["-" * w for w in widths])]
+    for row in cells:
+        depth = max(map(len, row))
+        out += [line([c[k] if k < len(c) else "" for c in row]) for k in range(depth)]
+    return out
 
 
-_TITLES = {"total_flops_per_token": "per_token"}
+_TITLES = {"total_flops_per_token": "per_token", "total_params": "params", "active_params": "active"}
 _NEVER_HEADER = ("phase",)   # a single row keeps its phase in the table
 _NUMERIC = ("batch", "seq", "context", "prefix", "chunk", "new_tokens", "ratio_to_6p")
 
 
-def _wrap(text: str, width: int | None) -> list[str]:
+def wrap(text: str, width: int | None) -> list[str]:
+    """A note as lines of at most ``width`` characters (None: one line)."""
     if width is None or len(text) <= width:
         return [text]
     import textwrap

@@ -27,7 +27,7 @@ def test_every_preset_loads_and_states_its_source(name):
             assert g.numbers()["d_q"] == g.sizes["h_q"] * g.sizes["d_h"]
 
 
-# Field-by-field against real config.json copies (tests/data/hf-configs, from shared/data).
+# Field-by-field against real config.json copies (tests/data/hf-configs).
 HF = {
     "llama-3.1-8b": {"L": "num_hidden_layers", "d": "hidden_size", "h_q": "num_attention_heads",
                      "h_kv": "num_key_value_heads", "m": "intermediate_size", "V": "vocab_size"},

@@ -97,7 +97,7 @@ def test_a_window_mask_reads_w_keys():
 
 
 def test_tiled_area_matches_the_published_tile_counts():
-    # shared/docs/torch-counting.md: S=1000, D=64, H=2 -> tile 128: 288,129,024 FLOPs
+    # docs/torch-counting.md: S=1000, D=64, H=2 -> tile 128: 288,129,024 FLOPs
     allowed = torch.ones(1000, 1000, dtype=torch.bool).tril()
     assert 4 * 64 * 2 * tiled_area(allowed, 128, 128) == 288_129_024
     assert 4 * 64 * 2 * int(allowed.sum()) == 256_256_000

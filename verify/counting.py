@@ -1,7 +1,7 @@
 """Counting what the decoder executes, term by term, under three attention conventions.
 
 ``torch.utils.flop_counter.FlopCounterMode`` counts every ``mm`` from shapes. Its gaps
-(see shared/docs/torch-counting.md) are closed here:
+(see docs/torch-counting.md) are closed here:
 
 - every attention product goes through ``verify.model.attend``, which shows the real
   tensors and mask to a recorder first: it records three counts per call -- ``full`` (the

@@ -9,7 +9,8 @@ import typer
 from .. import calc, notes, outputs, presets, units
 from ..errors import CostcalcError
 from ..vocab import ARCHS, FORMULAS
-from .options import (output_format, write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt,
+from ..render import wrap
+from .options import (TABLE_WIDTH, output_format, write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
                       PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, emit, model, models)
 
 FORMULA_WORKLOADS = list(FORMULAS)
@@ -26,7 +27,10 @@ def formula(
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
-    """The symbolic formula of a workload, term by term, as derived by the core."""
+    """The symbolic formula of a workload, term by term, as derived by the core.
+
+    Example: costcalc formula decode --arch moe
+    """
     from ..errors import CostcalcError
     from ..formulas import describe, formula_rows
 
@@ -54,7 +58,8 @@ def formula(
         group = [r for r in rows if r["convention"] == conv]
         width = max(len(r["term"]) for r in group)
         lines += [f"  {r['term']:<{width}} = {r[key]}" for r in group] + [""]
-    lines += notes.footer(set(conventions(convention)), {logits.value})
+    lines += [line for note in notes.footer(set(conventions(convention)), {logits.value})
+              for line in wrap(note, TABLE_WIDTH)]
     text = "\n".join(lines) + "\n"
     write_text(output, text)
 
@@ -66,12 +71,16 @@ def crossover(
     mla: MlaOpt = Mla.auto,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
+    wide: WideOpt = False,
 ) -> None:
-    """T_equal for decode, and the prefill length where attention equals the linear layers."""
+    """T_equal for decode, and the prefill length where attention equals the linear layers.
+
+    Example: costcalc crossover --preset llama-3.1-8b,mistral-7b-v0.1
+    """
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
     rows = [row for spec in specs for row in calc.crossover(spec, mla=mla)]
-    emit(rows, fmt, output, [notes.CROSSOVER])
+    emit(rows, fmt, output, [notes.CROSSOVER], wide)
 
 
 presets_app = typer.Typer(help="Built-in model presets.", invoke_without_command=True,
@@ -79,8 +88,11 @@ presets_app = typer.Typer(help="Built-in model presets.", invoke_without_command
 
 
 @presets_app.callback()
-def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
-    """List the built-in presets with their key sizes."""
+def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = None, wide: WideOpt = False) -> None:
+    """List the built-in presets with their key sizes.
+
+    Example: costcalc presets
+    """
     if ctx.invoked_subcommand is not None:
         return
     specs = presets.load_all()
@@ -88,13 +100,14 @@ def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
         rows = [_compact(spec) for spec in specs]     # the table: one readable line a model
     else:
         rows = [_summary(spec) for spec in specs]     # CSV / Markdown / JSON: every field
-    emit(rows, fmt, output)
+    emit(rows, fmt, output, wide=wide)
 
 
 def _compact(spec) -> dict:
     params = calc.parameters(spec)
-    return {"preset": spec.name, "title": spec.title, "layers": " + ".join(f"{g.count} x {g.arch}" + (f" (W={g.sizes['W']})" if "W" in g.sizes else "")
-                           for g in spec.groups),
+    return {"preset": spec.name, "title": spec.title,
+            "layers": "\n".join(f"{g.count} x {g.arch}" + (f" (W={g.sizes['W']})" if "W" in g.sizes else "")
+                                for g in spec.groups),
             "d": spec["d"], "V": spec["V"], "total_params": units.params(params["total_params"]),
             "active_params": units.params(params["active_params"])}
 

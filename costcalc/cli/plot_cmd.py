@@ -35,7 +35,10 @@ def plot(
     dpi: Annotated[int, typer.Option(help="Resolution of a PNG.")] = 150,
     title: Annotated[Optional[str], typer.Option(help="Figure title.")] = None,
 ) -> None:
-    """Draw FLOPs by term against length for one or several presets, crossovers marked."""
+    """Draw FLOPs by term against length for one or several presets, crossovers marked.
+
+    Example: costcalc plot prefill -p llama-3.1-8b,mixtral-8x7b --seq 1k:1M:x2 -o prefill.png
+    """
     from .. import plot as plotting
 
     plotting.check_output(output)          # before any work

@@ -78,6 +78,11 @@ class Block:
         return tuple(out)
 
 
+def coerce(arch: "str | Block") -> Block:
+    """A block kind from a ``Block`` or its key (the one place a key becomes a ``Block``)."""
+    return arch if isinstance(arch, Block) else parse(arch)
+
+
 def parse(key: str) -> Block:
     """``"mla_q-absorbed.moe_shared"`` -> Block(...); also the aliases ``dense``, ``moe``."""
     key = ALIASES.get(key, key)

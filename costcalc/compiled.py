@@ -1,38 +1,55 @@
 """The derived expressions as cached generated code: exact evaluation without sympy.
 
-``get(kind, arch, convention, logits)`` returns a ``Compiled`` recipe. The first use
-derives it with the sympy core and prints it (``costcalc.codegen``); the source is
-cached on disk under a key that hashes the core's own source files, so any change to
-the derivation regenerates it. A later start loads the cached module: no sympy import.
+``get(recipe, block, convention, logits)`` returns a ``Compiled`` recipe. The first use
+derives it with the sympy core and prints it (``costcalc.codegen``); the source is cached
+on disk under a key that hashes the core's own source files and the sympy version (its
+behaviour shapes the generated code), so any change to either regenerates it. A later start
+loads the cached module: no sympy import.
 
 Cache directory: ``$COSTCALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/costcalc``, else
 ``~/.cache/costcalc``. An unwritable or corrupt cache is never an error: the recipe is
-derived again in memory (and rewritten where possible).
+derived again in memory (and rewritten where possible); the reason is logged (``costcalc
+--verbose`` shows it).
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import operator
 import os
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 _PACKAGE = Path(__file__).resolve().parent
 # The files whose content decides the generated code.
 SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "core/*.py")
 INT64_SAFE = 2**62  # bound below which every intermediate fits int64 with room to spare
+log = logging.getLogger("costcalc.compiled")
 
 
 @lru_cache(maxsize=None)
 def core_hash() -> str:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(b"sympy " + sympy_version().encode())
     for pattern in SOURCES:
         for path in sorted(_PACKAGE.glob(pattern)):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def sympy_version() -> str:
+    """The installed sympy's version, read from its ``release.py`` without importing sympy
+    (importlib.metadata costs a fast start tens of milliseconds)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sympy")
+    try:
+        text = (Path(spec.origin).parent / "release.py").read_text(encoding="utf-8")
+        return text.split('__version__ = "', 1)[1].split('"', 1)[0]
+    except (AttributeError, TypeError, OSError, IndexError):   # an unusual install: hash the package's path
+        return f"unknown at {getattr(spec, 'origin', None)}"
 
 
 def cache_dir() -> Path:
@@ -48,27 +65,33 @@ class Compiled:
 
     def __init__(self, key: str, namespace: dict[str, Any]) -> None:
         self.key = key
-        self.terms: tuple[str, ...] = namespace["TERMS"]
-        self.outputs: dict[str, tuple[str, ...]] = namespace["OUTPUTS"]
+        self.terms: tuple[str, ...] = namespace["TERMS"]           # the independent expressions
+        self.outputs: dict[str, tuple[str, ...]] = namespace["OUTPUTS"]   # each output: a sum of them
         self.vector: dict[str, bool] = namespace["VECTOR"]
         self.args: tuple[str, ...] = namespace["ARGS"]
+        self.constants: dict[str, str] = namespace["CONSTANTS"]
         self._fn = {name: namespace[name] for name in self.terms}
         self._bound = {name: namespace[f"{name}__bound"] for name in self.terms if self.vector[name]}
         self._poly: dict[str, tuple] = namespace["POLY"]
+
+    def _wanted(self, names: Optional[Iterable[str]]) -> dict[str, tuple[str, ...]]:
+        return self.outputs if names is None else {n: self.outputs[n] for n in names if n in self.outputs}
 
     def _check(self, values: Mapping[str, Any]) -> None:
         missing = [a for a in self.args if a not in values]
         if missing:
             raise ValueError(f"{self.key}: no value for {', '.join(missing)}")
 
-    def evaluate(self, values: Mapping[str, int]) -> dict[str, int]:
-        """Every output (terms, ``linear``, ``total``) as an exact int at one point."""
+    def evaluate(self, values: Mapping[str, int], names: Optional[Iterable[str]] = None) -> dict[str, int]:
+        """Outputs (all, or ``names``) as exact ints at one point."""
         self._check(values)
-        got = {name: self._fn[name](**values) for name in self.terms}
+        wanted = self._wanted(names)
+        needed = {p for parts in wanted.values() for p in parts}
+        got = {name: self._fn[name](**values) for name in self.terms if name in needed}
         return {name: got[parts[0]] if len(parts) == 1 else sum(got[p] for p in parts)
-                for name, parts in self.outputs.items()}
+                for name, parts in wanted.items()}
 
-    def columns(self, values: Mapping[str, Any], n: int) -> dict[str, list[int]]:
+    def columns(self, values: Mapping[str, Any], n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
         """Every output over ``n`` points; ``values`` maps names to ints or length-n arrays.
 
         A term is evaluated over whole arrays by its generated function in int64 where its
@@ -91,7 +114,9 @@ class Compiled:
         got: dict[str, Any] = {}   # int64 arrays, or lists of Python ints
         bounds: dict[str, float] = {}
         monomials: dict[tuple, list[int]] = {}   # shared by the terms
-        for name in self.terms:
+        wanted = self._wanted(names)
+        needed = {p for parts in wanted.values() for p in parts}
+        for name in (t for t in self.terms if t in needed):
             if not self.vector[name]:
                 got[name] = self._pointwise(name, scalars, arrays, n)
                 bounds[name] = float("inf")
@@ -106,7 +131,7 @@ class Compiled:
                 got[name] = np.broadcast_to(np.asarray(self._fn[name](**scalars, **big), object), (n,)).tolist()
         out: dict[str, list[int]] = {}
         done: dict[tuple[str, ...], list[int]] = {}   # sums already formed, by their parts
-        for name, parts in self.outputs.items():
+        for name, parts in wanted.items():
             if all(isinstance(got[p], np.ndarray) for p in parts) and sum(bounds[p] for p in parts) < INT64_SAFE:
                 column = got[parts[0]]
                 for part in parts[1:]:
@@ -178,14 +203,20 @@ def _monomial(powers: tuple, point: Mapping[str, int]) -> int:
     return value
 
 
-def _load(path: Path, key: str) -> Compiled | None:
+def _load(path: Path, key: str) -> tuple[Optional[Compiled], str]:
+    """The cached recipe, or None and why it could not be used."""
     try:
         text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, "not cached yet"
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"unreadable ({exc})"
+    try:
         namespace: dict[str, Any] = {}
         exec(compile(text, str(path), "exec"), namespace)
-        return Compiled(key, namespace)
-    except Exception:  # a missing, partial or stale file: derive again
-        return None
+        return Compiled(key, namespace), ""
+    except (SyntaxError, NameError, KeyError, TypeError, ValueError) as exc:   # partial or stale
+        return None, f"unusable ({type(exc).__name__}: {exc})"
 
 
 def _store(path: Path, text: str) -> None:
@@ -195,25 +226,37 @@ def _store(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache only costs the derivation next time
+    except OSError as exc:
+        log.info("could not cache %s: %s (derived again next time)", path, exc)
 
 
-@lru_cache(maxsize=None)
-def get(kind: str, arch: str, convention: str = "causal", logits: str = "last") -> Compiled:
-    """The compiled recipe, from the disk cache or derived now (and cached)."""
-    from .blocks import parse
+_LOADED: dict[tuple[str, str], Compiled] = {}   # recipes of this process, by cache folder and key
 
-    arch = parse(arch).key   # one name per block kind ("dense" is "gqa.dense")
-    key = f"{kind}-{arch}-{convention}-{logits}"
+
+def forget() -> None:
+    """Drop the recipes this process holds (the disk cache stays): the next ``get`` loads again."""
+    _LOADED.clear()
+
+
+def get(recipe: str, block: str, convention: str = "causal", logits: str = "last") -> Compiled:
+    """The compiled recipe of a block kind (``Block`` key), from the disk cache or derived now."""
+    from .blocks import coerce
+
+    block_ = coerce(block)
+    key = f"{recipe}-{block_.key}-{convention}-{logits}"
     path = cache_dir() / core_hash() / f"{key}.py"
-    found = _load(path, key)
-    if found is not None:
-        return found
-    from . import codegen
+    slot = (str(path.parent), key)
+    if slot in _LOADED:
+        return _LOADED[slot]
+    found, why = _load(path, key)
+    if found is None:
+        from . import codegen
 
-    text = codegen.source(kind, arch, convention, logits, stamp=f"core={core_hash()}")
-    _store(path, text)
-    namespace: dict[str, Any] = {}
-    exec(compile(text, f"<costcalc {key}>", "exec"), namespace)
-    return Compiled(key, namespace)
+        log.info("deriving %s: %s", key, why)
+        text = codegen.source(recipe, block_, str(convention), str(logits), stamp=f"core={core_hash()}")
+        _store(path, text)
+        namespace: dict[str, Any] = {}
+        exec(compile(text, f"<costcalc {key}>", "exec"), namespace)
+        found = Compiled(key, namespace)
+    _LOADED[slot] = found
+    return found

@@ -24,11 +24,10 @@ from typing import Any, Sequence
 from . import calc, outputs, units
 from .errors import CostcalcError
 from .spec import ModelSpec
+from .vocab import LABELS
 
 WHATS = ("prefill", "decode", "generate")
-TERM_LABELS = {"attn_proj": "attention projections", "ffn": "FFN (SwiGLU)", "router": "router",
-               "experts": "routed experts", "shared_experts": "shared experts",
-               "attention": "attention (QK^T, AV)", "lm_head": "LM head"}
+TERM_LABELS = LABELS   # one label per term, from the vocabulary
 COLORS = {"attn_proj": "#4C72B0", "ffn": "#55A868", "router": "#8172B2", "experts": "#64B5CD",
           "shared_experts": "#937860", "attention": "#C44E52", "lm_head": "#CCB974"}
 CONVENTION_STYLE = {"causal": "-", "full": "--", "tiled": ":"}

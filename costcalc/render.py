@@ -31,9 +31,9 @@ Table = Mapping[str, Sequence[Any]]
 class Columns(dict):
     """A table (name -> column) that knows which of its columns have missing cells."""
 
-    def __init__(self, *args: Any, sparse: set[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, with_gaps: set[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sparse = None if sparse is None else set(sparse)   # None: not known, look
+        self.with_gaps = None if with_gaps is None else set(with_gaps)   # None: not known, look
 
 
 def as_table(data: Union[Rows, Table]) -> Table:
@@ -130,13 +130,13 @@ def _write_columns(data: Table, handle, writer) -> None:
     ``%s`` fields (numbers never need quoting; text goes through the csv module's
     quoting). The same bytes as ``csv.writer``, several times faster."""
     writer.writerow(data)
-    sparse = getattr(data, "sparse", None)   # the columns known to hold None, if known
+    gaps = getattr(data, "with_gaps", None)   # the columns known to hold None, if known
     n = length(data)
     for start in range(0, n, CHUNK):
         fields, varying = [], []
         for name, col in data.items():
             part = col[start:start + CHUNK]
-            if (name in sparse) if sparse is not None else (None in part):
+            if (name in gaps) if gaps is not None else (None in part):
                 part = ["" if v is None else v for v in part]
             if part.count(part[0]) == len(part):
                 fields.append(_cell_text(part[0]).replace("%", "%%"))

@@ -1,10 +1,14 @@
 """The project's one vocabulary, as plain names: no sympy, so a fast start can read it.
 
-A model symbol's name is its key in a preset file; a workload symbol has a row column
-/ CLI option stem. ``costcalc.symbols`` turns these names into sympy symbols.
+- Sizes: a model symbol's name is its key in a preset file; a workload symbol has a row
+  column / CLI option stem. ``costcalc.symbols`` makes the sympy symbols from these names.
+- Choices: the attention conventions, logits modes and MLA forms, as str enums that the
+  core, the rows and the command line share (a row holds the plain ``.value``).
+- Terms: the breakdown terms in the order columns show them, and the sums they make.
 """
 from __future__ import annotations
 
+import enum
 from typing import Mapping, NamedTuple
 
 ARCHS = ("dense", "moe")
@@ -14,28 +18,27 @@ class Name(NamedTuple):
     name: str       # the symbol's name
     key: str        # preset key (model) or row column / CLI option stem (workload)
     meaning: str
-    hf_field: str = ""
 
 
 MODEL = (
-    Name("L", "L", "decoder layers", "num_hidden_layers"),
-    Name("d", "d", "model width", "hidden_size"),
-    Name("h_q", "h_q", "query heads", "num_attention_heads"),
-    Name("h_kv", "h_kv", "key/value heads", "num_key_value_heads"),
-    Name("d_h", "d_h", "head dim", "head_dim (else hidden_size / num_attention_heads)"),
-    Name("m", "m", "dense SwiGLU width", "intermediate_size"),
-    Name("E", "E", "routed experts", "num_local_experts / num_experts"),
-    Name("k", "k", "experts per token", "num_experts_per_tok"),
-    Name("m_e", "m_e", "expert width", "moe_intermediate_size (Mixtral: intermediate_size)"),
-    Name("V", "V", "vocabulary", "vocab_size"),
-    Name("W", "W", "sliding window: keys a query reads at most, itself included", "sliding_window"),
-    Name("E_s", "E_s", "shared experts (always on)", "n_shared_experts (Qwen2-MoE: 1)"),
-    Name("m_s", "m_s", "shared expert width", "moe_intermediate_size / shared_expert_intermediate_size"),
-    Name("r_q", "r_q", "MLA query LoRA rank", "q_lora_rank"),
-    Name("r_kv", "r_kv", "MLA key/value latent rank", "kv_lora_rank"),
-    Name("d_nope", "d_nope", "MLA per-head query/key dim without RoPE", "qk_nope_head_dim"),
-    Name("d_rope", "d_rope", "MLA per-head RoPE dim (one shared key)", "qk_rope_head_dim"),
-    Name("d_v", "d_v", "MLA per-head value dim", "v_head_dim"),
+    Name("L", "L", "decoder layers"),
+    Name("d", "d", "model width"),
+    Name("h_q", "h_q", "query heads"),
+    Name("h_kv", "h_kv", "key/value heads"),
+    Name("d_h", "d_h", "head dim"),
+    Name("m", "m", "dense SwiGLU width"),
+    Name("E", "E", "routed experts"),
+    Name("k", "k", "experts per token"),
+    Name("m_e", "m_e", "expert width"),
+    Name("V", "V", "vocabulary"),
+    Name("W", "W", "sliding window: keys a query reads at most, itself included"),
+    Name("E_s", "E_s", "shared experts (always on)"),
+    Name("m_s", "m_s", "shared expert width"),
+    Name("r_q", "r_q", "MLA query LoRA rank"),
+    Name("r_kv", "r_kv", "MLA key/value latent rank"),
+    Name("d_nope", "d_nope", "MLA per-head query/key dim without RoPE"),
+    Name("d_rope", "d_rope", "MLA per-head RoPE dim (one shared key)"),
+    Name("d_v", "d_v", "MLA per-head value dim"),
 )
 
 DERIVED = (
@@ -53,13 +56,6 @@ WORKLOAD = (
     Name("b_k", "tile", "keys per attention tile (tiled convention)"),
 )
 
-# Attention conventions, logits modes, and the breakdown terms in the order columns show them:
-# the block linear parts, their sum ``linear``, attention, LM head, ``total``.
-CONVENTIONS = ("causal", "full", "tiled")
-LOGITS = ("last", "all")
-LINEAR_PARTS = ("attn_proj", "ffn", "router", "experts", "shared_experts")
-TERM_ORDER = LINEAR_PARTS + ("linear", "attention", "lm_head", "total")
-
 ORDER = tuple(n.name for n in MODEL + DERIVED + WORKLOAD)  # argument order of generated code
 
 
@@ -74,14 +70,64 @@ def meaning(name: str) -> str:
     return next(n.meaning for n in MODEL + DERIVED + WORKLOAD if n.name == name)
 
 
-# The workloads ``costcalc formula`` prints, with what each one is.
-FORMULAS = {
-    "prefill": "B prompts of S tokens",
-    "cached-prefill": "C new tokens over T cached",
-    "varlen": "packed variable-length batch (padded: prefill at S = max S_i)",
-    "chunked": "n chunks of C tokens after T cached, logits on the last",
-    "decode": "one decode step over T cached tokens",
-    "generate": "prefill of S plus N-1 decode steps",
-    "train": "forward with all-position logits x 3",
-    "crossover": "where attention FLOPs equal linear FLOPs",
-}
+# --- choices ---------------------------------------------------------------------------
+
+class Choice(str, enum.Enum):
+    """A named choice: compares equal to its value and prints as it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: "str | Choice", what: str) -> "Choice":
+        """The member named ``value``; anything else is a ValueError naming the choices."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{what} must be one of {', '.join(m.value for m in cls)}, got {value!r}") from None
+
+
+class Convention(Choice):
+    causal = "causal"   # legal query-key pairs only
+    full = "full"       # the whole rectangle the shapes imply
+    tiled = "tiled"     # the tiles a block-skipping kernel visits
+
+
+class Logits(Choice):
+    last = "last"       # one LM-head row per sequence
+    all = "all"         # a row per new token
+
+
+class MlaForm(Choice):
+    auto = "auto"           # absorbed for decode steps, naive otherwise
+    naive = "naive"
+    absorbed = "absorbed"
+
+
+CONVENTIONS = tuple(c.value for c in Convention)
+LOGITS = tuple(x.value for x in Logits)
+MLA_FORMS = tuple(f.value for f in MlaForm)
+
+
+# --- terms -----------------------------------------------------------------------------
+
+class Term(NamedTuple):
+    name: str
+    label: str              # for figures and prose
+    linear: bool            # a block linear part: summed into ``linear``
+
+
+TERMS = (
+    Term("attn_proj", "attention projections", True),
+    Term("ffn", "FFN (SwiGLU)", True),
+    Term("router", "router", True),
+    Term("experts", "routed experts", True),
+    Term("shared_experts", "shared experts", True),
+    Term("attention", "attention (QK^T, AV)", False),
+    Term("lm_head", "LM head", False),
+)
+LINEAR_PARTS = tuple(t.name for t in TERMS if t.linear)
+# Columns in order: the linear parts, their sum ``linear``, the other terms, ``total``.
+TERM_ORDER = LINEAR_PARTS + ("linear",) + tuple(t.name for t in TERMS if not t.linear) + ("total",)
+SUMS = {"linear": LINEAR_PARTS, "total": tuple(t.name for t in TERMS)}
+LABELS = {t.name: t.label for t in TERMS}

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from costcalc import codegen, compiled, presets
+from costcalc.blocks import coerce
+from costcalc.core.breakdown import add_up
 from costcalc import symbols as s
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,13 +22,13 @@ SIZES = {"L": 7, "d": 512, "h_q": 8, "h_kv": 2, "d_h": 64, "m": 1408, "E": 16, "
          "d_q": 512, "d_kv": 128}
 
 
-@pytest.mark.parametrize("kind", [k for k in codegen.KINDS if k not in ("p_lin", "params")])
+@pytest.mark.parametrize("kind", [k for k in codegen.RECIPES if k not in ("p_lin", "params")])
 @pytest.mark.parametrize("arch", ["dense", "moe", "window.moe_shared_gate", "mla_q.moe_shared", "mla-absorbed.dense"])
 @pytest.mark.parametrize("convention", ["causal", "full", "tiled"])
 def test_generated_code_equals_the_sympy_core(kind, arch, convention):
-    logits = "none" if kind == "chunk" and convention == "full" else "all" if convention == "tiled" else "last"
+    logits = "none" if kind == "cached_prefill" and convention == "full" else "all" if convention == "tiled" else "last"
     recipe = compiled.get(kind, arch, convention, logits)
-    breakdown = codegen.KINDS[kind](arch, convention, logits)
+    breakdown = codegen.RECIPES[kind](coerce(arch), convention, logits)
     rng = random.Random(hash((kind, arch, convention)) % 997)
     for _ in range(4):
         point = {"B": rng.randint(1, 64), "S": rng.randint(1, 900), "T": rng.randint(0, 900),
@@ -34,7 +36,11 @@ def test_generated_code_equals_the_sympy_core(kind, arch, convention):
                  "b_k": rng.choice([16, 32, 128])}
         values = {**SIZES, **point}
         expected = breakdown.evaluate({s.BY_NAME[k]: v for k, v in values.items()})
-        assert recipe.evaluate(values) == expected
+        assert recipe.evaluate(values, expected) == expected
+        # every operator too: the terms are their sums
+        operators = {op: e.xreplace({s.BY_NAME[k]: v for k, v in values.items()}) for op, e in breakdown.operators.items()}
+        got = recipe.evaluate(values, operators)
+        assert got == {op: int(add_up(v)) for op, v in operators.items()}
 
 
 def test_p_lin_recipe_equals_the_core():
@@ -43,7 +49,7 @@ def test_p_lin_recipe_equals_the_core():
 
     for spec in presets.load_all():
         for g in spec.groups:
-            got = compiled.get("p_lin", g.arch, "-", "-").evaluate(g.numbers())["p_lin"]
+            got = compiled.get("p_lin", g.arch).evaluate(g.numbers())["p_lin"]
             values = {s.BY_NAME[k]: v for k, v in g.numbers().items()}
             assert got == exact_int(p_lin(g.arch), values)
 
@@ -80,38 +86,62 @@ def test_a_warm_calculation_imports_neither_sympy_nor_pandas(tmp_path, fmt):
 
 def test_a_corrupt_or_stale_cache_is_derived_again(tmp_path, monkeypatch):
     monkeypatch.setenv("COSTCALC_CACHE_DIR", str(tmp_path))
-    compiled.get.cache_clear()
+    compiled.forget()
     try:
         good = compiled.get("decode", "dense", "causal", "last")
         path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.py"
         assert path.is_file()
         path.write_text("TERMS = (  # truncated")
-        compiled.get.cache_clear()
+        compiled.forget()
         again = compiled.get("decode", "dense", "causal", "last")
         values = presets.load("llama-3.1-8b").numbers() | {"B": 3, "T": 999}
         assert again.evaluate(values) == good.evaluate(values)
         assert "def attention" in path.read_text()               # rewritten whole
         # Another core (a different hash) never reads this directory's code.
         monkeypatch.setattr(compiled, "core_hash", lambda: "0" * 16)
-        compiled.get.cache_clear()
+        compiled.forget()
         compiled.get("decode", "dense", "causal", "last")
         assert (tmp_path / ("0" * 16) / "decode-gqa.dense-causal-last.py").is_file()
     finally:
-        compiled.get.cache_clear()
+        compiled.forget()
 
 
 def test_an_unwritable_cache_still_computes(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("COSTCALC_CACHE_DIR", str(blocker / "cache"))
-    compiled.get.cache_clear()
+    compiled.forget()
     try:
         recipe = compiled.get("prefill", "moe", "full", "all")
         assert recipe.evaluate(presets.load("olmoe-1b-7b").numbers() | {"B": 1, "S": 10})["total"] > 0
     finally:
-        compiled.get.cache_clear()
+        compiled.forget()
 
 
 def test_the_core_hash_covers_the_core_sources():
     files = {p.name for pattern in compiled.SOURCES for p in (ROOT / "costcalc").glob(pattern)}
     assert {"attention.py", "linear.py", "workloads.py", "codegen.py", "symbols.py", "blocks.py"} <= files
+
+
+def test_the_cache_key_covers_the_sympy_version(monkeypatch):
+    import sympy
+
+    assert compiled.sympy_version() == sympy.__version__
+    before = compiled.core_hash()
+    compiled.core_hash.cache_clear()
+    monkeypatch.setattr(compiled, "sympy_version", lambda: "0.0-other")
+    try:
+        assert compiled.core_hash() != before
+    finally:
+        compiled.core_hash.cache_clear()
+
+
+def test_a_cache_that_cannot_load_says_why_under_verbose(tmp_path):
+    code = PROBE.format(args=["--verbose", "decode", "-p", "toy", "--context", "4"])
+    first = run(code, tmp_path)
+    assert first.returncode == 0 and "deriving decode-gqa.dense-causal-last: not cached yet" in first.stderr
+    (tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.py").write_text("TERMS = (")
+    again = run(code, tmp_path)
+    assert again.returncode == 0 and "unusable (SyntaxError" in again.stderr
+    quiet = run(PROBE.format(args=["decode", "-p", "toy", "--context", "4"]), tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == ""

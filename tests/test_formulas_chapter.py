@@ -4,7 +4,8 @@ import sympy as sp
 from costcalc import symbols as s
 from costcalc.core import crossover as cx
 from costcalc.core import workloads as w
-from costcalc.core.attention import pairs
+from costcalc.blocks import Block
+from costcalc.core.attention import attention_sum, keys_read
 from costcalc.core.linear import p_lin
 
 L, d, d_q, d_kv, m, E, k, m_e, V = s.L, s.d, s.d_q, s.d_kv, s.m, s.E, s.k, s.m_e, s.V
@@ -35,12 +36,19 @@ def test_prefill_boxed_formula():
         assert same(every.terms["lm_head"], 2 * B * S * d * V)
 
 
+def pairs(convention, past, new):
+    return attention_sum(convention, Block(), sp.sympify(past), sp.sympify(new))
+
+
 def test_pair_counts():
     assert same(pairs("causal", 0, S), S * (S + 1) / 2)
     assert same(pairs("full", 0, S), S**2)
     assert same(pairs("causal", T, C), C * T + C * (C + 1) / 2)
     assert same(pairs("full", T, C), C * (T + C))
     assert same(pairs("causal", T, 1), T + 1)
+    # the one rule: a query at position p reads p keys (causal), all past + new (full)
+    p = s.p
+    assert keys_read("causal", Block(), p, T, C) == p and keys_read("full", Block(), p, T, C) == T + C
 
 
 def test_cached_prefix_chunk():

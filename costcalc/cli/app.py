@@ -30,11 +30,22 @@ def _version(value: bool) -> None:
 def costcalc(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v",
+                                          help="Say what happens behind a number (e.g. formulas derived "
+                                               "again, and why) on stderr.")] = False,
 ) -> None:
     """Exact FLOPs of decoder LLM inference, derived symbolically (matrix products, 1 multiply-add = 2 FLOPs).
 
     Example: costcalc prefill --preset llama-3.1-8b --seq 4096
     """
+    if verbose:
+        import logging
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("costcalc: %(message)s"))
+        logger = logging.getLogger("costcalc")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 app.command(short_help="B prompts of S tokens; varlen; over a cached prefix.")(workloads.prefill)

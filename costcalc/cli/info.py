@@ -8,12 +8,13 @@ import typer
 
 from .. import calc, notes, outputs, presets, units
 from ..errors import CostcalcError
-from ..vocab import ARCHS, FORMULAS
+from ..core.registry import WORKLOADS
+from ..vocab import ARCHS
 from ..render import wrap
 from .options import (TABLE_WIDTH, output_format, write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
                       PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, emit, model, models)
 
-FORMULA_WORKLOADS = list(FORMULAS)
+FORMULA_WORKLOADS = [name for name in WORKLOADS if name != "decode_phase"] + ["crossover"]
 
 
 def formula(

@@ -130,28 +130,28 @@ def interleave(tables: Sequence[Mapping[str, Sequence[Any]]], block: int = 1) ->
     n = len(next(iter(tables[0].values())))
     k = len(tables)
     order = [t * n + p * block + r for p in range(n // block) for t in range(k) for r in range(block)]
-    return Columns({name: [col[i] for i in order] for name, col in merged.items()}, sparse=merged.sparse)
+    return Columns({name: [col[i] for i in order] for name, col in merged.items()}, with_gaps=merged.with_gaps)
 
 
 def concat(tables: Sequence[Mapping[str, Sequence[Any]]]) -> Columns:
     """Tables one after another; a column missing from some is None there.
     (A plain dict is a table from ``calc``: it has no missing cells.)"""
     if len(tables) == 1:
-        return Columns(tables[0], sparse=getattr(tables[0], "sparse", set()))
+        return Columns(tables[0], with_gaps=getattr(tables[0], "with_gaps", set()))
     names: dict[str, None] = {}
     for t in tables:
         names.update(dict.fromkeys(t))
-    out = Columns({name: [] for name in _ordered(list(names))}, sparse=set())
+    out = Columns({name: [] for name in _ordered(list(names))}, with_gaps=set())
     for t in tables:
-        known = getattr(t, "sparse", set())
-        out.sparse |= known if known is not None else set(t)
+        known = getattr(t, "with_gaps", set())
+        out.with_gaps |= known if known is not None else set(t)
         n = len(next(iter(t.values()), []))
         for name in names:
             if name in t:
                 out[name].extend(t[name])
             else:
                 out[name].extend([None] * n)
-                out.sparse.add(name)
+                out.with_gaps.add(name)
     return out
 
 

@@ -1,140 +1,135 @@
-"""Attention FLOPs, derived as a sum over query positions.
+"""Attention FLOPs: one rule for the keys a query reads, summed over query positions.
 
 A query that reads K keys runs, per query head, ``QK^T = [1, d_qk] x [d_qk, K]`` and
-``AV = [1, K] x [K, d_v']``: for GQA ``d_qk = d_v' = d_h``; for naive MLA
-``d_qk = d_nope + d_rope`` and ``d_v' = d_v``; for absorbed MLA the scores run over the
-latent and the RoPE key, ``d_qk = r_kv + d_rope``, and the values over the latent,
-``d_v' = r_kv``. Which keys it reads is the *convention*:
+``AV = [1, K] x [K, d_v']`` (``per_query_flops``): for GQA ``d_qk = d_v' = d_h``; for naive
+MLA ``d_qk = d_nope + d_rope`` and ``d_v' = d_v``; for absorbed MLA the scores run over the
+latent and the RoPE key, ``d_qk = r_kv + d_rope``, and the values over the latent, ``d_v' = r_kv``.
 
-- ``causal``: the legal keys only -- the query at position p (1-based, cached tokens
-  included) reads p keys (itself included, future keys skipped); in a sliding-window
-  layer ``min(p, W)``;
-- ``full``: the whole rectangle the shapes imply -- every query reads all
-  ``past + new`` keys (what a dense masked matmul, and torch's SDPA counter, charge),
-  window or not;
-- ``tiled``: what a block-skipping kernel executes -- queries go in tiles of ``b_q``;
-  query tile t reads every key tile of ``b_k`` (aligned at key 0) that holds a legal key
-  for one of its rows: from the tile holding the window start of its first row (key 1
-  without a window) to the tile holding its last row's own key.
-
-The sums below are taken by ``sympy.summation`` over positions, so the causal triangle,
-the cached-prefix chunk, the decode step and the decode phase of a generation all come
-out of one definition; a window splits the sum at p = W.
+Which keys it reads is ``keys_read(convention, block, p, past, new)``, for the query at
+position p (1-based, cached tokens included) of a forward of ``new`` tokens after ``past``;
+every workload's attention is a sum of it over positions (``attention_sum``), the decode step
+being the one-query case and the decode phase of a generation a sum of such steps.
 """
 from __future__ import annotations
 
 import sympy as sp
 
 from .. import symbols as s
-from ..blocks import Block, parse
+from ..blocks import Block, coerce
+from ..vocab import Convention
 from .matmul import matmul
 
-from ..vocab import CONVENTIONS
 
-
-def check_convention(convention: str) -> None:
-    if convention not in CONVENTIONS:
-        raise ValueError(f"unknown convention {convention!r}; expected one of {', '.join(CONVENTIONS)}")
-
-
-def _block(arch: "str | Block | None") -> Block:
-    if arch is None:
-        return Block()
-    return arch if isinstance(arch, Block) else parse(arch)
-
-
-def head_dims(kind: Block) -> tuple[sp.Expr, sp.Expr]:
+def head_dims(block: Block) -> tuple[sp.Expr, sp.Expr]:
     """(score width, value width) per query head and key."""
-    if kind.attention in ("gqa", "window"):
+    if block.attention in ("gqa", "window"):
         return s.d_h, s.d_h
-    if kind.form == "naive":
+    if block.form == "naive":
         return s.d_nope + s.d_rope, s.d_v
     return s.r_kv + s.d_rope, s.r_kv
 
 
-def per_query_flops(keys: sp.Expr, arch: "str | Block | None" = None) -> sp.Expr:
+def per_query_flops(keys: sp.Expr, block: "Block | str") -> sp.Expr:
     """QK^T and AV of one query over ``keys`` keys, all query heads of all layers."""
-    kind = _block(arch)
-    qk, av = head_dims(kind)
+    block = coerce(block)
+    qk, av = head_dims(block)
     one_head = matmul(1, qk, keys) + matmul(1, keys, av)
-    if kind.attention == "mla":
+    if block.attention == "mla":
         return sp.expand(s.L * s.h_q * one_head)
     # h_q heads of width d_h make up the query width d_q = h_q*d_h.
     return sp.expand((s.L * s.h_q * one_head).subs(s.h_q, s.d_q / s.d_h))
 
 
-def legal_keys(kind: Block, position: sp.Expr) -> sp.Expr:
-    """Keys the query at ``position`` may read under ``causal``."""
-    return sp.Min(position, s.W) if kind.attention == "window" else position
+def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, new: sp.Expr) -> sp.Expr:
+    """Keys the query at position ``p`` reads, in a forward of ``new`` tokens after ``past``.
+
+    - causal: its legal keys -- ``p`` (itself and every earlier token), ``min(p, W)`` in a
+      sliding-window layer (itself and the W-1 before it);
+    - full: every key the shapes hold, ``past + new``, window or not (a dense masked matmul);
+    - tiled: the key tiles of ``b_k`` (aligned at key 0) its query tile visits: queries go in
+      tiles of ``b_q`` from the first new one; tile t reads from the tile holding the window
+      start of its first row (key 1 without a window) to the tile holding its last row's
+      own key -- ``ceil(q_last / b_k) b_k`` clipped to ``past + new``, minus
+      ``floor(max(q_first - W, 0) / b_k) b_k`` (``tile_keys``). One query is one tile.
+    """
+    if convention == Convention.full:
+        return past + new
+    if convention == Convention.causal:
+        return sp.Min(p, s.W) if block.attention == "window" else p
+    if new == 1:                                          # one query: one tile, ending at itself
+        return tile_keys(block, sp.Integer(0), past, new)
+    return tile_keys(block, sp.floor((p - past - 1) / s.b_q), past, new)
 
 
-def position_sum(kind: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
-    """Sum of the causal keys read by the queries at positions ``lo..hi`` (hi >= lo - 1).
+def tile_keys(block: Block, t: sp.Expr, past: sp.Expr, new: sp.Expr) -> sp.Expr:
+    """Keys every query of query tile ``t`` reads under ``tiled`` (see ``keys_read``)."""
+    first = past + t * s.b_q + 1                          # the tile's first row
+    if new == 1:
+        end = past + 1                                    # a single query's tile ends at its own key
+    else:
+        last = past + sp.Min((t + 1) * s.b_q, new)        # the tile's last row
+        end = sp.Min(sp.ceiling(last / s.b_k) * s.b_k, past + new)
+    start = sp.floor(sp.Max(first - s.W, 0) / s.b_k) * s.b_k if block.attention == "window" else 0
+    return end - start
 
-    Without a window, the sum of p. With one, the positions split at W: those at or
-    below it read p keys, those above it W keys, each part a ``sympy.summation``; the
-    split point is clamped with Min/Max so the same expression holds whichever side of W
-    the range lies.
+
+def attention_sum(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr) -> sp.Expr:
+    """Keys read by all queries of a forward, ``sum(keys_read(p) for p in past+1..past+new)``.
+
+    In closed form: causal ``new*past + new(new+1)/2`` (split at p = W in a window, where the
+    keys stop growing); full ``new (past + new)``; tiled the same sum grouped by query tile
+    (every row of a tile reads the tile's keys), left as a sum over tiles.
+    """
+    if new == 1:
+        return keys_read(convention, block, past + 1, past, new)
+    if convention == Convention.full:
+        return sp.expand(new * (past + new))
+    if convention == Convention.causal:
+        return position_sum(block, past + 1, past + new)
+    t = s.t
+    rows = sp.Min((t + 1) * s.b_q, new) - t * s.b_q
+    return sp.Sum(rows * tile_keys(block, t, past, new), (t, 0, sp.ceiling(new / s.b_q) - 1))
+
+
+def position_sum(block: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
+    """``sum(keys_read(causal, p) for p in lo..hi)`` (hi >= lo - 1), by ``sympy.summation``.
+
+    In a window the positions split at W: those at or below it read p keys, those above it W
+    keys; the split point is clamped with Min/Max so one expression holds whichever side of
+    W the range lies.
     """
     p = s.p
-    if kind.attention != "window":
+    if block.attention != "window":
         return sp.summation(p, (p, lo, hi))
     split = sp.Max(sp.Min(hi, s.W), lo - 1)            # last position that reads p keys
-    below = sp.summation(p, (p, lo, split))             # positions lo..split read p keys
-    above = sp.summation(s.W, (p, split + 1, hi))       # the rest read W keys
-    return below + above
+    return sp.summation(p, (p, lo, split)) + sp.summation(s.W, (p, split + 1, hi))
 
 
-def pairs(convention: str, past: sp.Expr, new: sp.Expr, arch=None) -> sp.Expr:
-    """Query-key pairs of ``new`` queries after ``past`` cached tokens (one head, one layer)."""
-    check_convention(convention)
-    kind = _block(arch)
-    if convention == "full":
-        return sp.expand(new * (past + new))
-    if convention == "causal":
-        return sp.expand(position_sum(kind, past + 1, past + new))
-    raise ValueError("count tiled pairs with attention_flops")
+def steps_sum(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
+    """Keys read by single-query steps (decode) at positions lo..hi: the query at p runs over
+    ``p - 1`` cached tokens, ``sum(keys_read(p, past=p-1, new=1) for p in lo..hi)``."""
+    p = s.p
+    keys = keys_read(convention, block, p, p - 1, sp.Integer(1))
+    if keys.has(sp.floor, sp.ceiling):                    # whole key tiles in a window: no closed form
+        return sp.Sum(keys, (p, lo, hi))
+    if keys.has(sp.Min):                                  # min(p, W): split at W
+        return position_sum(block, lo, hi)
+    return sp.summation(keys, (p, lo, hi))
 
 
-def attention_flops(convention: str, past: sp.Expr, new: sp.Expr, arch=None) -> sp.Expr:
+def attention_flops(convention: "Convention | str", past: sp.Expr, new: sp.Expr,
+                    block: "Block | str" = Block()) -> sp.Expr:
     """Attention FLOPs of one sequence: ``new`` queries after ``past`` cached tokens."""
-    check_convention(convention)
-    kind = _block(arch)
-    unit = per_query_flops(sp.Integer(1), kind)          # FLOPs per query-key pair, all layers
-    if new == 1:  # one query: a single query tile
-        return _expand(unit * single_query_keys(convention, kind, past + 1))
-    if convention == "tiled":
-        return tiled_attention_flops(past, new, kind)
-    return _expand(unit * pairs(convention, past, new, kind))
+    convention, block = Convention.parse(convention, "convention"), coerce(block)
+    keys = attention_sum(convention, block, sp.sympify(past), sp.sympify(new))
+    unit = per_query_flops(sp.Integer(1), block)          # FLOPs per query-key pair, all layers
+    if isinstance(keys, sp.Sum):
+        body, limits = keys.args[0], keys.args[1]
+        return sp.Sum(sp.expand(unit * body) if not body.has(sp.Min, sp.Max, sp.floor, sp.ceiling)
+                      else unit * body, limits)
+    return expand(unit * keys)
 
 
-def single_query_keys(convention: str, kind: Block, position: sp.Expr) -> sp.Expr:
-    """Keys one query at ``position`` reads: all cached keys and its own under full; its
-    legal keys under causal; under tiled the whole key tiles its legal keys fall in -- the
-    same as causal without a window (tiles from key 0 up to itself), more with one (the
-    first tile of the window may start before it)."""
-    if convention == "full":
-        return position
-    if convention == "tiled" and kind.attention == "window":
-        return position - sp.floor(sp.Max(position - s.W, 0) / s.b_k) * s.b_k
-    return legal_keys(kind, position)
-
-
-def tiled_attention_flops(past: sp.Expr, new: sp.Expr, arch=None) -> sp.Expr:
-    """Sum over query tiles t = 0..ceil(new/b_q)-1 of (rows in tile) x (keys of the visited key tiles)."""
-    kind = _block(arch)
-    t = s.t
-    q_end = sp.Min((t + 1) * s.b_q, new)            # last query of tile t (1-based, in the chunk)
-    rows = q_end - t * s.b_q
-    end = sp.Min(sp.ceiling((past + q_end) / s.b_k) * s.b_k, past + new)
-    if kind.attention == "window":
-        first = past + t * s.b_q + 1                # position of the tile's first query
-        start = sp.floor(sp.Max(first - s.W, 0) / s.b_k) * s.b_k
-        keys = end - start
-    else:
-        keys = end
-    return sp.Sum(rows * per_query_flops(keys, kind), (t, 0, sp.ceiling(new / s.b_q) - 1))
-
-
-def _expand(expr: sp.Expr) -> sp.Expr:
-    return expr if expr.has(sp.Min, sp.Max) else sp.expand(expr)
+def expand(expr: sp.Expr) -> sp.Expr:
+    """Expand closed forms; leave sums over tiles and window splits (Min/Max) as they are."""
+    return expr if expr.has(sp.Sum, sp.Min, sp.Max) else sp.expand(expr)

@@ -1,59 +1,76 @@
-"""A breakdown: named FLOPs terms of one workload, with ``linear`` and ``total`` as sums.
+"""A breakdown: the FLOPs of one workload by operator, each charged to a term.
 
-Terms, in order: ``attn_proj`` (Q, K, V, O projections; MLA's down/up projections),
-``ffn`` (dense SwiGLU) or ``router`` + ``experts`` (MoE) + ``shared_experts``,
-``attention`` (QK^T and AV), ``lm_head``.
-``linear`` is the block linear part (everything but attention and LM head).
+Operators are the projections of ``core.linear`` by name (``q_proj``, ``experts.up_proj``,
+...), ``attention`` and ``lm_head``; terms are ``costcalc.vocab.TERMS``, and the sums
+``linear`` (the block linear parts) and ``total`` are ``vocab.SUMS``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import sympy as sp
 
-from ..vocab import LINEAR_PARTS
+from ..vocab import LINEAR_PARTS, SUMS, TERMS, TERM_ORDER
+from .attention import expand
 
-ORDER = LINEAR_PARTS + ("attention", "lm_head")
+_TERMS = tuple(t.name for t in TERMS)
 
 
 @dataclass(frozen=True)
 class Breakdown:
-    terms: Mapping[str, sp.Expr]
+    operators: Mapping[str, sp.Expr]                 # operator -> FLOPs
+    term_of: Mapping[str, str] = field(default_factory=dict)   # operator -> term (default: its own name)
 
     def __post_init__(self) -> None:
-        unknown = set(self.terms) - set(ORDER)
+        unknown = {self.term(op) for op in self.operators} - set(_TERMS)
         if unknown:
             raise ValueError(f"unknown breakdown terms: {sorted(unknown)}")
 
+    def term(self, operator: str) -> str:
+        return self.term_of.get(operator, operator)
+
+    @property
+    def terms(self) -> dict[str, sp.Expr]:
+        """FLOPs per term, in term order (only the terms this workload has)."""
+        out: dict[str, sp.Expr] = {}
+        for op, expr in self.operators.items():
+            out[self.term(op)] = out.get(self.term(op), sp.Integer(0)) + expr
+        return {t: expand(out[t]) for t in _TERMS if t in out}
+
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(name for name in ORDER if name in self.terms)
+        return tuple(self.terms)
 
     @property
     def linear(self) -> sp.Expr:
-        return sp.Add(*(self.terms[n] for n in LINEAR_PARTS if n in self.terms))
+        return sp.Add(*(e for t, e in self.terms.items() if t in LINEAR_PARTS))
 
     @property
     def total(self) -> sp.Expr:
-        return sp.Add(*self.terms.values())
+        return sp.Add(*self.operators.values())
+
+    def parts(self) -> dict[str, tuple[str, ...]]:
+        """Each output column (terms, ``linear``, ``total``) as the operators it sums."""
+        out = {t: tuple(op for op in self.operators if self.term(op) == t) for t in self.terms}
+        for name, members in SUMS.items():
+            out[name] = tuple(op for op in self.operators if self.term(op) in members)
+        return {name: out[name] for name in TERM_ORDER if name in out and out[name]}
 
     def all_terms(self) -> dict[str, sp.Expr]:
         """The linear parts, ``linear``, then attention and LM head, then ``total``."""
-        out = {n: self.terms[n] for n in self.names if n in LINEAR_PARTS}
-        out["linear"] = self.linear
-        out.update({n: self.terms[n] for n in self.names if n not in LINEAR_PARTS})
-        out["total"] = self.total
-        return out
+        terms = self.terms
+        return {name: sp.Add(*(self.operators[op] for op in ops)) if name not in terms else terms[name]
+                for name, ops in self.parts().items()}
 
     def map(self, fn: Callable[[sp.Expr], sp.Expr]) -> "Breakdown":
-        return Breakdown({n: _expand(fn(e)) for n, e in self.terms.items()})
+        return Breakdown({op: expand(fn(e)) for op, e in self.operators.items()}, self.term_of)
 
     def __add__(self, other: "Breakdown") -> "Breakdown":
-        names = [n for n in ORDER if n in self.terms or n in other.terms]
         zero = sp.Integer(0)
-        return Breakdown({n: _expand(self.terms.get(n, zero) + other.terms.get(n, zero))
-                          for n in names})
+        names = list(self.operators) + [op for op in other.operators if op not in self.operators]
+        return Breakdown({op: expand(self.operators.get(op, zero) + other.operators.get(op, zero)) for op in names},
+                         {**self.term_of, **other.term_of})
 
     def evaluate(self, values: Mapping[sp.Symbol, int]) -> dict[str, int]:
         """Exact integer value of every term (``all_terms`` order) at the given point."""
@@ -84,8 +101,3 @@ def add_up(expr: sp.Expr) -> sp.Expr:
             return sp.Sum(body, (index, lo, hi))
         return sp.Add(*(body.xreplace({index: sp.Integer(v)}) for v in range(int(lo), int(hi) + 1)))
     return expr.replace(sp.Sum, terms)
-
-
-def _expand(expr: sp.Expr) -> sp.Expr:
-    """Expand closed forms; leave sums over tiles and window splits (Min/Max) as they are."""
-    return expr if expr.has(sp.Sum, sp.Min, sp.Max) else sp.expand(expr)

@@ -1,9 +1,10 @@
-"""The weight matrices one decoder block runs, and the FLOPs they cost for n tokens.
+"""The weight matrices one decoder block runs, by name, and the FLOPs they cost for n tokens.
 
 Each projection is a shape ``fan_in x fan_out`` used ``uses`` times per token (k for a
-routed expert, 1 otherwise). Every linear term is derived from these shapes by
-``matmul``; the executed parameters per token, P_lin, are the linear FLOPs of one
-token divided by 2.
+routed expert, 1 otherwise). Its name is the operator's name everywhere: a breakdown's
+operators, the generated code, and the verifier, which joins the FLOPs it counts on each
+module to these names. Every linear term is derived from these shapes by ``matmul``; the
+executed parameters per token, P_lin, are the linear FLOPs of one token divided by 2.
 """
 from __future__ import annotations
 
@@ -12,19 +13,19 @@ from dataclasses import dataclass
 import sympy as sp
 
 from .. import symbols as s
-from ..blocks import Block, parse
+from ..blocks import Block, coerce
 from .matmul import FLOPS_PER_MULTIPLY_ADD, matmul
 
 
 @dataclass(frozen=True)
 class Projection:
-    name: str
+    name: str          # the operator: the module's name in the decoder, without layer or expert index
     term: str          # the breakdown term it is charged to
     fan_in: sp.Expr
     fan_out: sp.Expr
     uses: sp.Expr = sp.Integer(1)       # times a token goes through it (k for a routed expert)
     instances: sp.Expr = sp.Integer(1)  # copies of the weight in the model (E routed experts)
-    weight: bool = True                 # False: a product with an activation, not a stored weight
+    weight: bool = True                 # False: a product with another module's weight slice
 
 
 GQA = (
@@ -41,8 +42,9 @@ def mla(q_lora: bool, form: str) -> tuple[Projection, ...]:
     """MLA's products per token. Naive: Q (direct or LoRA), the joint KV down-projection
     to the latent and the shared RoPE key, the KV up-projection of every token, O.
     Absorbed: the KV up-projection is not run per token; instead each head's query is
-    taken into the latent (d_nope x r_kv) and each head's latent output back to d_v
-    (r_kv x d_v) -- products with the same weights, charged per token."""
+    taken into the latent (``q_absorb``: kv_b_proj's K part, d_nope x r_kv) and each head's
+    latent output back to d_v (``v_absorb``: its V part, r_kv x d_v) -- products with the
+    same weights, charged per token."""
     q = (Projection("q_a_proj", "attn_proj", s.d, s.r_q),
          Projection("q_b_proj", "attn_proj", s.r_q, s.h_q * _QK)) if q_lora else (
         Projection("q_proj", "attn_proj", s.d, s.h_q * _QK),)
@@ -52,8 +54,8 @@ def mla(q_lora: bool, form: str) -> tuple[Projection, ...]:
         kv = (kv_a, Projection("kv_b_proj", "attn_proj", s.r_kv, s.h_q * (s.d_nope + s.d_v)))
     else:
         kv = (kv_a,
-              Projection("q_absorb (kv_b_proj K part)", "attn_proj", s.d_nope, s.r_kv, s.h_q, weight=False),
-              Projection("v_absorb (kv_b_proj V part)", "attn_proj", s.r_kv, s.d_v, s.h_q, weight=False))
+              Projection("q_absorb", "attn_proj", s.d_nope, s.r_kv, s.h_q, weight=False),
+              Projection("v_absorb", "attn_proj", s.r_kv, s.d_v, s.h_q, weight=False))
     return q + kv + (o,)
 
 
@@ -66,16 +68,16 @@ DENSE_FFN = (
 # MoE: a router, then k of E SwiGLU experts per token.
 MOE_FFN = (
     Projection("router", "router", s.d, s.E),
-    Projection("expert.gate_proj", "experts", s.d, s.m_e, s.k, s.E),
-    Projection("expert.up_proj", "experts", s.d, s.m_e, s.k, s.E),
-    Projection("expert.down_proj", "experts", s.m_e, s.d, s.k, s.E),
+    Projection("experts.gate_proj", "experts", s.d, s.m_e, s.k, s.E),
+    Projection("experts.up_proj", "experts", s.d, s.m_e, s.k, s.E),
+    Projection("experts.down_proj", "experts", s.m_e, s.d, s.k, s.E),
 )
 
 # Shared experts: E_s SwiGLU experts of width m_s that every token runs.
 SHARED_FFN = (
-    Projection("shared.gate_proj", "shared_experts", s.d, s.m_s, s.E_s, s.E_s),
-    Projection("shared.up_proj", "shared_experts", s.d, s.m_s, s.E_s, s.E_s),
-    Projection("shared.down_proj", "shared_experts", s.m_s, s.d, s.E_s, s.E_s),
+    Projection("shared_experts.gate_proj", "shared_experts", s.d, s.m_s, s.E_s, s.E_s),
+    Projection("shared_experts.up_proj", "shared_experts", s.d, s.m_s, s.E_s, s.E_s),
+    Projection("shared_experts.down_proj", "shared_experts", s.m_s, s.d, s.E_s, s.E_s),
 )
 SHARED_GATE = Projection("shared_expert_gate", "shared_experts", s.d, sp.Integer(1))
 
@@ -84,26 +86,28 @@ LM_HEAD = Projection("lm_head", "lm_head", s.d, s.V)
 
 def block(arch: "str | Block") -> tuple[Projection, ...]:
     """The projections of one decoder block of the given kind (a ``Block`` or its key)."""
-    kind = arch if isinstance(arch, Block) else _parse(arch)
+    kind = coerce(arch)
     attention = GQA if kind.attention in ("gqa", "window") else mla(kind.q_lora, kind.form)
     if kind.ffn == "dense":
         return attention + DENSE_FFN
     return attention + MOE_FFN + (SHARED_FFN if kind.shared else ()) + ((SHARED_GATE,) if kind.shared_gate else ())
 
 
-def _parse(arch: str) -> Block:
-    try:
-        return parse(arch)
-    except ValueError as exc:
-        raise ValueError(f"unknown arch {arch!r}: {exc}") from None
+def operators(arch: "str | Block", n: sp.Expr) -> dict[str, sp.Expr]:
+    """Linear FLOPs of each projection for n tokens through all L layers, by operator name."""
+    return {p.name: s.L * matmul(n * p.uses, p.fan_in, p.fan_out) for p in block(arch)}
+
+
+def term_of(arch: "str | Block") -> dict[str, str]:
+    """The breakdown term of each operator of a block (and of the LM head)."""
+    return {**{p.name: p.term for p in block(arch)}, LM_HEAD.name: LM_HEAD.term}
 
 
 def linear_terms(arch: "str | Block", n: sp.Expr) -> dict[str, sp.Expr]:
     """Block linear FLOPs for n tokens through all L layers, per breakdown term."""
     terms: dict[str, sp.Expr] = {}
     for p in block(arch):
-        cost = s.L * matmul(n * p.uses, p.fan_in, p.fan_out)
-        terms[p.term] = terms.get(p.term, sp.Integer(0)) + cost
+        terms[p.term] = terms.get(p.term, sp.Integer(0)) + s.L * matmul(n * p.uses, p.fan_in, p.fan_out)
     return terms
 
 
@@ -124,8 +128,7 @@ def block_params(arch: "str | Block") -> dict[str, sp.Expr]:
     Counted from the same projection shapes as the FLOPs, in the naive form (the absorbed
     MLA form reuses the naive weights); matrices only -- norms and biases are not counted.
     """
-    kind = arch if isinstance(arch, Block) else _parse(arch)
-    projections = [p for p in block(kind.with_form("naive")) if p.weight]
+    projections = [p for p in block(coerce(arch).with_form("naive")) if p.weight]
     total = sum(p.fan_in * p.fan_out * p.instances for p in projections)
     active = sum(p.fan_in * p.fan_out * p.uses for p in projections)
     return {"block_total": sp.expand(s.L * total), "block_active": sp.expand(s.L * active)}

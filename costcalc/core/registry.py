@@ -1,0 +1,72 @@
+"""Every workload of the cost model, declared once (no sympy: a fast start reads it).
+
+An entry says what the rest of the project needs: its name (the one spelling of rows,
+recipes, ``costcalc formula`` and verify), its inputs (row column, symbol, minimum), its
+logits policy, the phase that picks the MLA form, and the function of ``core.workloads``
+that builds its symbolic breakdown. Those with ``compiled`` are printed as code
+(``costcalc.codegen``) and evaluated (``costcalc.evaluate``); the others are composites that
+``costcalc.calc`` assembles from compiled ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..vocab import Logits
+
+
+@dataclass(frozen=True)
+class Input:
+    column: str        # row column and CLI option stem
+    symbol: str        # the symbol it binds
+    minimum: int       # smallest legal value
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    summary: str                       # what it is, in a line
+    inputs: tuple[Input, ...]
+    builder: str                       # the function of core.workloads: (block, convention, logits) -> Breakdown
+    logits: Optional[Logits] = None    # a fixed logits mode; None: the caller's
+    phase: str = "prefill"             # "decode": --mla auto runs the absorbed form
+    compiled: bool = True              # printed as a recipe; False: assembled from compiled ones
+    aliases: tuple[str, ...] = ()      # other spellings accepted on input
+
+    @property
+    def build(self) -> Callable:
+        from . import workloads   # sympy, only when a breakdown is derived
+
+        return getattr(workloads, self.builder)
+
+    @property
+    def labelled_logits(self) -> bool:
+        """Rows say their logits mode, except a decode step's (one row per sequence, always)."""
+        return self.logits != Logits.last
+
+
+_B, _S, _T, _N = Input("batch", "B", 1), Input("seq", "S", 1), Input("context", "T", 1), Input("new_tokens", "N", 1)
+_CHUNK, _PREFIX = Input("chunk", "C", 1), Input("prefix", "T", 0)
+
+WORKLOADS = {w.name: w for w in (
+    Workload("prefill", "B prompts of S tokens", (_B, _S), "prefill"),
+    Workload("cached_prefill", "C new tokens over T cached", (_B, _CHUNK, _PREFIX), "cached_prefill",
+             aliases=("cached-prefill", "chunk")),
+    Workload("varlen_prefill", "packed variable-length batch (padded: prefill at S = max S_i)",
+             (Input("lengths", "S_i", 1),), "varlen_sequence", compiled=False, aliases=("varlen",)),
+    Workload("chunked", "n chunks of C tokens after T cached, logits on the last",
+             (_B, _S, _CHUNK, _PREFIX), "uniform_chunks", compiled=False),
+    Workload("decode", "one decode step over T cached tokens", (_B, _T), "decode_step", Logits.last, "decode"),
+    Workload("decode_phase", "the N-1 decode steps after a prefill of S", (_B, _S, _N), "decode_phase",
+             Logits.last, "decode"),
+    Workload("generate", "prefill of S plus N-1 decode steps", (_B, _S, _N), "generation", compiled=False),
+    Workload("train", "forward with all-position logits x 3", (_B, _S), "train_step", Logits.all),
+)}
+
+
+def workload(name: str) -> Workload:
+    """A workload by its name or an alias; an unknown name lists the known ones."""
+    for w in WORKLOADS.values():
+        if name == w.name or name in w.aliases:
+            return w
+    raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")

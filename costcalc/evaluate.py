@@ -1,0 +1,192 @@
+"""The one evaluation path: a workload's compiled recipe, summed over a model's layer groups.
+
+``Options`` holds the conventions a number is computed under, validated once; ``table``
+evaluates a compiled workload (``core.registry.WORKLOADS``) at every point of equal-length
+input columns and returns its rows as columns. Few points are evaluated one by one; many at
+once over arrays (``costcalc.compiled``), with the same exact integers either way.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from . import compiled
+from .core.registry import WORKLOADS, Workload, workload as find
+from .errors import CostcalcError
+from .spec import ModelSpec
+from .vocab import LINEAR_PARTS, TERM_ORDER, Convention, Logits, MlaForm
+
+Table = dict[str, list]    # columns of equal length, in row order
+DEFAULT_TILE = (128, 128)
+SMALL = 256   # up to this many points a sweep is evaluated point by point (no numpy import)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a number is computed under: the attention convention, the logits mode, the tile
+    of the tiled convention (default 128 x 128) and the MLA form (``auto``: absorbed for
+    decode steps, naive otherwise). Built from strings or enums; bad values are one error."""
+    convention: Convention = Convention.causal
+    logits: Logits = Logits.last
+    tile: Optional[tuple[int, int]] = None
+    mla: MlaForm = MlaForm.auto
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "convention", Convention.parse(self.convention, "convention"))
+            object.__setattr__(self, "logits", Logits.parse(self.logits, "logits"))
+            object.__setattr__(self, "mla", MlaForm.parse(self.mla, "mla"))
+        except ValueError as exc:
+            raise CostcalcError(str(exc)) from None
+        if self.convention == Convention.tiled:
+            b_q, b_k = self.tile or DEFAULT_TILE
+            object.__setattr__(self, "tile", (positive("tile queries", b_q), positive("tile keys", b_k)))
+        else:
+            object.__setattr__(self, "tile", None)   # not applicable
+
+    def form(self, wl: Workload) -> str:
+        """The MLA form a workload runs: ``auto`` is absorbed for decode steps, naive otherwise."""
+        if self.mla != MlaForm.auto:
+            return self.mla.value
+        return "absorbed" if wl.phase == "decode" else "naive"
+
+    def labels(self, spec: ModelSpec, wl: Workload) -> dict[str, Any]:
+        """The columns that say what a row was computed under."""
+        out: dict[str, Any] = {"convention": self.convention.value}
+        if self.tile:
+            out["tile"] = f"{self.tile[0]}x{self.tile[1]}"
+        if spec.has_mla:
+            out["mla"] = self.form(wl)
+        return out
+
+    def values(self) -> dict[str, int]:
+        return {"b_q": self.tile[0], "b_k": self.tile[1]} if self.tile else {}
+
+
+def positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CostcalcError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_inputs(wl: Workload, inputs: dict[str, Sequence[int]]) -> int:
+    """Every input column present, of one length, and at least its minimum; returns the length."""
+    columns = [i.column for i in wl.inputs]
+    if sorted(inputs) != sorted(columns):
+        raise CostcalcError(f"{wl.name} takes {', '.join(columns)}; got {', '.join(inputs) or 'nothing'}")
+    sizes = {len(v) for v in inputs.values()}
+    if len(sizes) != 1:
+        raise CostcalcError(f"{wl.name}: input columns of different lengths {sorted(sizes)}")
+    n = sizes.pop()
+    for item in wl.inputs:
+        values = inputs[item.column]
+        if n > SMALL and hasattr(values, "dtype"):
+            low = int(values.min())
+            if low < item.minimum:
+                _below(item.column, low, item.minimum)
+            continue
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int) or v < item.minimum:
+                _below(item.column, v, item.minimum)
+    return n
+
+
+def _below(name: str, value: Any, minimum: int) -> None:
+    kind = "a positive integer" if minimum == 1 else "a non-negative integer"
+    raise CostcalcError(f"{name} must be {kind}, got {value!r}")
+
+
+def table(spec: ModelSpec, name: str, options: Options, **inputs: Sequence[int]) -> Table:
+    """Rows of a compiled workload at every point of the input columns, as columns:
+    ``preset``, ``workload``, the option labels, the inputs, ``logits``, the ``<term>_flops``."""
+    wl = find(name)
+    if not wl.compiled:
+        raise CostcalcError(f"{wl.name} is assembled from other workloads; use costcalc.calc.{wl.name}")
+    n = check_inputs(wl, inputs)
+    logits = wl.logits or options.logits
+    point = {item.symbol: inputs[item.column] for item in wl.inputs}
+    flops = columns(spec, wl, options, logits.value, point, n)
+    out: Table = {"preset": [spec.name] * n, "workload": [wl.name] * n}
+    out.update({key: [value] * n for key, value in options.labels(spec, wl).items()})
+    out.update({i.column: ints(inputs[i.column], n) for i in wl.inputs})
+    if wl.labelled_logits:
+        out["logits"] = [logits.value] * n
+    out.update({f"{term}_flops": values for term, values in flops.items()})
+    return out
+
+
+def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, point: dict[str, Sequence[int]],
+            n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
+    """A recipe's outputs at n points (``names``: terms and sums by default), summed over the
+    model's layer groups: each group's terms with L = its layer count, the LM head once."""
+    form = options.form(wl)
+    wanted = list(names) if names is not None else list(TERM_ORDER)
+    per_group = []
+    for index, group in enumerate(spec.groups):
+        recipe = compiled.get(wl.name, group.block.with_form(form).key, options.convention.value, logits)
+        base = {**group.numbers(), **options.values()}
+        own = [w for w in wanted if w != "lm_head" or index == 0]     # the model has one LM head
+        if n <= SMALL:
+            got = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}, own) for i in range(n)]
+            per_group.append({name: [g[name] for g in got] for name in recipe.outputs if name in own})
+        else:
+            per_group.append(recipe.columns({**base, **point}, n, own))
+    if len(per_group) == 1:
+        return _ordered(per_group[0], wanted)
+    return _combine(per_group, wanted)
+
+
+def _ordered(got: dict[str, list[int]], wanted: list[str]) -> dict[str, list[int]]:
+    return {name: got[name] for name in wanted if name in got}
+
+
+def _combine(per_group: list[dict[str, list[int]]], wanted: list[str]) -> dict[str, list[int]]:
+    """Outputs summed over groups; ``linear`` and ``total`` formed again from the summed terms
+    (the LM head is in the first group only)."""
+    out: dict[str, list[int]] = {}
+    for name in wanted:
+        if name in ("linear", "total"):
+            continue
+        present = [g[name] for g in per_group if name in g]
+        if present:
+            out[name] = add(present)
+    if "linear" in wanted and any(t in out for t in LINEAR_PARTS):
+        out["linear"] = add([out[t] for t in LINEAR_PARTS if t in out])
+    if "total" in wanted:
+        out["total"] = add([out[t] for t in out if t in TERM_ORDER and t not in ("linear", "total")])
+    return _ordered(out, wanted) | {k: v for k, v in out.items() if k not in wanted}
+
+
+def add(columns: list[list[int]]) -> list[int]:
+    total = list(columns[0])
+    for column in columns[1:]:
+        total = list(map(operator.add, total, column))
+    return total
+
+
+def ints(values: Any, n: int) -> list[int]:
+    if n <= SMALL or not hasattr(values, "tolist"):
+        return [int(v) for v in values]
+    return values.tolist()
+
+
+def operators(spec: ModelSpec, name: str, options: Options, **inputs: int) -> dict[str, int]:
+    """FLOPs per operator (``q_proj``, ``experts.up_proj``, ``attention``, ``lm_head``, ...) of
+    one point, summed over the layer groups: what the verifier holds each projection to."""
+    wl = find(name)
+    check_inputs(wl, {k: [v] for k, v in inputs.items()})
+    point = {item.symbol: [inputs[item.column]] for item in wl.inputs}
+    logits = (wl.logits or options.logits).value
+    out: dict[str, int] = {}
+    for index, group in enumerate(spec.groups):
+        recipe = compiled.get(wl.name, group.block.with_form(options.form(wl)).key, options.convention.value, logits)
+        ops = [o for o in recipe.outputs if o not in TERM_ORDER or o in ("attention", "lm_head")]
+        ops = [o for o in ops if o != "lm_head" or index == 0]
+        got = recipe.evaluate({**group.numbers(), **options.values(), **{k: v[0] for k, v in point.items()}}, ops)
+        for op, value in got.items():
+            out[op] = out.get(op, 0) + value
+    return out
+
+
+__all__ = ["Options", "Table", "WORKLOADS", "table", "columns", "operators", "check_inputs", "positive"]

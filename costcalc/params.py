@@ -1,0 +1,39 @@
+"""Parameter counts of a model, from the same projection shapes as the FLOPs, and the 6P rule."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import compiled
+from .core.registry import workload
+from .evaluate import Options
+from .spec import ModelSpec
+
+
+def executed_linear_params(spec: ModelSpec, mla: str = "naive") -> int:
+    """P_lin: block linear parameters a token runs through (active experts only), i.e. the
+    linear FLOPs of one token / 2 (MLA: in the given form; absorbed runs other products)."""
+    return sum(compiled.get("p_lin", g.block.with_form(mla).key, "causal", "last").evaluate(g.numbers())["p_lin"]
+               for g in spec.groups)
+
+
+def parameters(spec: ModelSpec) -> dict[str, Any]:
+    """Weights: ``total_params`` (every expert; a tied LM head once), ``active_params`` (the
+    block weights a token runs plus the LM head), and the embedding and LM head apart.
+    Matrices only: norms and biases are not counted (well under 0.1% of any preset)."""
+    blocks_total = blocks_active = 0
+    for g in spec.groups:
+        got = compiled.get("params", g.arch, "causal", "last").evaluate(g.numbers())
+        blocks_total += got["block_total"]
+        blocks_active += got["block_active"]
+    embedding = lm_head = spec["d"] * spec["V"]
+    return {"total_params": blocks_total + embedding + (0 if spec.tied_embeddings else lm_head),
+            "active_params": blocks_active + lm_head,
+            "embedding_params": embedding, "lm_head_params": lm_head,
+            "tied_embeddings": spec.tied_embeddings,
+            "block_params": blocks_total, "block_active_params": blocks_active}
+
+
+def rule_6p(spec: ModelSpec, tokens: int, mla: str = "auto") -> int:
+    """The 6P-per-token rule of thumb, P = executed linear + LM head parameters per token."""
+    form = Options(mla=mla).form(workload("train"))
+    return 6 * (executed_linear_params(spec, form) + spec["d"] * spec["V"]) * tokens

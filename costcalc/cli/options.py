@@ -104,6 +104,15 @@ def conventions(choice: Convention) -> list[str]:
     return [choice.value]
 
 
+def axes(workload: str, **given: tuple[Optional[str], str]) -> dict[str, Sequence[int]]:
+    """The grid of a workload's inputs from option texts (``column=(text, "--flag")``, the
+    first outermost), each checked against the minimum the workload registry declares."""
+    from ..core.registry import workload as find
+
+    minimum = {item.column: item.minimum for item in find(workload).inputs}
+    return ranges.grid(**{column: ranges.parse(text, flag, minimum[column]) for column, (text, flag) in given.items()})
+
+
 def int_list(text: Optional[str], option: str, minimum: int = 1) -> list[int]:
     """``"1024,4096"``, ``"1k:1M:x2"``, ... -> the integers (see ``costcalc.ranges``)."""
     return list(ranges.parse(text, option, minimum))

@@ -7,8 +7,8 @@ import typer
 
 from .. import calc, notes
 from ..errors import CostcalcError
-from ..ranges import check_rows, grid, parse
-from .options import (RANGE_HELP, BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt,
+from ..ranges import check_rows
+from .options import (RANGE_HELP, axes, BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt,
                       OutputOpt, WideOpt, MlaOpt, Mla, mla_form, PresetFileOpt, PresetOpt, ConfigOpt, TileOpt, concat, conventions, emit, int_list, interleave,
                       models)
 from .options import tile as parse_tile
@@ -56,13 +56,13 @@ def prefill(
         raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
     if padded:
         raise CostcalcError("--padded applies only with --lengths")
-    seqs, batches = parse(seq, "--seq"), parse(batch, "--batch")
     if cached_prefix is None:
-        points = grid(seq=seqs, batch=batches)
+        points = axes("prefill", seq=(seq, "--seq"), batch=(batch, "--batch"))
         tables = [interleave([calc.table(spec, "prefill", c, logits.value, chosen, mla, **points) for c in kinds])
                   for spec in specs]
     else:
-        points = grid(chunk=seqs, prefix=parse(cached_prefix, "--cached-prefix", minimum=0), batch=batches)
+        points = axes("cached_prefill", chunk=(seq, "--seq"), prefix=(cached_prefix, "--cached-prefix"),
+                      batch=(batch, "--batch"))
         tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, **points)
                               for c in kinds]) for spec in specs]
     emit(concat(tables), fmt, output, wide=wide)
@@ -89,8 +89,8 @@ def chunked(
     Example: costcalc chunked --preset llama-3.1-8b --seq 8192 --chunk 2048
     """
     tables, notes = [], []
-    points = calc.rows(grid(seq=parse(seq, "--seq"), chunk=parse(chunk, "--chunk"),
-                            prefix=parse(prefix, "--prefix", minimum=0), batch=parse(batch, "--batch")))
+    points = calc.rows(axes("chunked", seq=(seq, "--seq"), chunk=(chunk, "--chunk"), prefix=(prefix, "--prefix"),
+                            batch=(batch, "--batch")))
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     count = 0
@@ -142,7 +142,7 @@ def decode(
     """
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
-    points = grid(context=parse(context, "--context"), batch=parse(batch, "--batch"))
+    points = axes("decode", context=(context, "--context"), batch=(batch, "--batch"))
     emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, **points) for c in conventions(convention)])
                  for spec in specs]),
          fmt, output, [_decode_note(specs)], wide)
@@ -169,7 +169,7 @@ def generate(
     """
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
-    points = grid(seq=parse(prompt, "--prompt"), new_tokens=parse(new, "--new"), batch=parse(batch, "--batch"))
+    points = axes("generate", seq=(prompt, "--prompt"), new_tokens=(new, "--new"), batch=(batch, "--batch"))
     emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, **points)
                              for c in conventions(convention)], block=3) for spec in specs]), fmt, output, wide=wide)
 
@@ -193,7 +193,7 @@ def train(
     """
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
-    points = grid(seq=parse(seq, "--seq"), batch=parse(batch, "--batch"))
+    points = axes("train", seq=(seq, "--seq"), batch=(batch, "--batch"))
     emit(concat([interleave([calc.table(spec, "train", c, "all", chosen, mla, **points)
                              for c in conventions(convention)]) for spec in specs]), fmt, output, [notes.TRAIN], wide)
 

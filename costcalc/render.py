@@ -190,10 +190,13 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
         if width is None or max(map(len, lines)) <= width:
             break
         if step == "shares":
-            shares = False
+            if any(c in _SHARED for c in shown):   # a table without shares has none to give up
+                shares = False
         elif step == "constants":
             same = [c for c in shown if not _is_flops(c) and c not in _NEVER_HEADER
                     and len({str(r.get(c)) for r in rows}) == 1]
+            if len(same) == len(shown):   # a table of one row: from the right, while it is too wide
+                same = _fewest_to_fit(rows, shown, shares, width)
             header = " | ".join([header] * bool(header) + [f"{c} {rows[0][c]}" for c in same])
             shown = [c for c in shown if c not in same]
         elif step in shown:
@@ -217,6 +220,14 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
 # and last the shares of the total.
 _NARROWER = ("formula", "context_exact", "attn_proj_flops", "ffn_flops", "router_flops", "experts_flops", "shared_experts_flops",
              "rule_6p_flops", "lm_head_flops", "constants", "shares")
+
+
+def _fewest_to_fit(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool, width: int) -> list[str]:
+    """The last columns of ``shown`` (never its first) whose move to the header makes it fit."""
+    for n in range(1, len(shown)):
+        if max(map(len, _grid(rows, shown[:-n], shares))) <= width:
+            return shown[-n:]
+    return shown[1:]
 
 
 def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> list[str]:

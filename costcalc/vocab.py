@@ -137,6 +137,7 @@ LABELS = {t.name: t.label for t in TERMS}
 
 class Dtype(Choice):
     """Element types of weights, KV cache and activations, with their bits."""
+    fp64 = "fp64"
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
@@ -146,7 +147,7 @@ class Dtype(Choice):
 
     @property
     def bits(self) -> int:
-        return {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}[self.value]
+        return {"fp64": 64, "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}[self.value]
 
     @property
     def grouped(self) -> bool:

@@ -12,6 +12,7 @@ OUT="${OUT:-reports/gpu}"
 mkdir -p "$OUT"
 if [ "${DRY:-0}" = 1 ]; then
   DEV=cpu; DT=float32; SEQ=64; SEQ_MOE=32; SEQ_MLA=32; REP=1; REP_REST=0; ATT=128,256; TILE=16
+  SEQ_SHORT=16; SEQ_LONG=48; BATCH_BIG=4; BATCH_MID=2
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
   DENSE=(--preset-file verify/dry/dense.json)
   MOE=(--preset-file verify/dry/moe.json)
@@ -19,6 +20,7 @@ if [ "${DRY:-0}" = 1 ]; then
   MLA=(--preset-file verify/dry/mla.json)
 else
   DEV=cuda; DT=bfloat16; SEQ=4096,32768; SEQ_MOE=4096; SEQ_MLA=2048; REP=5; REP_REST=5; ATT=4096,16384,32768
+  SEQ_SHORT=4096; SEQ_LONG=32768; BATCH_BIG=64; BATCH_MID=8   # 64 x 4k and 8 x 32k: K/V caches of 34 GB
   TILE=128
   DENSE=(--preset llama-3.1-8b)
   MOE=(--preset qwen3-30b-a3b --layers 2)
@@ -26,10 +28,17 @@ else
   MLA=(--preset deepseek-v3 --layers 2)      # one dense-first layer, one with shared experts (~25 GB bf16)
 fi
 py() { python3 -m costcalc "$@"; }
-# 1. Dense (llama-3.1-8b at full depth): prefill up to 32k, a chunk, decode at long context.
-py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads prefill,chunk,decode --seq "$SEQ" \
+# 1. Dense (llama-3.1-8b at full depth): prefill up to 32k, a chunk, decode at long context; the
+#    run's measured profile (GEMM peak, memory bandwidth) is saved and every timing predicted on it.
+py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads prefill,cached_prefill,decode --seq "$SEQ" \
    --tile "$TILE" --repeats "$REP" --attention-lengths "$ATT" --report "$OUT/dense" \
-   -f csv -o "$OUT/dense-checks.csv" 2>&1 | tee "$OUT/dense.log"
+   --save-profile "$OUT/measured-profile.json" -f csv -o "$OUT/dense-checks.csv" 2>&1 | tee "$OUT/dense.log"
+# 1b. The roofline at batch: decode of many sequences (the 8B stack, bf16), predicted on the profile
+#     step 1 measured; reports hold measured / predicted per row and whether the floor holds.
+py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads decode --seq "$SEQ_SHORT" --batch "$BATCH_BIG" \
+   --repeats "$REP_REST" --report "$OUT/decode-batch-$BATCH_BIG" 2>&1 | tee "$OUT/decode-batch.log"
+py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads decode --seq "$SEQ_LONG" --batch "$BATCH_MID" \
+   --repeats "$REP_REST" --report "$OUT/decode-batch-$BATCH_MID" 2>&1 | tee -a "$OUT/decode-batch.log"
 # 2. MoE (qwen3-30b-a3b, two layers): every workload.
 py verify "${MOE[@]}" --device "$DEV" --dtype "$DT" --seq "$SEQ_MOE" --tile "$TILE" --repeats "$REP_REST" \
    --report "$OUT/moe" 2>&1 | tee "$OUT/moe.log"

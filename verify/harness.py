@@ -56,18 +56,6 @@ def run_times(fn: Callable[[], Any], setup: Callable[[], Any], device: torch.dev
     return times
 
 
-def matmul_peak(dtype: torch.dtype, device: torch.device, n: int, repeats: int = 5) -> float:
-    """Measured dense GEMM throughput (FLOP/s) in this run's dtype: the peak workloads are held against.
-
-    A peak is the best the device showed, so this takes the fastest repeat, not the median:
-    on a shared CPU the median of a few GEMMs can fall below what the workloads then reach.
-    """
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    seconds = min(run_times(lambda _: a @ b, lambda: None, device, repeats, warmup=2))
-    return 2 * n**3 / seconds
-
-
 @dataclass
 class Outcome:
     checks: list[dict] = field(default_factory=list)
@@ -75,6 +63,7 @@ class Outcome:
     extras: list[str] = field(default_factory=list)
     attention: list[dict] = field(default_factory=list)
     timed: list = field(default_factory=list)    # the jobs of the timing rows, in their order
+    profile: Any = None                           # the device profile measured in the run (costcalc Device)
     title: str = ""          # the model as run: name, layers and vocabulary kept, device, dtype
 
     @property

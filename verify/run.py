@@ -11,7 +11,10 @@ from costcalc.spec import ModelSpec
 from costcalc.core.registry import workload
 
 from . import build, jobs, toy as toy_checks
-from .harness import Outcome, attention_time_ratio, matmul_peak, run_jobs, set_peak
+from costcalc.roofline import Machine
+
+from . import roofline
+from .harness import Outcome, attention_time_ratio, run_jobs, set_peak
 
 # Tiles the attention kernels really use, for the causal-vs-full time prediction:
 # torch's CPU flash kernel (k tile 512; q tile 256/64/32 by length, which does not change
@@ -90,12 +93,20 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
     outcome = run_jobs(model, todo, checked.name, tile, dev, repeats, show_progress, term_of)
     outcome.title = title(spec, checked, seed_toy, dev, torch_dtype)
     # The peak is measured after the workloads, on a warm device (a cold CPU core under-reports it).
-    peak = matmul_peak(torch_dtype, dev, peak_n or (8192 if dev.type == "cuda" else 2048)) if repeats else None
-    if outcome.timings:
+    if repeats:
+        square = peak_n or (8192 if dev.type == "cuda" else 2048)
+        widest = max(g.sizes.get(k, 0) for g in checked.groups for k in ("m", "m_e", "m_s", "d_h")) or checked["d"]
+        tokens = min(max([j.passes[-1][0] * j.passes[-1][1] for j in todo] + [1]), square)
+        peak = roofline.gemm_peak(torch_dtype, dev, [(square, square, square), (tokens, checked["d"], widest)])
+        outcome.profile = roofline.profile(f"measured-{dev.type}", torch_dtype, peak,
+                                           roofline.memory_bandwidth(dev, (1 << 30) if dev.type == "cuda" else
+                                                                     (256 << 20)), dev)
         outcome.extras.append(notes.TIMING)
-    if peak:
         set_peak(outcome.timings, peak)
-        outcome.extras.append(f"measured {torch_dtype} GEMM peak on {dev.type}: {peak / 1e12:.3f} TFLOP/s")
+        outcome.extras.append(f"measured {torch_dtype} GEMM peak on {dev.type}: {peak / 1e12:.3f} TFLOP/s; "
+                              f"memory bandwidth {outcome.profile.mem_bw / 1e9:.1f} GB/s")
+        if outcome.timings:
+            outcome.extras += roofline.predict(outcome, Machine(outcome.profile), torch_dtype)
     if "generate" in names:
         outcome.extras += generation_check(model, checked, seqs, batch, dev, mla)
     if seed_toy:

@@ -42,6 +42,9 @@ def verify(
     attention_lengths: Annotated[Optional[str], typer.Option(
         metavar="S", help="Lengths at which to time causal against full attention; a comma list.")] = None,
     mla: MlaOpt = Mla.auto,
+    save_profile: Annotated[Optional[str], typer.Option(
+        "--save-profile", metavar="FILE", help="Write the device profile this run measures (GEMM peak, memory "
+                                               "bandwidth) as JSON, for --device-file.")] = None,
     report: Annotated[Optional[Path], typer.Option(
         metavar="DIR", help="Write report.md and the CSVs of checks, timings and attention to DIR.")] = None,
     fmt: FormatOpt = None,
@@ -70,6 +73,9 @@ def verify(
     from verify import report as report_mod   # no torch in it
 
     dest = outputs.target(output)
+    profile_dest = outputs.target(save_profile, "--save-profile") if save_profile is not None else None
+    if profile_dest is not None and not repeats:
+        raise CostcalcError("--save-profile needs timing: --repeats 0 measures nothing")
     chosen = output_format(fmt, dest)
     report_files = report_mod.targets(report) if report is not None else {}
     if importlib.util.find_spec("torch") is None:   # torch itself loads only inside verify/
@@ -98,6 +104,11 @@ def verify(
         outputs.write_text(dest, text)
         if dest.kind != "stdout":
             typer.echo(f"wrote {outcome.summary} ({chosen}) to {dest.shown}", err=True)
+    if profile_dest is not None and outcome.profile is not None:
+        import json
+
+        outputs.write_text(profile_dest, json.dumps(outcome.profile.to_dict(), indent=2) + "\n")
+        typer.echo(f"wrote the measured device profile to {profile_dest.shown}", err=True)
     if report is not None:
         for path in report_mod.write(outcome, report_files, f"costcalc verify: {outcome.title}"):
             typer.echo(f"wrote {path}", err=True)

@@ -171,7 +171,20 @@ def parts(recipe: str, block: Block, convention: str, logits: str
         return {ident(k): e for k, e in built.items()}, {name: (ident(name),) for name in built}, {}
     exprs = {ident(op): e for op, e in built.operators.items()}
     outputs = {op: (ident(op),) for op in built.operators}
-    outputs.update({name: tuple(ident(op) for op in ops) for name, ops in built.parts().items()})
+    # Each term is printed whole too (its operators added and expanded): a sweep evaluates a
+    # term in one pass instead of adding its operators' columns.
+    sums = {name: ops for name, ops in built.parts().items() if name in vocab.SUMS}
+    for name, ops in built.parts().items():
+        if name in vocab.SUMS:
+            continue
+        if len(ops) == 1:
+            outputs[name] = (ident(ops[0]),)
+        else:
+            exprs[f"term__{name}"] = built.terms[name]
+            outputs[name] = (f"term__{name}",)
+    for name, ops in sums.items():
+        members = vocab.SUMS[name]
+        outputs[name] = tuple(part for term in built.terms if term in members for part in outputs[term])
     return exprs, outputs, {}
 
 

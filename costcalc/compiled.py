@@ -75,6 +75,7 @@ class Compiled:
         self.vector: dict[str, bool] = namespace["VECTOR"]
         self.args: tuple[str, ...] = namespace["ARGS"]
         self.constants: dict[str, str] = namespace["CONSTANTS"]
+        self.term_of: dict[str, str] = namespace["TERM_OF"]        # operator -> its term
         self._fn = {name: namespace[name] for name in self.terms}
         self._bound = {name: namespace[f"{name}__bound"] for name in self.terms if self.vector[name]}
         self._poly: dict[str, tuple] = namespace["POLY"]

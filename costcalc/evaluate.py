@@ -192,17 +192,11 @@ def operators(spec: ModelSpec, name: str, options: Options, logits: Optional[str
 
 def operator_terms(spec: ModelSpec, name: str, options: Options) -> dict[str, str]:
     """The term each operator of a workload is charged to (``q_proj`` -> ``attn_proj``, ...)."""
-    from .vocab import TERMS
-
     wl = find(name)
     out: dict[str, str] = {}
     for group in spec.groups:
-        recipe = compiled.get(wl.name, group.block.with_form(options.form(wl)).key, options.convention.value,
-                              (wl.logits or options.logits).value)
-        by_ident = {compiled.ident(op): op for op in recipe.outputs}
-        for term in TERMS:
-            for ident in recipe.outputs.get(term.name, ()):
-                out[by_ident[ident]] = term.name
+        out.update(compiled.get(wl.name, group.block.with_form(options.form(wl)).key, options.convention.value,
+                                (wl.logits or options.logits).value).term_of)
     return out
 
 

@@ -120,7 +120,7 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
         flops_recipe = compiled.get(wl.name, block, options.convention.value, logits)
         operators = {k.rsplit(".", 1)[0] for k in elements}
         flops = flops_recipe.evaluate(base, operators)
-        term_of = {name: t.name for t in TERMS for name in flops_recipe.outputs.get(t.name, ())}
+        term_of = flops_recipe.term_of
         touched = _touched(group, routed, precision) if group.block.ffn == "moe" else 1
         for op in operators:
             moved = Fraction(0)
@@ -135,7 +135,7 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
                 continue
             t_c, t_m = flops[op] / machine.peak(precision), float(moved) / machine.bandwidth()
             compute, memory, total = compute + t_c, memory + t_m, total + max(t_c, t_m)
-            term = term_of[compiled.ident(op)]
+            term = term_of[op]
             term_times[term][0] += t_c
             term_times[term][1] += t_m
             term_times[term][2] += max(t_c, t_m)

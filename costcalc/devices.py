@@ -8,7 +8,6 @@ verify --save-profile`` writes one from measurements).
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -52,22 +51,13 @@ def _root():
         return Path(__file__).resolve().parent.parent / "presets" / "devices"
 
 
-def _files() -> dict:
-    return {p.name[:-5]: p for p in _root().iterdir() if p.name.endswith(".json")}
-
-
 def names() -> list[str]:
-    return sorted(_files())
+    return jsonfile.names(_root())
 
 
 def load(name: str) -> Device:
     """A built-in device by name; an unknown name suggests the nearest ones."""
-    files = _files()
-    if name not in files:
-        near = difflib.get_close_matches(name, list(files), n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(near)}?" if near else f"; see 'costcalc devices' ({len(files)} built in)"
-        raise CostcalcError(f"unknown device {name!r}{hint}")
-    return from_dict(jsonfile.read(files[name], f"device {name!r}"), repr(name))
+    return from_dict(jsonfile.built_in(_root(), name, "device", "costcalc devices"), repr(name))
 
 
 def load_file(path: str | Path) -> Device:

@@ -34,6 +34,23 @@ def read(path: Union[str, Path], what: str) -> Any:
         raise _error(f"{what} {text!r}: nested too deeply")
 
 
+def built_in(folder, name: str, kind: str, listing: str):
+    """The JSON file ``name`` of a folder of built-in data (presets, devices); an unknown name
+    is an error that suggests the nearest ones, or says where to see them all."""
+    import difflib
+
+    files = {p.name[:-5]: p for p in folder.iterdir() if p.name.endswith(".json")}
+    if name not in files:
+        near = difflib.get_close_matches(name, list(files), n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(near)}?" if near else f"; see '{listing}' ({len(files)} built in)"
+        raise _error(f"unknown {kind} {name!r}{hint}")
+    return read(files[name], f"{kind} {name!r}")
+
+
+def names(folder) -> list[str]:
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
 def _error(message: str):
     from .errors import CostcalcError
 

@@ -148,10 +148,15 @@ def check_memory(need: int, device: torch.device, detail: str = "") -> None:
 
 
 def _available_ram() -> int:
+    return meminfo("MemAvailable")
+
+
+def meminfo(field: str) -> int:
+    """Bytes of a /proc/meminfo field (``MemAvailable``, ``MemTotal``); 0 where it cannot be read."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass

@@ -19,6 +19,7 @@ import torch
 from costcalc.devices import Device
 from costcalc.roofline import Machine, Precision
 
+from .build import meminfo
 from .harness import Outcome, run_times
 
 NOISE = 0.05        # a measured time may fall this far below its prediction before it is a bug
@@ -47,7 +48,8 @@ def gemm_peak(dtype: torch.dtype, device: torch.device, shapes: Sequence[tuple[i
 
 def profile(name: str, dtype: torch.dtype, peak: float, bandwidth: float, device: torch.device) -> Device:
     """A device profile of what this run measured (``--save-profile`` writes it; ``--device-file`` reads it)."""
-    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else _ram()
+    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else \
+        (meminfo("MemTotal") or 1)
     return Device(name, {DTYPES[dtype]: peak}, bandwidth, memory, f"measured by costcalc verify on {device.type}",
                   {"note": f"measured in one verify run: the {DTYPES[dtype]} GEMM peak (the fastest repeat of "
                            f"the fastest product) and the bandwidth of large copies (read + written bytes / "
@@ -79,14 +81,3 @@ def predict(outcome: Outcome, machine: Machine, dtype: torch.dtype) -> list[str]
                  f"FLOOR BROKEN on {len(broken)} row(s): the byte or FLOP model misses executed work -- "
                  + "; ".join(f"{r['workload']} {r['detail']} {r['measured_over_predicted']}" for r in broken))
     return lines
-
-
-def _ram() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1

@@ -202,6 +202,35 @@ def mla_form(mla: Union[MlaForm, str], specs: Sequence[ModelSpec]) -> str:
     return mla
 
 
+TRAFFIC_OPTIONS = {   # name: (annotation, default) -- the byte and time options of the workload commands
+    "device": (DeviceOpt, None), "device_file": (DeviceFileOpt, None), "weight_dtype": (WeightDtypeOpt, None),
+    "kv_dtype": (KvDtypeOpt, None), "act_dtype": (ActDtypeOpt, None), "group_size": (GroupSizeOpt, 128),
+    "routing": (RoutingOpt, Routing.expected), "efficiency": (EfficiencyOpt, None),
+}
+
+
+def with_traffic(command):
+    """Give a command the byte and time options (declared once, in ``TRAFFIC_OPTIONS``); the
+    command receives them as one argument, ``traffic`` = (precision, machine) or (None, None)."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(command, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.name != "traffic"]
+    at = next(i for i, p in enumerate(params) if p.name == "fmt")
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+             for name, (annotation, default) in TRAFFIC_OPTIONS.items()]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs):
+        kwargs["traffic"] = traffic(**{name: kwargs.pop(name) for name in TRAFFIC_OPTIONS})
+        return command(**kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=params[:at] + added + params[at:])
+    return wrapper
+
+
 def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Optional[Dtype],
             kv_dtype: Optional[Dtype], act_dtype: Optional[Dtype], group_size: int, routing: Routing,
             efficiency: Optional[str]):

@@ -8,14 +8,13 @@ import typer
 from .. import calc, notes
 from ..errors import CostcalcError
 from ..ranges import check_rows
-from ..vocab import Routing
-from .options import (RANGE_HELP, ActDtypeOpt, BatchOpt, ConfigOpt, Convention, ConventionOpt, DeviceFileOpt, DeviceOpt,
-                      EfficiencyOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, Logits, LogitsOpt, Mla, MlaOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, RoutingOpt, TileOpt, WeightDtypeOpt, WideOpt, axes, concat, conventions,
-                      emit, int_list, interleave, mla_form, models, traffic)
+from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla,
+                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, WideOpt, axes, concat, conventions, emit,
+                      int_list, interleave, mla_form, models, with_traffic)
 from .options import tile as parse_tile
 
 
+@with_traffic
 def prefill(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -33,14 +32,7 @@ def prefill(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
-    device: DeviceOpt = None,
-    device_file: DeviceFileOpt = None,
-    weight_dtype: WeightDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    act_dtype: ActDtypeOpt = None,
-    group_size: GroupSizeOpt = 128,
-    routing: RoutingOpt = Routing.expected,
-    efficiency: EfficiencyOpt = None,
+    traffic: tuple = (None, None),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -52,8 +44,7 @@ def prefill(
     specs = models(preset, preset_file, config)
     kinds = conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
-    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing,
-                                 efficiency)
+    precision, machine = traffic
     if lengths is not None:
         if precision is not None:
             raise CostcalcError("--lengths: bytes and time are modelled for uniform prompts; give --seq")
@@ -82,6 +73,7 @@ def prefill(
     emit(concat(tables), fmt, output, wide=wide)
 
 
+@with_traffic
 def chunked(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -94,14 +86,7 @@ def chunked(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
-    device: DeviceOpt = None,
-    device_file: DeviceFileOpt = None,
-    weight_dtype: WeightDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    act_dtype: ActDtypeOpt = None,
-    group_size: GroupSizeOpt = 128,
-    routing: RoutingOpt = Routing.expected,
-    efficiency: EfficiencyOpt = None,
+    traffic: tuple = (None, None),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -115,8 +100,7 @@ def chunked(
                             batch=(batch, "--batch")))
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
-    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing,
-                                 efficiency)
+    precision, machine = traffic
     count = 0
     for point in points:   # every schedule's size is checked before any is built
         count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
@@ -148,6 +132,7 @@ def _chunk_note(name: str, p: dict, total: int, single: int) -> str:
             f"(chunk x keys so far), not one seq x seq square.")
 
 
+@with_traffic
 def decode(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -157,14 +142,7 @@ def decode(
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
     mla: MlaOpt = Mla.auto,
-    device: DeviceOpt = None,
-    device_file: DeviceFileOpt = None,
-    weight_dtype: WeightDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    act_dtype: ActDtypeOpt = None,
-    group_size: GroupSizeOpt = 128,
-    routing: RoutingOpt = Routing.expected,
-    efficiency: EfficiencyOpt = None,
+    traffic: tuple = (None, None),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -175,8 +153,7 @@ def decode(
     """
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
-    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing,
-                                 efficiency)
+    precision, machine = traffic
     points = axes("decode", context=(context, "--context"), batch=(batch, "--batch"))
     emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, precision=precision, machine=machine, **points)
                              for c in conventions(convention)])
@@ -184,6 +161,7 @@ def decode(
          fmt, output, [_decode_note(specs)], wide)
 
 
+@with_traffic
 def generate(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -195,14 +173,7 @@ def generate(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
-    device: DeviceOpt = None,
-    device_file: DeviceFileOpt = None,
-    weight_dtype: WeightDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    act_dtype: ActDtypeOpt = None,
-    group_size: GroupSizeOpt = 128,
-    routing: RoutingOpt = Routing.expected,
-    efficiency: EfficiencyOpt = None,
+    traffic: tuple = (None, None),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -213,8 +184,7 @@ def generate(
     """
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
-    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing,
-                                 efficiency)
+    precision, machine = traffic
     points = axes("generate", seq=(prompt, "--prompt"), new_tokens=(new, "--new"), batch=(batch, "--batch"))
     emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, precision, machine, **points)
                              for c in conventions(convention)], block=3) for spec in specs]), fmt, output, wide=wide)

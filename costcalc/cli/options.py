@@ -57,11 +57,23 @@ class Mla(str, enum.Enum):
     auto = "auto"
     naive = "naive"
     absorbed = "absorbed"
+    expanded = "expanded"
 
 
 MlaOpt = Annotated[Mla, typer.Option(
     "--mla", help="MLA form for models with MLA layers: auto (absorbed for decode steps, naive otherwise), "
-                  "naive or absorbed.")]
+                  "naive, absorbed, or expanded (naive, with kv_b_proj re-expanding every cached latent "
+                  "at each forward, as Hugging Face runs DeepSeek).")]
+
+
+class WindowCache(str, enum.Enum):
+    whole = "whole"
+    rolling = "rolling"
+
+
+WindowCacheOpt = Annotated[WindowCache, typer.Option(
+    "--window-cache", help="KV cache of sliding-window layers: whole (every past key kept and masked) or "
+                           "rolling (the last W-1 keys, as Hugging Face and vLLM keep); changes full only.")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format.  (default: from --output's suffix, else table)")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column in the table, however wide.")]
@@ -186,6 +198,18 @@ def mla_form(mla: Union[Mla, str], specs: Sequence[ModelSpec]) -> str:
     if mla != "auto" and not any(spec.has_mla for spec in specs):
         warn(f"--mla {mla} does nothing: {', '.join(s.name for s in specs)} has no MLA layers")
     return mla
+
+
+def window_cache(choice: Union[WindowCache, str], specs: Sequence[ModelSpec], kinds: Sequence[str]) -> str:
+    """--window-cache, with a warning where it changes nothing (no window layers, or no
+    full convention asked for)."""
+    choice = choice.value if isinstance(choice, WindowCache) else choice
+    if choice != "whole":
+        if not any(spec.windows for spec in specs):
+            warn(f"--window-cache {choice} does nothing: {', '.join(s.name for s in specs)} has no window layers")
+        elif "full" not in kinds:
+            warn(f"--window-cache {choice} does nothing under --convention {'+'.join(kinds)} (only full uses it)")
+    return choice
 
 
 def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt: Optional[Format],

@@ -10,7 +10,7 @@ from ..errors import CostcalcError
 from ..ranges import check_rows
 from .options import (RANGE_HELP, axes, BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt,
                       OutputOpt, WideOpt, MlaOpt, Mla, mla_form, PresetFileOpt, PresetOpt, ConfigOpt, TileOpt, concat, conventions, emit, int_list, interleave,
-                      models)
+                      models, WindowCache, WindowCacheOpt, window_cache as cache_choice, warn)
 from .options import tile as parse_tile
 
 
@@ -31,6 +31,7 @@ def prefill(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -42,6 +43,9 @@ def prefill(
     specs = models(preset, preset_file, config)
     kinds = conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, kinds)
+    if cached_prefix is None and cache != "whole":
+        warn(f"--window-cache {cache} does nothing without --cached-prefix (a prefill caches nothing before it)")
     if lengths is not None:
         for flag, given in (("--seq", seq), ("--cached-prefix", cached_prefix)):
             if given is not None:
@@ -63,7 +67,7 @@ def prefill(
     else:
         points = axes("cached_prefill", chunk=(seq, "--seq"), prefix=(cached_prefix, "--cached-prefix"),
                       batch=(batch, "--batch"))
-        tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, **points)
+        tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, cache, **points)
                               for c in kinds]) for spec in specs]
     emit(concat(tables), fmt, output, wide=wide)
 
@@ -80,6 +84,7 @@ def chunked(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -93,13 +98,14 @@ def chunked(
                             batch=(batch, "--batch")))
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, kinds)
     count = 0
     for point in points:   # every schedule's size is checked before any is built
         count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
     check_rows(count * len(specs) * len(kinds), "the chunk schedules")
     for spec in specs:
         for p in ({**point, "convention": c} for point in points for c in kinds):
-            schedule = calc.chunked_table(spec, logits=logits.value, tile=chosen, mla=mla,
+            schedule = calc.chunked_table(spec, logits=logits.value, tile=chosen, mla=mla, window_cache=cache,
                                           **{k: v if isinstance(v, str) else int(v) for k, v in p.items()})
             tables.append(schedule)
             total, single = schedule["total_flops"][-2], schedule["total_flops"][-1]
@@ -132,6 +138,7 @@ def decode(
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -142,10 +149,11 @@ def decode(
     """
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, conventions(convention))
     points = axes("decode", context=(context, "--context"), batch=(batch, "--batch"))
-    emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, **points) for c in conventions(convention)])
-                 for spec in specs]),
-         fmt, output, [_decode_note(specs)], wide)
+    emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, window_cache=cache, **points)
+                             for c in conventions(convention)]) for spec in specs]),
+         fmt, output, [_decode_note(specs, cache)], wide)
 
 
 def generate(
@@ -159,6 +167,7 @@ def generate(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -169,8 +178,9 @@ def generate(
     """
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, kinds)
     points = axes("generate", seq=(prompt, "--prompt"), new_tokens=(new, "--new"), batch=(batch, "--batch"))
-    emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, **points)
+    emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, window_cache=cache, **points)
                              for c in conventions(convention)], block=3) for spec in specs]), fmt, output, wide=wide)
 
 
@@ -198,9 +208,12 @@ def train(
                              for c in conventions(convention)]) for spec in specs]), fmt, output, [notes.TRAIN], wide)
 
 
-def _decode_note(specs) -> str:
+def _decode_note(specs, cache: str = "whole") -> str:
     note = "A decode step reads T+1 keys (its own included)"
     if any(spec.windows for spec in specs):
+        if cache == "rolling":
+            return note + ("; in a sliding-window layer with a rolling cache it holds only min(T+1, W) of "
+                           "them, under causal and full alike.")
         return note + ("; in a sliding-window layer causal counts min(T+1, W) of them, full all T+1 "
-                       "(the rectangle of the shapes).")
+                       "(the rectangle of the shapes; --window-cache rolling: min(T+1, W)).")
     return note + ": causal and full agree."

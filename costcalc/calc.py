@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from . import evaluate
+from . import evaluate, roofline
 from .core.registry import WORKLOADS, workload as find
 from .crossover import crossover, tiled_fraction
 from .errors import CostcalcError
 from .evaluate import SMALL, Options, Table, add, ints
 from .params import executed_linear_params, parameters, rule_6p
 from .ranges import check_rows
+from .roofline import Machine, Precision
 from .render import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
 
@@ -30,24 +31,41 @@ __all__ = ["prefill", "cached_prefill", "varlen_prefill", "chunk_schedule", "chu
 
 
 def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
-          tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole",
-          **inputs: Sequence[int]) -> Table:
+          tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+          machine: Machine | None = None, window_cache: str = "whole", **inputs: Sequence[int]) -> Table:
     """Exact FLOPs of a compiled workload at every point given by equal-length input columns;
-    a decode step adds its cost per output token, a training step the 6P rule beside it."""
-    out = evaluate.table(spec, workload, Options(convention, logits, tile, mla, window_cache), **inputs)
-    name = find(workload).name
-    if name == "decode":
+    a decode step adds its cost per output token, a training step the 6P rule beside it. With
+    ``precision`` (dtypes) or ``machine`` (a device), the bytes it moves, and its time."""
+    options = Options(convention, logits, tile, mla, window_cache)
+    out = evaluate.table(spec, workload, options, **inputs)
+    wl = find(workload)
+    if wl.name == "decode":
         out["total_flops_per_token"] = list(map(int.__floordiv__, out["total_flops"], out["batch"]))
-    if name == "train":
+    if wl.name == "train":
         per_token = rule_6p(spec, 1, mla)
         out["rule_6p_flops"] = [per_token * b * q for b, q in zip(out["batch"], out["seq"])]
         out["ratio_to_6p"] = [round(t / r, 4) for t, r in zip(out["total_flops"], out["rule_6p_flops"])]
+    if precision is not None or machine is not None:
+        out.update(_traffic(spec, wl, options, (wl.logits or options.logits).value, precision, machine,
+                            {i.symbol: out[i.column] for i in wl.inputs}, out["total_flops"]))
+    return out
+
+
+def _traffic(spec: ModelSpec, wl, options: Options, logits: str, precision: Precision | None,
+             machine: Machine | None, points: dict[str, list[int]], flops: list[int]) -> Table:
+    """The labels and the bytes/time columns of rows (``costcalc.roofline``)."""
+    precision = precision or Precision()
+    n = len(flops)
+    check_rows(n * max(1, len(spec.groups)) * 8, "a bytes-and-time sweep (points x layer groups x 8)")
+    labels = {**({"device": machine.device.name} if machine else {}), **precision.labels(spec)}
+    out: Table = {key: [value] * n for key, value in labels.items()}
+    out.update(roofline.columns(spec, wl, options, logits, precision, machine, points, flops))
     return out
 
 
 def _one(spec: ModelSpec, workload: str, convention: str, logits: str, tile, mla: str,
          window_cache: str = "whole", **inputs: int) -> Row:
-    return rows(table(spec, workload, convention, logits, tile, mla, window_cache,
+    return rows(table(spec, workload, convention, logits, tile, mla, window_cache=window_cache,
                       **{k: [v] for k, v in inputs.items()}))[0]
 
 
@@ -118,10 +136,13 @@ def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,
 
 
 def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "last",
-                   tile: tuple[int, int] | None = None, mla: str = "auto", *, batch: Sequence[int],
+                   tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+                   machine: Machine | None = None, *, batch: Sequence[int],
                    seq: Sequence[int], new_tokens: Sequence[int], window_cache: str = "whole") -> Table:
     """Generations at every point of equal-length columns: three rows per point
-    (``prefill``, ``decode`` = the N-1 steps, ``total``)."""
+    (``prefill``, ``decode`` = the N-1 steps, ``total``). With ``precision`` or ``machine``,
+    bytes and times; with a machine, the total rows give ``ttft_s`` (the prefill), ``tpot_s``
+    (a decode step on average), and ``tokens_per_s`` per sequence and for the batch."""
     options = Options(convention, logits, tile, mla, window_cache)
     n = evaluate.check_inputs(find("generate"), {"batch": batch, "seq": seq, "new_tokens": new_tokens})
     first = evaluate.table(spec, "prefill", options, batch=batch, seq=seq)
@@ -143,6 +164,46 @@ def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "l
         column[0::3], column[1::3] = first[key], steps[key]
         column[2::3] = add([first[key], steps[key]])
         out[key] = column
+    if precision is not None or machine is not None:
+        out.update(_generation_traffic(spec, options, precision, machine, first, steps, ints(new_tokens, n)))
+    return out
+
+
+def _generation_traffic(spec: ModelSpec, options: Options, precision, machine, first: Table, steps: Table,
+                        new: list[int]) -> Table:
+    """Bytes and times of the prefill rows, the decode-phase rows and their totals."""
+    n = len(new)
+    one = _traffic(spec, find("prefill"), options, options.logits.value, precision, machine,
+                   {"B": first["batch"], "S": first["seq"]}, first["total_flops"])
+    many = _traffic(spec, find("decode_phase"), options, "last", precision, machine,
+                    {"B": first["batch"], "S": first["seq"], "N": new}, steps["total_flops"])
+    out: Table = {}
+    for key in one:
+        a, b = one[key], many[key]
+        if key.endswith("_bytes") or key.endswith("time_s"):
+            total = add([a, b]) if key.endswith("_bytes") else [x + y for x, y in zip(a, b)]
+        elif key == "intensity":
+            total = [roofline.intensity(f + g, x + y) for f, g, x, y in
+                     zip(first["total_flops"], steps["total_flops"], one["total_bytes"], many["total_bytes"])]
+        elif key.endswith("bound"):
+            total = [None] * n
+        else:
+            total = a
+        column = [None] * (3 * n)
+        column[0::3], column[1::3], column[2::3] = a, b, total
+        out[key] = column
+    if machine is not None:
+        totals = out["time_s"][2::3]
+        out["bound"][2::3] = ["memory" if m >= c else "compute" for c, m in
+                              zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
+        rows = {"ttft_s": one["time_s"],
+                "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(many["time_s"], new)],
+                "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
+                "batch_tokens_per_s": [b * k / t if t else None for b, k, t in zip(first["batch"], new, totals)]}
+        for key, values in rows.items():
+            column = [None] * (3 * n)
+            column[2::3] = values
+            out[key] = column
     return out
 
 
@@ -167,19 +228,22 @@ def _chunk_counts(seq: int, chunk: int) -> tuple[int, int]:
 
 def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
             convention: str = "causal", logits: str = "last",
-            tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> list[Row]:
+            tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+            machine: Machine | None = None, window_cache: str = "whole") -> list[Row]:
     """The chunk schedule of one prompt: a row per chunk, a ``total`` row, and the
     ``unchunked`` single pass over the same prefix for comparison.
 
     Only the final chunk produces logits (``logits=last``); with ``all`` every chunk
     produces logits for its own tokens.
     """
-    return rows(chunked_table(spec, seq, chunk, prefix, batch, convention, logits, tile, mla, window_cache))
+    return rows(chunked_table(spec, seq, chunk, prefix, batch, convention, logits, tile, mla, precision, machine,
+                              window_cache))
 
 
 def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
                   convention: str = "causal", logits: str = "last",
-                  tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> Table:
+                  tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+                  machine: Machine | None = None, window_cache: str = "whole") -> Table:
     """``chunked`` as columns: every chunk evaluated at once over arrays (a schedule of a
     million chunks takes seconds), then the ``total`` and ``unchunked`` rows."""
     full, rest = _chunk_counts(seq, chunk)
@@ -211,7 +275,33 @@ def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch:
     single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile, mla, window_cache)
     for name, column in flops.items():
         out[f"{name}_flops"] = column + [sum(column), single[f"{name}_flops"]]
+    if precision is not None or machine is not None:
+        moved: dict[str, list] = {}
+        for lo, hi, mode in parts:
+            if hi > lo:
+                part = _traffic(spec, wl, options, mode, precision, machine,
+                                {"B": [batch] * (hi - lo), "C": ints(sizes[lo:hi], hi - lo),
+                                 "T": ints(starts[lo:hi], hi - lo)}, out["total_flops"][lo:hi])
+                for key, column in part.items():
+                    moved.setdefault(key, []).extend(column)
+        whole = _traffic(spec, wl, options, options.logits.value, precision, machine,
+                         {"B": [batch], "C": [seq], "T": [prefix]}, [single["total_flops"]])
+        for key, column in moved.items():
+            out[key] = column + [_sum_of(key, column, moved, out["total_flops"][:n]), whole[key][0]]
     return out
+
+
+def _sum_of(key: str, column: list, moved: dict[str, list], flops: list[int]):
+    """The ``total`` row's value of a bytes/time column: sums, a ratio of sums, or the label."""
+    if key.endswith("_bytes") or key.endswith("time_s"):
+        return sum(column)
+    if key == "intensity":
+        return roofline.intensity(sum(flops), sum(moved["total_bytes"]))
+    if key == "bound":
+        return "memory" if sum(moved["memory_time_s"]) >= sum(moved["compute_time_s"]) else "compute"
+    if key.endswith("_bound"):
+        return None
+    return column[0]
 
 
 def _arange(n: int, start: int, step: int):

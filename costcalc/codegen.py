@@ -22,8 +22,10 @@ import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import vocab
+from .compiled import ident
 from .blocks import Block
 from .core.breakdown import Breakdown
+from .core import traffic
 from .core.linear import block_params, p_lin
 from .core.registry import WORKLOADS
 
@@ -38,15 +40,12 @@ def _crossover_formulas(block: Block, convention: str, logits: str) -> dict[str,
 # A recipe is a compiled workload, or one of these, at (block, convention, logits).
 RECIPES: dict[str, Callable[[Block, str, str], "Breakdown | dict"]] = {
     **{name: w.build for name, w in WORKLOADS.items() if w.compiled},
+    **{f"{name}.bytes": (lambda n: lambda b, c, l: traffic.build(n, b, c, l))(name)
+       for name, w in WORKLOADS.items() if w.traffic},
     "p_lin": lambda b, c, l: {"p_lin": p_lin(b)},
     "params": lambda b, c, l: block_params(b),
 }
 CONSTANTS: dict[str, Callable[[Block, str, str], dict[str, str]]] = {"crossover": _crossover_formulas}
-
-
-def ident(operator: str) -> str:
-    """An operator's name as a Python identifier (``experts.up_proj`` -> ``experts__up_proj``)."""
-    return operator.replace(".", "__")
 
 
 HELPERS = '''
@@ -169,7 +168,7 @@ def parts(recipe: str, block: Block, convention: str, logits: str
         raise ValueError(f"unknown recipe {recipe!r}; expected one of {', '.join(list(RECIPES) + list(CONSTANTS))}")
     built = RECIPES[recipe](block, convention, logits)
     if not isinstance(built, Breakdown):
-        return dict(built), {name: (name,) for name in built}, {}
+        return {ident(k): e for k, e in built.items()}, {name: (ident(name),) for name in built}, {}
     exprs = {ident(op): e for op, e in built.operators.items()}
     outputs = {op: (ident(op),) for op in built.operators}
     outputs.update({name: tuple(ident(op) for op in ops) for name, ops in built.parts().items()})

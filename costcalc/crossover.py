@@ -26,13 +26,23 @@ Poly = tuple[Fraction, Fraction, Fraction]        # c0 + c1 x + c2 x^2
 FOREVER = math.inf
 
 
-def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), mla: str = "auto") -> list[dict]:
+def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), mla: str = "auto",
+              precision=None, batch: int = 1) -> list[dict]:
     """T_equal for decode and the prefill length where attention equals linear, exactly.
 
     Over a model's layer groups: attention and linear summed over the groups, each at its
     own layer count. Sliding windows make attention piecewise; where it never catches up
-    with the linear layers the answer is ``never``."""
+    with the linear layers the answer is ``never``. With ``precision`` (dtypes), the decode
+    row also gives ``t_equal_time``: the keys at which a step of ``batch`` sequences reads as
+    many K/V bytes as weight bytes (``time_root``)."""
     rows = [_row(spec, "decode_t_equal", Options("causal", mla=mla), "decode")]
+    if precision is not None:
+        root = time_root(spec, precision, batch, mla)
+        rows[0]["t_equal"] = rows[0]["tokens"]
+        rows[0]["batch"] = batch
+        rows[0]["t_equal_time"] = None if root is None else round(root.value(), 2)
+        rows[0]["t_equal_time_exact"] = "never" if root is None else (
+            root.text() if len(root.text()) <= 40 else f"{root.value():.6f} (a rational: expected routing)")
     for convention in conventions:
         options = Options(convention, mla=mla)
         if options.convention == "tiled":
@@ -71,10 +81,53 @@ def _formula(spec: ModelSpec, options: Options, quantity: str) -> str:
 def first_root(spec: ModelSpec, options: Options, name: str) -> Optional["Root"]:
     """The first length >= 1 where attention - linear of workload ``name`` (decode: keys read)
     reaches 0, or None."""
-    cuts = sorted({w for w in spec.windows if w > 1}) if options.convention == "causal" or name == "decode" else []
+    windowed = options.convention == "causal" or name == "decode"
+    form = options.form(workload(name))
+
+    def gap_of(index: int, group: Group):
+        recipe = compiled.get(name, group.block.with_form(form).key, options.convention.value, "last")
+        base = {**group.numbers(), **options.values(), "B": 1}
+
+        def gap(x: int) -> int:
+            got = recipe.evaluate({**base, "T": x - 1} if name == "decode" else {**base, "S": x}, ["attention", "linear"])
+            return got["attention"] - got["linear"]
+        return gap
+
+    return solve(spec, gap_of, windowed)
+
+
+def time_root(spec: ModelSpec, precision, batch: int, mla: str = "auto") -> Optional["Root"]:
+    """Keys read by a decode step of ``batch`` sequences at which reading the K/V cache moves as
+    many bytes as reading the weights (LM head included) -- the time crossover of a memory-bound
+    step, whatever the device."""
+    from .roofline import experts_touched
+
+    form = Options(mla=mla).form(workload("decode"))
+
+    def gap_of(index: int, group: Group):
+        recipe = compiled.get("decode.bytes", group.block.with_form(form).key)
+        names = [n for n in recipe.outputs if n.endswith(".weight") and (index == 0 or not n.startswith("lm_head"))]
+        base = {**group.numbers(), "B": batch}
+        touched = experts_touched(group.sizes["E"], group.sizes["k"], batch, precision.routing) \
+            if group.block.ffn == "moe" else 1
+        weights = sum(v * (touched if n.startswith("experts.") else 1)
+                      for n, v in recipe.evaluate({**base, "T": 0}, names).items()) * precision.bits("weight")
+
+        def gap(keys: int) -> Fraction:
+            kv = recipe.evaluate({**base, "T": keys - 1}, ["attention.kv_read"])["attention.kv_read"]
+            return kv * precision.bits("kv") - weights
+        return gap
+
+    return solve(spec, gap_of, True)
+
+
+def solve(spec: ModelSpec, gap_of, windowed: bool) -> Optional["Root"]:
+    """The first root >= 1 of the sum over groups of ``gap_of(index, group)``, each a
+    polynomial of degree <= 2 on either side of its window (when ``windowed``)."""
+    cuts = sorted({w for w in spec.windows if w > 1}) if windowed else []
     edges = [1] + cuts + [FOREVER]
     pieces = [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
-    fits = [_group_fits(spec, g, options, name) for g in spec.groups]
+    fits = [_group_fits(group, gap_of(i, group), windowed) for i, group in enumerate(spec.groups)]
     for lo, hi in pieces:
         total = _add([_branch(fit, lo, hi) for fit in fits])
         for root in _roots(total):
@@ -83,19 +136,10 @@ def first_root(spec: ModelSpec, options: Options, name: str) -> Optional["Root"]
     return None
 
 
-def _group_fits(spec: ModelSpec, group: Group, options: Options, name: str) -> list[tuple[float, float, Poly]]:
+def _group_fits(group: Group, gap, windowed: bool) -> list[tuple[float, float, Poly]]:
     """A group's gap as (lo, hi, polynomial) pieces: one, or two split at its window."""
-    recipe = compiled.get(name, group.block.with_form(options.form(workload(name))).key,
-                          options.convention.value, "last")
-    base = {**group.numbers(), **options.values(), "B": 1}
-
-    def gap(x: int) -> int:
-        point = {**base, "T": x - 1} if name == "decode" else {**base, "S": x}
-        got = recipe.evaluate(point, ["attention", "linear"])
-        return got["attention"] - got["linear"]
-
     window = group.sizes.get("W") if group.block.attention == "window" else None
-    if window is None or (options.convention != "causal" and name != "decode"):
+    if window is None or not windowed:
         return [(1, FOREVER, _fit(gap, [1, 2, 3]))]
     below = _fit(gap, [x for x in (1, 2, 3) if x <= window] or [1])
     return [(1, window, below), (window, FOREVER, _fit(gap, [window, window + 1, window + 2]))]

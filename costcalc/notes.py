@@ -32,3 +32,13 @@ def footer(conventions: set[str], logits: set[str]) -> list[str]:
 TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
           "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
           "model needs), peak_fraction against the GEMM peak measured in the same run.")
+TIME_CROSSOVER = ("t_equal_time = keys read by a decode step of the given batch at which reading the K/V cache "
+                  "moves as many bytes as reading the weights (LM head included): where a memory-bound step's "
+                  "time turns from weights to cache. t_equal = the FLOPs crossover, beside it.")
+TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expert touched), activations in "
+           "and out of each matmul, K/V loaded by a fused attention kernel and written for new tokens; "
+           "time = sum over operators of max(FLOPs / peak, bytes / bandwidth) -- a roofline floor.")
+MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM head) in the weight dtype. KV "
+          "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W) x K/V width "
+          "(MLA: latent + RoPE key) x batch, in the KV dtype. fits leaves --reserve of the device free; "
+          "devices_needed splits weights and cache evenly (no parallelism overheads).")

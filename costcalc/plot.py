@@ -60,9 +60,18 @@ def _spans(values: Sequence[float]) -> bool:
 
 
 def _series(spec: ModelSpec, what: str, convention: str, xs: list[int], batch: int, prompt: int,
-            logits: str, tile) -> tuple[dict[str, list[int]], list[int] | None]:
-    """Per-term FLOPs at each x, and the totals (plus, for generate, nothing else)."""
+            logits: str, tile, traffic=None) -> tuple[dict[str, list], list]:
+    """Per-term FLOPs at each x, and the totals; with ``traffic`` (precision, machine), a decode
+    step's roofline time per term instead."""
     n = len(xs)
+    if traffic is not None:
+        from . import roofline
+        from .core.registry import workload
+        from .evaluate import Options
+
+        times = roofline.term_times(spec, workload("decode"), Options(convention, tile=tile), "last", *traffic,
+                                    {"B": [batch] * n, "T": xs})
+        return times, [sum(v) for v in zip(*times.values())]
     if what == "prefill":
         table = calc.table(spec, "prefill", convention, logits, tile, batch=[batch] * n, seq=xs)
     elif what == "decode":
@@ -107,13 +116,33 @@ def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt:
     return out
 
 
+def _time_marker(spec: ModelSpec, xs: list[int], batch: int, traffic) -> list[dict]:
+    """The decode context where reading the K/V cache takes as long as reading the weights."""
+    from .crossover import time_root
+
+    root = time_root(spec, traffic[0], batch)
+    if root is None:
+        return [{"x": None, "label": "K/V read time never reaches the weights' (sliding windows)",
+                 "convention": "time"}]
+    keys = root.value()
+    if xs[0] <= keys - 1 <= xs[-1]:
+        return [{"x": round(keys - 1, 2), "label": f"K/V time = weights' at {keys:,.6g} keys (batch {batch})",
+                 "convention": "time"}]
+    return []
+
+
 def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str | Path,
            conventions: Sequence[str] = ("causal",), batch: int = 1, prompt: int = 1,
            logits: str = "last", tile: tuple[int, int] | None = None, style: str = "auto",
-           size: tuple[float, float] = (7.0, 4.5), dpi: int = 150, title: str | None = None) -> Drawn:
-    """Draw ``what`` for each model over the x values and save it (PNG or SVG by suffix)."""
+           size: tuple[float, float] = (7.0, 4.5), dpi: int = 150, title: str | None = None,
+           traffic=None) -> Drawn:
+    """Draw ``what`` for each model over the x values and save it (PNG or SVG by suffix).
+    ``traffic`` (precision, machine) draws a decode step's roofline time by term instead of FLOPs,
+    with the time crossover marked beside T_equal."""
     if what not in WHATS:
         raise CostcalcError(f"plot: expected one of {', '.join(WHATS)}, got {what!r}")
+    if traffic is not None and (what != "decode" or len(conventions) > 1):
+        raise CostcalcError("plot: --device draws decode time by term, for one convention")
     dest = check_output(output)
     if style not in ("auto", "stacked", "lines"):
         raise CostcalcError(f"plot: style must be auto, stacked or lines, got {style!r}")
@@ -130,11 +159,14 @@ def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str
     fig, axes = plt.subplots(1, len(specs), figsize=(size[0] * len(specs), size[1]), sharey=True,
                              squeeze=False)
     for ax, spec in zip(axes[0], specs):
-        panel = _panel(ax, spec, what, xs, list(conventions), batch, prompt, logits, tile, style)
+        panel = _panel(ax, spec, what, xs, list(conventions), batch, prompt, logits, tile, style, traffic)
         drawn.panels.append(panel)
-    axes[0][0].set_ylabel({"prefill": "FLOPs of the prefill", "decode": "FLOPs of one decode step",
-                           "generate": "FLOPs of the token"}[what] + (f" (batch {batch})" if batch > 1 else ""))
-    fig.suptitle(title or _title(what, batch, prompt, conventions), fontsize=11)
+    axes[0][0].set_ylabel(("time of one decode step" if traffic else
+                           {"prefill": "FLOPs of the prefill", "decode": "FLOPs of one decode step",
+                            "generate": "FLOPs of the token"}[what]) + (f" (batch {batch})" if batch > 1 else ""))
+    fig.suptitle(title or (f"Decode-step time by term on {traffic[1].device.name} ({conventions[0]}; "
+                           f"max(FLOPs/peak, bytes/bandwidth) per operator)" if traffic
+                           else _title(what, batch, prompt, conventions)), fontsize=11)
     fig.tight_layout()
     kind = Path(dest.shown).suffix.lower().lstrip(".")
     try:
@@ -165,7 +197,7 @@ def _title(what: str, batch: int, prompt: int, conventions: Sequence[str]) -> st
 
 
 def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str], batch: int,
-           prompt: int, logits: str, tile, style: str) -> dict:
+           prompt: int, logits: str, tile, style: str, traffic=None) -> dict:
     x_label = {"prefill": "prompt length S (tokens)", "decode": "cached context T (tokens)",
                "generate": "generated token j"}[what]
     panel: dict[str, Any] = {"preset": spec.name, "x": xs, "series": {}, "markers": []}
@@ -173,7 +205,7 @@ def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str]
     totals_all: list[int] = []
     if len(conventions) == 1:
         conv = conventions[0]
-        terms, totals = _series(spec, what, conv, xs, batch, prompt, logits, tile)
+        terms, totals = _series(spec, what, conv, xs, batch, prompt, logits, tile, traffic)
         totals_all = totals
         lines = style == "lines" or (style == "auto" and _spans(totals))
         if lines:
@@ -210,7 +242,8 @@ def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str]
         ax.set_yscale("log")
     panel["xscale"], panel["yscale"] = ("log" if log_x else "linear"), ("log" if log_y else "linear")
     for conv in conventions:
-        for marker in _markers(spec, what, conv, xs, prompt):
+        for marker in _markers(spec, what, conv, xs, prompt) + (_time_marker(spec, xs, batch, traffic)
+                                                                  if traffic else []):
             if len(conventions) > 1:
                 marker["label"] += f" ({conv})"
             if marker["x"] is None:
@@ -225,7 +258,10 @@ def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str]
             panel["markers"].append(marker)
     from matplotlib.ticker import FuncFormatter
 
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.flops(v, short=True) if v > 0 else "0"))
+    if traffic:
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.seconds(v) if v > 0 else "0"))
+    else:
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.flops(v, short=True) if v > 0 else "0"))
     ax.set_title(spec.title or spec.name, fontsize=10)
     ax.set_xlabel(x_label)
     ax.grid(True, which="major", alpha=0.3)

@@ -187,19 +187,21 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
     shares = True
     lines = _grid(rows, shown, shares)
     for step in _NARROWER:
-        if width is None or max(map(len, lines)) <= width:
+        if width is None or max(map(len, lines), default=0) <= width:
             break
         if step == "shares":
             shares = not any(c in _SHARED for c in shown)
         elif step == "constants":
             same = [c for c in shown if not _is_flops(c) and c not in _NEVER_HEADER
                     and len({str(r.get(c)) for r in rows}) == 1]
-            header = " | ".join([header] * bool(header) + [f"{c} {rows[0][c]}" for c in same])
+            header = " | ".join([header] * bool(header) + [f"{c} {_cell(rows[0], c)}" for c in same])
             shown = [c for c in shown if c not in same]
         elif step in shown:
             shown.remove(step)
             dropped.append(step.removesuffix("_flops"))
         lines = _grid(rows, shown, shares)
+    if width is not None and len(rows) == 1 and (not shown or max(map(len, lines), default=0) > width):
+        return _listing(rows[0], extra_notes, width)      # one row that no table fits: a field per line
     out = ([*_wrap_header(header, width), ""] if header else []) + lines
     conventions = {str(r.get("convention")) for r in rows}
     logits = {str(r.get("logits")) for r in rows if "logits" in r}
@@ -213,10 +215,25 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
 
 
 # What a narrow table gives up, in order: the linear layers' parts (their sum ``linear`` stays),
-# the 6P rule, the LM head, then inputs that are the same on every row move to the header,
-# and last the shares of the total.
-_NARROWER = ("formula", "title", "context_exact", "exact", "attn_proj_flops", "ffn_flops", "router_flops", "experts_flops", "shared_experts_flops",
-             "rule_6p_flops", "lm_head_flops", "constants", "shares", "tile", "mla", "logits")
+# the 6P rule, the LM head; with bytes and time, the per-term bounds and the smaller byte and
+# time columns; then inputs that are the same on every row move to the header, the shares of
+# the total go, and last the weights' bytes and the linear sum.
+_NARROWER = ("formula", "title", "context_exact", "exact", "attn_proj_flops", "ffn_flops", "router_flops",
+             "experts_flops", "shared_experts_flops", "rule_6p_flops", "lm_head_flops",
+             *(f"{t}_bound" for t in ("attn_proj", "ffn", "router", "experts", "shared_experts", "attention",
+                                      "lm_head")),
+             "kv_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
+             "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
+             "total_flops_per_token", "tile", "mla", "logits", "attention_flops", "kv_read_bytes")
+
+
+def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int) -> str:
+    keys = [k for k in row if row[k] is not None]
+    pad = max(map(len, keys))
+    lines = [f"{k:<{pad}}  {_cell(row, k, True)}" for k in keys]
+    footer = notes.footer({str(row.get("convention"))}, {str(row["logits"])} if "logits" in row else set()) \
+        if any(k.endswith("_flops") for k in row) else []
+    return "\n".join(lines + [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]) + "\n"
 
 
 def _wrap_header(header: str, width: int | None) -> list[str]:
@@ -234,10 +251,12 @@ def _wrap_header(header: str, width: int | None) -> list[str]:
 
 def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> list[str]:
     """The table's lines; a cell holding several lines (a model's layer groups) spans them."""
+    if not shown:
+        return []
     cells = [[_cell(row, c, shares).split("\n") for c in shown] for row in rows]
     titles = [_TITLES.get(c, c.removesuffix("_flops")) for c in shown]
     widths = [max(len(t), *(len(part) for r in cells for part in r[i])) for i, t in enumerate(titles)]
-    right = [_is_flops(c) or c in _NUMERIC for c in shown]
+    right = [_is_flops(c) or c in _NUMERIC or c.endswith(("_bytes", "_s", "intensity")) for c in shown]
 
     def line(values: Sequence[str]) -> str:
         return "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)).rstrip()
@@ -249,7 +268,9 @@ def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> lis
     return out
 
 
-_TITLES = {"total_flops_per_token": "per_token", "total_params": "params", "active_params": "active"}
+_TITLES = {"total_flops_per_token": "per_token", "total_params": "params", "active_params": "active",
+           "total_bytes": "bytes", "kv_read_bytes": "kv_read", "time_s": "time", "ttft_s": "ttft", "tpot_s": "tpot",
+           "tokens_per_s": "tok/s/seq", "batch_tokens_per_s": "tok/s"}
 _NEVER_HEADER = ("phase",)   # a single row keeps its phase in the table
 _NUMERIC = ("batch", "seq", "context", "prefix", "chunk", "new_tokens", "ratio_to_6p")
 
@@ -271,6 +292,12 @@ def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
     value = row.get(col)
     if value is None:
         return ""
+    if "_bytes" in col and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return units.nbytes(value)
+    if col.endswith("_s") and not col.endswith("per_s") and isinstance(value, float):
+        return units.seconds(value)
+    if isinstance(value, float) and col.endswith(("intensity", "per_s")):
+        return f"{value:.4g}"
     if _is_flops(col) and isinstance(value, int):
         text = units.flops(value)
         if shares and col in _SHARED and row.get("total_flops"):

@@ -23,6 +23,23 @@ def flops(value: int | float, unit: str = "FLOP", short: bool = False) -> str:
     return f"{scaled:.{max(digits, 0)}f} {_PREFIXES[step]}{unit}"
 
 
+def nbytes(value: int | float) -> str:
+    """``15_009_316_864`` -> ``'15.01 GB'`` (decimal prefixes, as device datasheets state memory)."""
+    return flops(value, "B")
+
+
+def seconds(value: float) -> str:
+    """``0.004642`` -> ``'4.643 ms'``; four significant digits."""
+    if value == 0:
+        return "0 s"
+    for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if abs(value) >= scale * 0.99995 or unit == "ns":
+            scaled = value / scale
+            digits = max(4 - len(str(int(abs(scaled)))), 0)
+            return f"{scaled:.{digits}f} {unit}"
+    return f"{value:.4g} s"
+
+
 def params(count: int) -> str:
     """A parameter count in the unit that reads: ``8.03B``, ``141.20M``, ``1.23K``, ``512``."""
     for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):

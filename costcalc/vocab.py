@@ -138,3 +138,34 @@ LINEAR_PARTS = tuple(t.name for t in TERMS if t.linear)
 TERM_ORDER = LINEAR_PARTS + ("linear",) + tuple(t.name for t in TERMS if not t.linear) + ("total",)
 SUMS = {"linear": LINEAR_PARTS, "total": tuple(t.name for t in TERMS)}
 LABELS = {t.name: t.label for t in TERMS}
+
+
+# --- memory traffic ----------------------------------------------------------------------
+
+class Dtype(Choice):
+    """Element types of weights, KV cache and activations, with their bits."""
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+    int8 = "int8"
+    int4 = "int4"
+
+    @property
+    def bits(self) -> int:
+        return {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}[self.value]
+
+    @property
+    def grouped(self) -> bool:
+        """Integer weights carry one fp16 scale per group of ``--group-size`` weights."""
+        return self.value in ("int8", "int4")
+
+
+class Routing(Choice):
+    expected = "expected"   # uniform top-k: E (1 - (1 - k/E)^n) distinct experts for n routed tokens
+    worst = "worst"         # min(E, n k): every routed token hits a new expert
+
+
+# Bytes a forward moves, by kind: the columns <kind>_bytes, summed into total_bytes.
+TRAFFIC = ("weight", "kv_read", "kv_write", "activation")
+SCALE_BITS = 16   # an fp16 scale per group of integer weights

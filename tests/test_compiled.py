@@ -22,7 +22,7 @@ SIZES = {"L": 7, "d": 512, "h_q": 8, "h_kv": 2, "d_h": 64, "m": 1408, "E": 16, "
          "d_q": 512, "d_kv": 128}
 
 
-@pytest.mark.parametrize("kind", [k for k in codegen.RECIPES if k not in ("p_lin", "params")])
+@pytest.mark.parametrize("kind", [k for k in codegen.RECIPES if k not in ("p_lin", "params") and not k.endswith(".bytes")])
 @pytest.mark.parametrize("arch", ["dense", "moe", "window.moe_shared_gate", "mla_q.moe_shared", "mla-absorbed.dense"])
 @pytest.mark.parametrize("convention", ["causal", "full", "tiled"])
 def test_generated_code_equals_the_sympy_core(kind, arch, convention):
@@ -41,6 +41,21 @@ def test_generated_code_equals_the_sympy_core(kind, arch, convention):
         operators = {op: e.xreplace({s.BY_NAME[k]: v for k, v in values.items()}) for op, e in breakdown.operators.items()}
         got = recipe.evaluate(values, operators)
         assert got == {op: int(add_up(v)) for op, v in operators.items()}
+
+
+@pytest.mark.parametrize("kind", [k for k in codegen.RECIPES if k.endswith(".bytes")])
+@pytest.mark.parametrize("arch, convention", [("window.moe_shared_gate", "causal"), ("mla_q.moe_shared", "tiled"),
+                                              ("mla-absorbed.dense", "full"), ("window.dense", "tiled")])
+def test_generated_traffic_equals_the_sympy_core(kind, arch, convention):
+    recipe = compiled.get(kind, arch, convention, "last")
+    exprs = codegen.RECIPES[kind](coerce(arch), convention, "last")
+    rng = random.Random(hash((kind, arch, convention)) % 991)
+    for _ in range(3):
+        values = {**SIZES, "B": rng.randint(1, 64), "S": rng.randint(1, 900), "T": rng.randint(0, 900),
+                  "C": rng.randint(1, 700), "N": rng.randint(1, 300), "b_q": 64, "b_k": 32}
+        point = {s.BY_NAME[k]: v for k, v in values.items()}
+        expected = {name: int(add_up(e.xreplace(point))) for name, e in exprs.items()}
+        assert recipe.evaluate(values, expected) == expected
 
 
 def test_p_lin_recipe_equals_the_core():

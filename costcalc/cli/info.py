@@ -12,7 +12,9 @@ from ..core.registry import WORKLOADS
 from ..vocab import ARCHS
 from ..render import wrap
 from .options import (TABLE_WIDTH, output_format, write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
-                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, emit, model, models)
+                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, emit, model, models,
+                      traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt, RoutingOpt)
+from ..vocab import Routing
 
 FORMULA_WORKLOADS = [name for name in WORKLOADS if name != "decode_phase"] + ["crossover"]
 
@@ -70,18 +72,30 @@ def crossover(
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
     mla: MlaOpt = Mla.auto,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", metavar="B", help="Batch of the time crossover.")] = 1,
+    weight_dtype: WeightDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = 128,
+    routing: RoutingOpt = Routing.expected,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
 ) -> None:
-    """T_equal for decode, and the prefill length where attention equals the linear layers.
+    """T_equal for decode, and the prefill length where attention equals the linear layers;
+    with a device (or dtypes), the time crossover beside it: the decode context where reading
+    the K/V cache takes as long as reading the weights.
 
-    Example: costcalc crossover --preset llama-3.1-8b,mistral-7b-v0.1
+    Example: costcalc crossover --preset llama-3.1-8b --device h100 --batch 64
     """
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
-    rows = [row for spec in specs for row in calc.crossover(spec, mla=mla)]
-    emit(rows, fmt, output, [notes.CROSSOVER], wide)
+    precision, _ = traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None)
+    if precision is None and batch != 1:
+        warn("--batch does nothing without --device or a dtype: FLOPs crossovers are per sequence")
+    rows = [row for spec in specs for row in calc.crossover(spec, mla=mla, precision=precision, batch=batch)]
+    emit(rows, fmt, output, [notes.CROSSOVER] + ([notes.TIME_CROSSOVER] if precision else []), wide)
 
 
 presets_app = typer.Typer(help="Built-in model presets.", invoke_without_command=True,

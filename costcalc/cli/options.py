@@ -11,7 +11,7 @@ from .. import outputs, presets, ranges
 from ..errors import CostcalcError
 from ..render import FORMATS, SUFFIXES, Columns, length, write
 from ..spec import ModelSpec
-from ..vocab import TERM_ORDER
+from ..vocab import TERM_ORDER, Dtype, Logits, MlaForm, Routing, WindowCache
 
 
 MAX_TABLE_ROWS = 10_000   # a terminal table or Markdown longer than this is refused
@@ -33,11 +33,6 @@ class Convention(str, enum.Enum):
     all = "all"     # causal, full and tiled
 
 
-class Logits(str, enum.Enum):
-    last = "last"
-    all = "all"
-
-
 assert {f.value for f in Format} == set(FORMATS)
 
 def check_output(value: Optional[str]) -> Optional[str]:
@@ -53,27 +48,34 @@ PresetFileOpt = Annotated[Optional[Path], typer.Option(
     "--preset-file", metavar="PATH", help="A preset JSON file of your own (same fields as presets/*.json).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", metavar="CONFIG", help="A Hugging Face config.json: the model it describes (see 'costcalc presets import').")]
-class Mla(str, enum.Enum):
-    auto = "auto"
-    naive = "naive"
-    absorbed = "absorbed"
-    expanded = "expanded"
+Mla = MlaForm   # the core's own choices, shared
 
 
 MlaOpt = Annotated[Mla, typer.Option(
     "--mla", help="MLA form for models with MLA layers: auto (absorbed for decode steps, naive otherwise), "
                   "naive, absorbed, or expanded (naive, with kv_b_proj re-expanding every cached latent "
                   "at each forward, as Hugging Face runs DeepSeek).")]
-
-
-class WindowCache(str, enum.Enum):
-    whole = "whole"
-    rolling = "rolling"
-
-
 WindowCacheOpt = Annotated[WindowCache, typer.Option(
     "--window-cache", help="KV cache of sliding-window layers: whole (every past key kept and masked) or "
                            "rolling (the last W-1 keys, as Hugging Face and vLLM keep); changes full only.")]
+DeviceOpt = Annotated[Optional[str], typer.Option(
+    "--device", "-d", metavar="NAME", help="Time on a device (see 'costcalc devices'): adds bytes, time and bound.")]
+DeviceFileOpt = Annotated[Optional[str], typer.Option(
+    "--device-file", metavar="PATH", help="A device profile of your own (see presets/devices/*.json).")]
+WeightDtypeOpt = Annotated[Optional[Dtype], typer.Option(
+    "--weight-dtype", help="Weights' dtype (int8/int4 carry an fp16 scale per --group-size weights); "
+                           "adds the bytes columns.  (default: bf16)")]
+KvDtypeOpt = Annotated[Optional[Dtype], typer.Option(
+    "--kv-dtype", help="KV cache dtype; adds the bytes columns.  (default: bf16)")]
+ActDtypeOpt = Annotated[Optional[Dtype], typer.Option(
+    "--act-dtype", help="Activations' dtype, also the compute dtype whose peak times the FLOPs.  (default: bf16)")]
+GroupSizeOpt = Annotated[int, typer.Option("--group-size", help="Weights per fp16 scale of int8/int4 weights.")]
+RoutingOpt = Annotated[Routing, typer.Option(
+    "--routing", help="MoE experts a forward reads: expected (uniform top-k: E(1-(1-k/E)^n)) or worst "
+                      "(min(E, n k)).")]
+EfficiencyOpt = Annotated[Optional[str], typer.Option(
+    "--efficiency", metavar="C[,M]", help="Fractions of the peak FLOP/s and memory bandwidth reached "
+                                           "(calibration), e.g. 0.7,0.85.  (default: 1,1)")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format.  (default: from --output's suffix, else table)")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column in the table, however wide.")]
@@ -158,21 +160,25 @@ def concat(tables: Sequence[Mapping[str, Sequence[Any]]]) -> Columns:
     """Tables one after another; a column missing from some is None there.
     (A plain dict is a table from ``calc``: it has no missing cells.)"""
     if len(tables) == 1:
-        return Columns(tables[0], with_gaps=getattr(tables[0], "with_gaps", set()))
+        return Columns(tables[0], with_gaps=getattr(tables[0], "with_gaps", None))
     names: dict[str, None] = {}
     for t in tables:
         names.update(dict.fromkeys(t))
     out = Columns({name: [] for name in _ordered(list(names))}, with_gaps=set())
     for t in tables:
-        known = getattr(t, "with_gaps", set())
-        out.with_gaps |= known if known is not None else set(t)
+        known = getattr(t, "with_gaps", None)       # a plain table may hold None anywhere: look
+        if known is None or out.with_gaps is None:
+            out.with_gaps = None
+        else:
+            out.with_gaps |= known
         n = len(next(iter(t.values()), []))
         for name in names:
             if name in t:
                 out[name].extend(t[name])
             else:
                 out[name].extend([None] * n)
-                out.with_gaps.add(name)
+                if out.with_gaps is not None:
+                    out.with_gaps.add(name)
     return out
 
 
@@ -192,9 +198,9 @@ def tile(text: Optional[str], kinds: Sequence[str] = ("tiled",)) -> tuple[int, i
     return (sizes[0], sizes[-1])
 
 
-def mla_form(mla: Union[Mla, str], specs: Sequence[ModelSpec]) -> str:
+def mla_form(mla: Union[MlaForm, str], specs: Sequence[ModelSpec]) -> str:
     """--mla, with a warning where no model has MLA layers (it then does nothing)."""
-    mla = mla.value if isinstance(mla, Mla) else mla
+    mla = MlaForm.parse(mla, "--mla").value
     if mla != "auto" and not any(spec.has_mla for spec in specs):
         warn(f"--mla {mla} does nothing: {', '.join(s.name for s in specs)} has no MLA layers")
     return mla
@@ -203,13 +209,48 @@ def mla_form(mla: Union[Mla, str], specs: Sequence[ModelSpec]) -> str:
 def window_cache(choice: Union[WindowCache, str], specs: Sequence[ModelSpec], kinds: Sequence[str]) -> str:
     """--window-cache, with a warning where it changes nothing (no window layers, or no
     full convention asked for)."""
-    choice = choice.value if isinstance(choice, WindowCache) else choice
+    choice = WindowCache.parse(choice, "--window-cache").value
     if choice != "whole":
         if not any(spec.windows for spec in specs):
             warn(f"--window-cache {choice} does nothing: {', '.join(s.name for s in specs)} has no window layers")
         elif "full" not in kinds:
             warn(f"--window-cache {choice} does nothing under --convention {'+'.join(kinds)} (only full uses it)")
     return choice
+
+
+def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Optional[Dtype],
+            kv_dtype: Optional[Dtype], act_dtype: Optional[Dtype], group_size: int, routing: Routing,
+            efficiency: Optional[str]):
+    """(precision, machine) for calc: both None when no byte or device option is given (FLOPs only)."""
+    from .. import devices
+    from ..roofline import Machine, Precision
+
+    if device and device_file:
+        raise CostcalcError("give one of --device or --device-file, not both")
+    machine = None
+    if device or device_file:
+        profile = devices.load(device) if device else devices.load_file(device_file)
+        machine = Machine(profile, *_efficiency(efficiency))
+    elif efficiency is not None:
+        warn("--efficiency does nothing without --device")
+    given = (weight_dtype, kv_dtype, act_dtype)
+    if machine is None and all(d is None for d in given):
+        return None, None
+    precision = Precision(weight_dtype or Dtype.bf16, kv_dtype or Dtype.bf16, act_dtype or Dtype.bf16,
+                          group_size, routing)
+    return precision, machine
+
+
+def _efficiency(text: Optional[str]) -> tuple[float, float]:
+    if text is None:
+        return 1.0, 1.0
+    try:
+        parts = [float(p) for p in text.split(",")]
+    except ValueError:
+        raise CostcalcError(f"--efficiency: {text!r} is not C or C,M (fractions like 0.7,0.85)") from None
+    if len(parts) not in (1, 2):
+        raise CostcalcError(f"--efficiency: {text!r} is not C or C,M")
+    return parts[0], parts[-1]
 
 
 def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt: Optional[Format],

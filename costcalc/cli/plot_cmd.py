@@ -11,6 +11,8 @@ from ..ranges import number, parse
 from .options import (RANGE_HELP, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt, ConfigOpt,
                       conventions, models)
 from .options import tile as parse_tile
+from .options import (ActDtypeOpt, DeviceFileOpt, DeviceOpt, KvDtypeOpt, WeightDtypeOpt, traffic)
+from ..vocab import Routing
 
 
 def plot(
@@ -34,6 +36,11 @@ def plot(
     size: Annotated[str, typer.Option(help="Panel size in inches, WxH.")] = "7x4.5",
     dpi: Annotated[int, typer.Option(help="Resolution of a PNG.")] = 150,
     title: Annotated[Optional[str], typer.Option(help="Figure title.")] = None,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    weight_dtype: WeightDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
 ) -> None:
     """Draw FLOPs by term against length for one or several presets, crossovers marked.
 
@@ -63,8 +70,12 @@ def plot(
     first = parse(prompt, "--prompt") if prompt is not None else [1]
     if len(first) != 1:
         raise CostcalcError("--prompt: a plot takes one prompt length")
+    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, 128, Routing.expected, None)
+    if precision is not None and machine is None:
+        raise CostcalcError("plot: dtypes draw time only with --device")
     drawn = plotting.figure(what, specs, xs, output, conventions(convention), sizes[0], first[0],
-                            logits.value, parse_tile(tile), style, _size(size), dpi, title)
+                            logits.value, parse_tile(tile), style, _size(size), dpi, title,
+                            (precision, machine) if machine else None)
     marks = [m["label"] for p in drawn.panels for m in p["markers"]]
     typer.echo(f"wrote {output} ({len(specs)} panel{'s' if len(specs) > 1 else ''}, {len(xs)} points"
                + (f"; marked: {'; '.join(marks)}" if marks else "") + ")", err=True)

@@ -8,9 +8,13 @@ import typer
 from .. import calc, notes
 from ..errors import CostcalcError
 from ..ranges import check_rows
-from .options import (RANGE_HELP, axes, BatchOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt,
-                      OutputOpt, WideOpt, MlaOpt, Mla, mla_form, PresetFileOpt, PresetOpt, ConfigOpt, TileOpt, concat, conventions, emit, int_list, interleave,
-                      models, WindowCache, WindowCacheOpt, window_cache as cache_choice, warn)
+from ..vocab import Routing
+from .options import (RANGE_HELP, ActDtypeOpt, BatchOpt, ConfigOpt, Convention, ConventionOpt, DeviceFileOpt, DeviceOpt,
+                      EfficiencyOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, Logits, LogitsOpt, Mla, MlaOpt, OutputOpt,
+                      PresetFileOpt, PresetOpt, RoutingOpt, TileOpt, WeightDtypeOpt, WideOpt, axes, concat, conventions,
+                      emit, int_list, interleave, mla_form, models, traffic, warn, WindowCacheOpt)
+from .options import window_cache as cache_choice
+from ..vocab import WindowCache
 from .options import tile as parse_tile
 
 
@@ -32,6 +36,14 @@ def prefill(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    weight_dtype: WeightDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    group_size: GroupSizeOpt = 128,
+    routing: RoutingOpt = Routing.expected,
+    efficiency: EfficiencyOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -46,7 +58,11 @@ def prefill(
     cache = cache_choice(window_cache, specs, kinds)
     if cached_prefix is None and cache != "whole":
         warn(f"--window-cache {cache} does nothing without --cached-prefix (a prefill caches nothing before it)")
+    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing,
+                                 efficiency)
     if lengths is not None:
+        if precision is not None:
+            raise CostcalcError("--lengths: bytes and time are modelled for uniform prompts; give --seq")
         for flag, given in (("--seq", seq), ("--cached-prefix", cached_prefix)):
             if given is not None:
                 raise CostcalcError(f"--lengths and {flag} conflict: a variable-length batch has its own lengths")
@@ -62,13 +78,13 @@ def prefill(
         raise CostcalcError("--padded applies only with --lengths")
     if cached_prefix is None:
         points = axes("prefill", seq=(seq, "--seq"), batch=(batch, "--batch"))
-        tables = [interleave([calc.table(spec, "prefill", c, logits.value, chosen, mla, **points) for c in kinds])
-                  for spec in specs]
+        tables = [interleave([calc.table(spec, "prefill", c, logits.value, chosen, mla, precision, machine, **points)
+                              for c in kinds]) for spec in specs]
     else:
         points = axes("cached_prefill", chunk=(seq, "--seq"), prefix=(cached_prefix, "--cached-prefix"),
                       batch=(batch, "--batch"))
-        tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, cache, **points)
-                              for c in kinds]) for spec in specs]
+        tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, precision, machine,
+                                         cache, **points) for c in kinds]) for spec in specs]
     emit(concat(tables), fmt, output, wide=wide)
 
 
@@ -85,6 +101,14 @@ def chunked(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    weight_dtype: WeightDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    group_size: GroupSizeOpt = 128,
+    routing: RoutingOpt = Routing.expected,
+    efficiency: EfficiencyOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -99,13 +123,16 @@ def chunked(
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
+    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing,
+                                 efficiency)
     count = 0
     for point in points:   # every schedule's size is checked before any is built
         count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
     check_rows(count * len(specs) * len(kinds), "the chunk schedules")
     for spec in specs:
         for p in ({**point, "convention": c} for point in points for c in kinds):
-            schedule = calc.chunked_table(spec, logits=logits.value, tile=chosen, mla=mla, window_cache=cache,
+            schedule = calc.chunked_table(spec, logits=logits.value, tile=chosen, mla=mla, precision=precision,
+                                          machine=machine, window_cache=cache,
                                           **{k: v if isinstance(v, str) else int(v) for k, v in p.items()})
             tables.append(schedule)
             total, single = schedule["total_flops"][-2], schedule["total_flops"][-1]
@@ -139,6 +166,14 @@ def decode(
     convention: ConventionOpt = Convention.causal,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    weight_dtype: WeightDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    group_size: GroupSizeOpt = 128,
+    routing: RoutingOpt = Routing.expected,
+    efficiency: EfficiencyOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -150,9 +185,13 @@ def decode(
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, conventions(convention))
+    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing,
+                                 efficiency)
     points = axes("decode", context=(context, "--context"), batch=(batch, "--batch"))
-    emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, window_cache=cache, **points)
-                             for c in conventions(convention)]) for spec in specs]),
+    emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, precision=precision, machine=machine,
+                                        window_cache=cache, **points)
+                             for c in conventions(convention)])
+                 for spec in specs]),
          fmt, output, [_decode_note(specs, cache)], wide)
 
 
@@ -168,6 +207,14 @@ def generate(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    weight_dtype: WeightDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    group_size: GroupSizeOpt = 128,
+    routing: RoutingOpt = Routing.expected,
+    efficiency: EfficiencyOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -179,8 +226,11 @@ def generate(
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
+    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing,
+                                 efficiency)
     points = axes("generate", seq=(prompt, "--prompt"), new_tokens=(new, "--new"), batch=(batch, "--batch"))
-    emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, window_cache=cache, **points)
+    emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, precision, machine,
+                                                 window_cache=cache, **points)
                              for c in conventions(convention)], block=3) for spec in specs]), fmt, output, wide=wide)
 
 

@@ -140,3 +140,19 @@ def attention_flops(convention: "Convention | str", past: sp.Expr, new: sp.Expr,
 def expand(expr: sp.Expr) -> sp.Expr:
     """Expand closed forms; leave sums over tiles and window splits (Min/Max) as they are."""
     return expr if expr.has(sp.Sum, sp.Min, sp.Max) else sp.expand(expr)
+
+
+def keys_loaded(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr) -> sp.Expr:
+    """Keys a fused attention kernel loads from memory in a forward of ``new`` queries after
+    ``past`` cached tokens (per sequence, head group and layer): each key once under causal
+    (the union of the queries' legal keys: ``past + new``, ``min(past + new, W - 1 + new)`` in
+    a window) and full (every key the shapes hold); under tiled, every query tile loads the
+    key tiles it visits again (``tile_keys`` summed over the tiles)."""
+    if convention == Convention.full:
+        return keys_read(convention, block, past + 1, past, new)      # a rolling window cache holds fewer
+    if convention == Convention.causal:
+        return sp.Min(past + new, s.W - 1 + new) if block.attention == "window" else past + new
+    if new == 1:
+        return tile_keys(block, sp.Integer(0), past, new)
+    t = s.t
+    return sp.Sum(tile_keys(block, t, past, new), (t, 0, sp.ceiling(new / s.b_q) - 1))

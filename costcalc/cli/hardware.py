@@ -1,0 +1,104 @@
+"""Commands about devices: the profiles, and whether a model and its cache fit."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import devices as device_data, notes, units
+from ..errors import CostcalcError
+from ..vocab import Routing
+from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, OutputOpt,
+                      PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, emit, model, output_format,
+                      traffic, write_text)
+from .. import outputs
+
+devices_app = typer.Typer(help="Device profiles: peaks per dtype, memory bandwidth and size, with sources.",
+                          invoke_without_command=True, no_args_is_help=False)
+
+
+@devices_app.callback()
+def devices_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = None, wide: WideOpt = False) -> None:
+    """List the built-in device profiles (dense peaks, not "with sparsity").
+
+    Example: costcalc devices
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    profiles = device_data.load_all()
+    if output_format(fmt, outputs.target(output)) == "table":
+        rows = [{"device": d.name, "title": d.title,
+                 "bf16": units.flops(d.peak_flops["bf16"], "FLOP/s") if "bf16" in d.peak_flops else "",
+                 "fp8": units.flops(d.peak_flops["fp8"], "FLOP/s") if "fp8" in d.peak_flops else "",
+                 "memory": units.nbytes(d.mem_bytes), "bandwidth": units.nbytes(d.mem_bw) + "/s"} for d in profiles]
+    else:
+        rows = [_flat(d) for d in profiles]
+    emit(rows, fmt, output, wide=wide)
+
+
+@devices_app.command("show")
+def devices_show(
+    name: Annotated[Optional[str], typer.Argument(help="Device name (see 'costcalc devices').")] = None,
+    device_file: DeviceFileOpt = None,
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+) -> None:
+    """Every field of one device profile, with its datasheet source.
+
+    Example: costcalc devices show h100 -f json
+    """
+    if bool(name) == bool(device_file):
+        raise CostcalcError("give a device name (costcalc devices show NAME) or --device-file PATH")
+    profile = device_data.load(name) if name else device_data.load_file(device_file)
+    chosen = output_format(fmt, outputs.target(output))
+    if chosen == "json":
+        import json
+
+        write_text(output, json.dumps(profile.to_dict(), indent=2) + "\n")
+        return
+    row = _flat(profile)
+    if chosen == "table":
+        width = max(map(len, row))
+        write_text(output, "\n".join(f"{k:<{width}}  {v}" for k, v in row.items()) + "\n")
+        return
+    emit([row], fmt, output)
+
+
+def _flat(d) -> dict:
+    return {"name": d.name, "title": d.title, **{f"peak_flops.{k}": v for k, v in d.peak_flops.items()},
+            "mem_bw": d.mem_bw, "mem_bytes": d.mem_bytes,
+            **{f"source.{k}": v for k, v in d.source.items() if isinstance(v, str)}}
+
+
+def memory(
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    config: ConfigOpt = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", metavar="B", help="Sequences held at once.")] = 1,
+    context: Annotated[str, typer.Option("--context", "-t", metavar="T",
+                                         help="Tokens each sequence holds in its KV cache (e.g. 128k).")] = ...,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    weight_dtype: WeightDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = 128,
+    routing: RoutingOpt = Routing.expected,
+    reserve: Annotated[float, typer.Option(help="Fraction of the device's memory kept free "
+                                                "(activations, workspace).")] = 0.1,
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+    wide: WideOpt = False,
+) -> None:
+    """Does it fit: resident weights, the KV cache of B x T, the largest batch and context.
+
+    Example: costcalc memory --preset llama-3.1-70b --batch 32 --context 8k --device h100
+    """
+    from ..memory import fit
+    from ..ranges import number
+
+    if not (device or device_file):
+        raise CostcalcError("memory needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
+    spec = model(preset, preset_file, config)
+    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None)
+    row = fit(spec, machine.device, precision, batch, number(context, "--context"), reserve)
+    emit([row], fmt, output, [notes.MEMORY], wide)

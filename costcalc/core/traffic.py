@@ -1,0 +1,83 @@
+"""Memory traffic of each operator of a forward, as element counts (bytes: ``costcalc.roofline``).
+
+For ``batch`` sequences running ``new`` tokens after ``past`` cached ones, per operator:
+
+- ``weight``: the elements of its matrix, read once per forward whatever the number of
+  tokens. A routed expert's projection counts ONE expert here; the evaluation multiplies it
+  by the experts the forward touches (expected or worst case, ``--routing``). MLA's absorbed
+  products read the slices of ``kv_b_proj`` they use.
+- ``activation``: its input and output rows (a routed expert: k rows per token).
+- attention (a fused kernel: Q, K, V in, O out; no score matrix in memory): Q and O as
+  activations; ``kv_read`` the keys it loads (``attention.keys_loaded``) times the K/V width
+  per key; ``kv_write`` the new tokens' K/V (or MLA latent) written to the cache.
+- the LM head: its matrix, and its rows in and out.
+
+Widths per key: GQA reads and writes K and V, ``2 h_kv d_h``; MLA in the naive form caches
+and reads the up-projected K and V (``h_q (d_nope + d_rope + d_v)``); absorbed, the latent and
+the RoPE key (``r_kv + d_rope``). Every count is an integer polynomial (tile sums aside), so
+the generated code evaluates it exactly, like the FLOPs.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from .. import symbols as s
+from ..blocks import Block, coerce
+from ..vocab import Convention
+from .attention import head_dims, keys_loaded
+from .linear import LM_HEAD, block as projections
+
+_ROWS = {"last": lambda new: 1, "all": lambda new: new, "none": lambda new: 0}
+
+
+def kv_width(block: Block) -> sp.Expr:
+    """Elements a KV cache holds per token and layer (and attention reads per key)."""
+    if block.attention in ("gqa", "window"):
+        return 2 * s.d_kv
+    if block.form == "naive":
+        return s.h_q * (s.d_nope + s.d_rope + s.d_v)
+    return s.r_kv + s.d_rope
+
+
+def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, new: sp.Expr,
+            batch: sp.Expr = s.B) -> dict[str, sp.Expr]:
+    """``operator.kind`` -> elements moved, for every operator of one forward."""
+    block, convention = coerce(arch), Convention.parse(convention, "convention")
+    out: dict[str, sp.Expr] = {}
+    for p in projections(block):
+        rows = batch * (new + past if p.over_cache else new) * p.uses    # MLA expanded: kv_b_proj over the cache too
+        weight = p.fan_in * p.fan_out * (p.instances if p.instances != s.E else 1)   # one routed expert
+        if not p.weight:   # MLA absorbed: the slices of kv_b_proj it multiplies, once per head
+            weight = p.fan_in * p.fan_out * p.uses
+        out[f"{p.name}.weight"] = s.L * weight
+        out[f"{p.name}.activation"] = s.L * rows * (p.fan_in + p.fan_out)
+    qk, av = head_dims(block)
+    heads = s.h_q if block.attention == "mla" else s.d_q / s.d_h
+    out["attention.activation"] = sp.expand(s.L * batch * new * heads * (qk + av))
+    keys = keys_loaded(convention, block, past, new)
+    read = s.L * batch * kv_width(block)
+    out["attention.kv_read"] = sp.Sum(read * keys.function, keys.limits) if isinstance(keys, sp.Sum) else read * keys
+    out["attention.kv_write"] = s.L * batch * new * kv_width(block)
+    if logits != "none":          # a chunk that is not the prompt's last runs no LM head
+        out[f"{LM_HEAD.name}.weight"] = LM_HEAD.fan_in * LM_HEAD.fan_out
+        out[f"{LM_HEAD.name}.activation"] = batch * _ROWS[logits](new) * (LM_HEAD.fan_in + LM_HEAD.fan_out)
+    return {k: v if v.has(sp.Sum, sp.Min, sp.Max) else sp.expand(v) for k, v in out.items()}
+
+
+def build(workload: str, arch: "str | Block", convention: str = "causal", logits: str = "last") -> dict[str, sp.Expr]:
+    """The element counts of a compiled workload (its name in ``core.registry``)."""
+    from .attention import steps_sum
+
+    block = coerce(arch)
+    steps = {"prefill": (sp.Integer(0), s.S), "cached_prefill": (s.T, s.C), "decode": (s.T, sp.Integer(1))}
+    if workload in steps:
+        past, new = steps[workload]
+        return forward(block, convention, "last" if workload == "decode" else logits, past, new)
+    if workload != "decode_phase":
+        raise ValueError(f"no traffic model for workload {workload!r}")
+    step = forward(block, convention, "last", s.T, sp.Integer(1))
+    out = {k: sp.expand(sp.summation(v.subs(s.T, s.S + s.j - 1), (s.j, 1, s.N - 1)))
+           for k, v in step.items() if k != "attention.kv_read"}
+    keys = steps_sum(Convention.parse(convention, "convention"), block, s.S + 1, s.S + s.N - 1)
+    out["attention.kv_read"] = s.L * s.B * kv_width(block) * keys
+    return {k: out[k] for k in step}

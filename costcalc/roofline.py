@@ -1,0 +1,193 @@
+"""Bytes, memory and time: the roofline beside the FLOPs.
+
+The core counts, per operator, the elements a forward moves (``core.traffic``); here they
+become bytes under the dtypes asked for (``Precision``), and, on a device, time: each
+operator takes ``max(FLOPs / peak, bytes / bandwidth)`` (peak for the compute dtype, both
+scaled by the ``--efficiency`` factors), summed over operators and layer groups. The
+compute-only and memory-only times are given beside it; ``bound`` says which of the two is
+larger for the whole forward. A routed expert's weights are read once per forward for each
+expert the forward touches: for n routed tokens under uniform top-k routing the expected
+number of distinct experts ``E (1 - (1 - k/E)^n)`` (``--routing expected``, a rational), or
+``min(E, n k)`` (``--routing worst``). Byte columns are whole bytes (an expected count is
+rounded, and the row says ``routing``).
+
+For the decode phase of a generation (N-1 steps summed in closed form) each operator's
+time is ``max`` of its summed compute and memory times: a floor of the per-step sum, equal
+to it when an operator keeps the same bound over the steps (as it does: its FLOPs and bytes
+grow together with the context).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Optional
+
+from . import compiled
+from .core.registry import Workload
+from .devices import Device
+from .errors import CostcalcError
+from .evaluate import Options, positive
+from .spec import Group, ModelSpec
+from .vocab import SCALE_BITS, TERMS, TRAFFIC, Dtype, Routing
+
+EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays below this many bits
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Dtypes of weights, KV cache and activations (compute runs in the activation dtype),
+    the group size of integer weights' fp16 scales, and how MoE routing touches experts."""
+    weight: Dtype = Dtype.bf16
+    kv: Dtype = Dtype.bf16
+    act: Dtype = Dtype.bf16
+    group_size: int = 128
+    routing: Routing = Routing.expected
+
+    def __post_init__(self) -> None:
+        try:
+            for key, what in (("weight", "weight dtype"), ("kv", "kv dtype"), ("act", "act dtype")):
+                object.__setattr__(self, key, Dtype.parse(getattr(self, key), what))
+            object.__setattr__(self, "routing", Routing.parse(self.routing, "routing"))
+        except ValueError as exc:
+            raise CostcalcError(str(exc)) from None
+        if self.act == Dtype.int4:
+            raise CostcalcError("act dtype int4 is not a compute dtype; use bf16, fp16, fp8 or int8")
+        positive("group size", self.group_size)
+
+    def bits(self, kind: str) -> Fraction:
+        """Bits per element moved of a traffic kind (weights with their scales)."""
+        if kind == "weight":
+            extra = Fraction(SCALE_BITS, self.group_size) if self.weight.grouped else 0
+            return self.weight.bits + extra
+        return Fraction((self.kv if kind.startswith("kv") else self.act).bits)
+
+    def labels(self, spec: ModelSpec) -> dict[str, Any]:
+        out: dict[str, Any] = {"weight_dtype": self.weight.value, "kv_dtype": self.kv.value,
+                               "act_dtype": self.act.value}
+        if self.weight.grouped:
+            out["group_size"] = self.group_size
+        if any(g.block.ffn == "moe" for g in spec.groups):
+            out["routing"] = self.routing.value
+        return out
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A device and the fractions of its peaks a user has calibrated (1: the datasheet)."""
+    device: Device
+    compute_efficiency: float = 1.0
+    memory_efficiency: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("compute_efficiency", "memory_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise CostcalcError(f"{name.replace('_', ' ')} must be in (0, 1], got {value}")
+
+    def peak(self, precision: Precision) -> float:
+        return self.device.peak(precision.act.value) * self.compute_efficiency
+
+    def bandwidth(self) -> float:
+        return self.device.mem_bw * self.memory_efficiency
+
+
+def experts_touched(E: int, k: int, tokens: int, routing: Routing) -> Fraction:
+    """Distinct experts a forward routing ``tokens`` tokens (k each) reads, per MoE layer."""
+    if routing == Routing.worst:
+        return Fraction(min(E, tokens * k))
+    if tokens * math.log2(max(E, 2)) <= EXACT_BITS:
+        return E * (1 - Fraction(E - k, E) ** tokens)
+    return Fraction(E * -math.expm1(tokens * math.log1p(-k / E)))   # beyond exact: a double, ~1e-16 relative
+
+
+def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,
+          machine: Optional[Machine], values: dict[str, int]) -> dict[str, Any]:
+    """Bytes (and, with a machine, times) of one point of a compiled workload, over the groups."""
+    if not wl.traffic:
+        raise CostcalcError(f"{wl.name}: no memory-traffic model (bytes are modelled for prefill, chunks, "
+                            f"decode steps and generations)")
+    routed = math.prod(values[x] for x in wl.routed)
+    kinds = {kind: Fraction(0) for kind in TRAFFIC}
+    compute = memory = total = 0.0
+    term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
+    for index, group in enumerate(spec.groups):
+        block = options.block(group, wl).key
+        base = {**group.numbers(), **options.values(), **values}
+        elements = compiled.get(f"{wl.name}.bytes", block, options.convention.value, logits).evaluate(base)
+        if index:   # the model has one LM head: its traffic is the first group's
+            elements = {k: v for k, v in elements.items() if not k.startswith("lm_head.")}
+        flops_recipe = compiled.get(wl.name, block, options.convention.value, logits)
+        operators = {k.rsplit(".", 1)[0] for k in elements}
+        flops = flops_recipe.evaluate(base, operators)
+        term_of = {name: t.name for t in TERMS for name in flops_recipe.outputs.get(t.name, ())}
+        touched = _touched(group, routed, precision) if group.block.ffn == "moe" else 1
+        for op in operators:
+            moved = Fraction(0)
+            for kind in TRAFFIC:
+                count = elements.get(f"{op}.{kind}", 0)
+                if kind == "weight" and op.startswith("experts."):
+                    count = count * touched
+                part = count * precision.bits(kind) / 8
+                kinds[kind] += part
+                moved += part
+            if machine is None:
+                continue
+            t_c, t_m = flops[op] / machine.peak(precision), float(moved) / machine.bandwidth()
+            compute, memory, total = compute + t_c, memory + t_m, total + max(t_c, t_m)
+            term = term_of[compiled.ident(op)]
+            term_times[term][0] += t_c
+            term_times[term][1] += t_m
+            term_times[term][2] += max(t_c, t_m)
+    out: dict[str, Any] = {f"{kind}_bytes": _whole(kinds[kind]) for kind in TRAFFIC}
+    out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in TRAFFIC)
+    if machine is not None:
+        out.update(compute_time_s=compute, memory_time_s=memory, time_s=total,
+                   bound="memory" if memory >= compute else "compute")
+        out.update({f"{t}_bound": "memory" if m >= c else "compute" for t, (c, m, _) in term_times.items() if c or m})
+        out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
+    return out
+
+
+def _touched(group: Group, routed: int, precision: Precision) -> Fraction:
+    return experts_touched(group.sizes["E"], group.sizes["k"], routed, precision.routing)
+
+
+def _whole(value: Fraction) -> int:
+    return round(value)
+
+
+def intensity(flops: int, moved: int) -> Optional[float]:
+    return round(flops / moved, 4) if moved else None
+
+
+def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,
+            machine: Optional[Machine], points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
+    """``point`` at every point of the input columns (symbol -> values), with each point's
+    arithmetic intensity (total FLOPs / total bytes) beside its bytes."""
+    n = len(flops)
+    rows = [point(spec, wl, options, logits, precision, machine, {k: int(v[i]) for k, v in points.items()})
+            for i in range(n)]
+    names = list(rows[0])
+    out = {name: [r.get(name) for r in rows] for name in names if not name.endswith("_bound") or name == "bound"}
+    names = [name for name in names if not name.endswith("_time_s") or name in ("compute_time_s", "memory_time_s")]
+    out_order = [f"{kind}_bytes" for kind in TRAFFIC] + ["total_bytes"]
+    table = {name: out[name] for name in out_order}
+    table["intensity"] = [intensity(f, b) for f, b in zip(flops, out["total_bytes"])]
+    for name in ("compute_time_s", "memory_time_s", "time_s", "bound"):
+        if name in out:
+            table[name] = out[name]
+    for name in names:
+        if name.endswith("_bound") and name != "bound":
+            table[name] = [r.get(name) for r in rows]
+    return table
+
+
+def term_times(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,
+               machine: Machine, points: dict[str, list[int]]) -> dict[str, list[float]]:
+    """Each term's roofline time (its operators' max(compute, memory), summed) at every point."""
+    n = len(next(iter(points.values())))
+    rows = [point(spec, wl, options, logits, precision, machine, {k: int(v[i]) for k, v in points.items()})
+            for i in range(n)]
+    names = [f"{t.name}_time_s" for t in TERMS if f"{t.name}_time_s" in rows[0]]
+    return {name.removesuffix("_time_s"): [r[name] for r in rows] for name in names}

@@ -1,0 +1,225 @@
+"""Bytes, memory and time: the byte identities, the roofline's bounds, devices and the CLI keys."""
+import json
+from fractions import Fraction
+
+import pytest
+
+from costcalc import calc, devices, memory, presets
+from costcalc.cli import main
+from costcalc.roofline import Machine, Precision, experts_touched
+from costcalc.vocab import Routing
+
+H100 = Machine(devices.load("h100"))
+BF16 = Precision()
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def decode_row(spec, context, batch=1, precision=BF16, machine=None):
+    return calc.rows(calc.table(spec, "decode", precision=precision, machine=machine, batch=[batch],
+                                context=[context]))[0]
+
+
+def test_a_dense_decode_step_reads_every_matmul_weight_once():
+    spec = presets.load("llama-3.1-8b")
+    counts = calc.parameters(spec)
+    for batch in (1, 64):
+        row = decode_row(spec, 4095, batch)
+        assert row["weight_bytes"] == 2 * (counts["block_params"] + counts["lm_head_params"])   # bf16: 2 bytes
+    int4 = decode_row(spec, 4095, 1, Precision(weight="int4", group_size=128))
+    assert int4["weight_bytes"] == (counts["block_params"] + counts["lm_head_params"]) * (4 + 16 / 128) / 8
+
+
+def test_a_moe_decode_step_reads_the_experts_it_touches():
+    spec = presets.load("mixtral-8x7b")          # 8 experts, 2 per token, every layer MoE
+    L, d, m_e = spec["L"], spec["d"], spec["m_e"]
+    expert = L * 3 * d * m_e                     # one expert's weights in every layer
+    counts = calc.parameters(spec)
+    others = counts["block_params"] - 8 * expert + counts["lm_head_params"]
+    for batch, routing in ((1, "expected"), (4, "expected"), (4, "worst"), (64, "worst")):
+        row = decode_row(spec, 100, batch, Precision(routing=routing))
+        touched = 8 * (1 - Fraction(6, 8) ** batch) if routing == "expected" else min(8, 2 * batch)
+        assert row["weight_bytes"] == round(2 * (others + touched * expert)), (batch, routing)
+    assert decode_row(spec, 100, 1)["weight_bytes"] == 2 * (others + 2 * expert)   # one token: its k experts
+
+
+def test_expected_experts_run_from_k_to_e():
+    assert experts_touched(128, 8, 1, Routing.expected) == 8
+    assert experts_touched(128, 8, 2, Routing.expected) == 128 * (1 - Fraction(120, 128) ** 2)
+    assert 127.99 < float(experts_touched(128, 8, 4096, Routing.expected)) <= 128
+    assert float(experts_touched(128, 8, 10**7, Routing.expected)) == pytest.approx(128)
+    assert experts_touched(128, 8, 3, Routing.worst) == 24 and experts_touched(128, 8, 999, Routing.worst) == 128
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "gpt-oss-20b", "deepseek-v3"])
+def test_the_decode_phase_reads_the_kv_of_its_steps(name):
+    spec = presets.load(name)
+    prompt, new, batch = 700, 30, 2
+    rows = calc.rows(calc.generate_table(spec, precision=BF16, batch=[batch], seq=[prompt], new_tokens=[new]))
+    steps = [decode_row(spec, prompt + j - 1, batch) for j in range(1, new)]
+    for key in ("kv_read_bytes", "kv_write_bytes", "activation_bytes"):
+        assert rows[1][key] == sum(r[key] for r in steps), key
+    assert rows[2]["kv_read_bytes"] == rows[0]["kv_read_bytes"] + rows[1]["kv_read_bytes"]
+
+
+def test_a_chunked_schedule_moves_the_unchunked_bytes_plus_its_re_reads():
+    spec = presets.load("llama-3.1-8b")
+    seq, chunk = 8192, 2048
+    rows = {r["phase"]: r for r in calc.chunked(spec, seq, chunk, precision=BF16)}
+    total, single = rows["total"], rows["unchunked"]
+    L, d_kv, d, V = spec["L"], spec.d_kv, spec["d"], spec["V"]
+    per_key = L * 2 * d_kv * 2                                  # K and V, bf16, every layer
+    prefixes = sum(range(0, seq, chunk))                        # keys cached before each chunk: re-read
+    assert total["kv_read_bytes"] == single["kv_read_bytes"] + prefixes * per_key
+    counts = calc.parameters(spec)
+    block_weights = 2 * counts["block_params"]
+    assert total["weight_bytes"] == single["weight_bytes"] + 3 * block_weights   # read again by 3 more chunks
+    assert total["kv_write_bytes"] == single["kv_write_bytes"]
+    assert total["activation_bytes"] == single["activation_bytes"]   # the LM head runs once either way
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-70b", "gemma-3-12b", "deepseek-v3", "gpt-oss-120b"])
+def test_memory_is_weights_plus_the_cache_of_every_group(name):
+    spec = presets.load(name)
+    batch, context = 4, 50_000
+    row = memory.fit(spec, devices.load("h200"), BF16, batch, context)
+    counts = calc.parameters(spec)
+    resident = counts["block_params"] + counts["embedding_params"] + (0 if spec.tied_embeddings else
+                                                                       counts["lm_head_params"])
+    assert row["weight_bytes_resident"] == 2 * resident
+    cache = 0
+    for g in spec.groups:           # by hand: K/V (GQA) or the latent (MLA) per token and layer
+        per_token = g.sizes["r_kv"] + g.sizes["d_rope"] if g.block.attention == "mla" else \
+            2 * g.sizes["h_kv"] * g.sizes["d_h"]
+        kept = min(context, g.sizes["W"]) if g.block.attention == "window" else context
+        cache += g.count * per_token * kept * 2 * batch
+    assert row["kv_cache_bytes"] == cache
+    assert row["total_bytes"] == row["weight_bytes_resident"] + row["kv_cache_bytes"]
+    assert row["fits"] == (row["total_bytes"] <= row["usable_bytes"])
+
+
+def test_memory_limits_are_the_largest_that_fit():
+    spec, device = presets.load("llama-3.1-8b"), devices.load("h100")
+    row = memory.fit(spec, device, BF16, 8, 32_768)
+    assert row["fits"] and row["max_batch"] >= 8
+    more = memory.fit(spec, device, BF16, row["max_batch"] + 1, 32_768)
+    assert memory.fit(spec, device, BF16, row["max_batch"], 32_768)["fits"] and not more["fits"]
+    longest = row["max_context"]
+    assert memory.fit(spec, device, BF16, 8, longest)["fits"] and not memory.fit(spec, device, BF16, 8, longest + 1)["fits"]
+    assert row["devices_needed"] == 1
+    big = memory.fit(presets.load("llama-3.1-405b"), device, BF16, 1, 8192)
+    assert not big["fits"] and big["devices_needed"] >= 11 and big["max_batch"] == 0
+
+
+@pytest.mark.parametrize("workload, args", [("decode", {"context": [4095, 100_000]}),
+                                            ("prefill", {"seq": [512, 32_768]}),
+                                            ("cached_prefill", {"chunk": [2048], "prefix": [8192]})])
+def test_time_lies_between_the_larger_and_the_sum_of_compute_and_memory(workload, args):
+    for name in ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b"):
+        spec = presets.load(name)
+        n = len(next(iter(args.values())))
+        rows = calc.rows(calc.table(spec, workload, machine=H100, batch=[8] * n, **args))
+        for r in rows:
+            assert max(r["compute_time_s"], r["memory_time_s"]) <= r["time_s"] * (1 + 1e-12)
+            assert r["time_s"] <= (r["compute_time_s"] + r["memory_time_s"]) * (1 + 1e-12)
+            assert r["compute_time_s"] == pytest.approx(r["total_flops"] / 989.5e12)
+            assert r["memory_time_s"] == pytest.approx(r["total_bytes"] / 3.35e12)
+
+
+def test_the_time_crossover_of_llama_3_1_8b():
+    spec = presets.load("llama-3.1-8b")
+    L, d, d_kv, m, V = spec["L"], spec["d"], spec.d_kv, spec["m"], spec["V"]
+    weights = 2 * (L * (2 * d * d + 2 * d * d_kv + 3 * d * m) + d * V)     # bf16 matmul weights, LM head in
+    for batch in (1, 64):
+        keys = Fraction(weights, batch * L * 2 * d_kv * 2)                 # K and V per key, every layer
+        row = calc.crossover(spec, precision=BF16, batch=batch)[0]
+        assert Fraction(row["t_equal_time_exact"]) == keys
+    assert 114_000 < calc.crossover(spec, precision=BF16, batch=1)[0]["t_equal_time"] < 115_000
+    assert calc.crossover(spec, precision=BF16, batch=64)[0]["t_equal_time"] < 2048
+
+
+def test_generation_times(capsys):
+    code, out, err = run(capsys, "generate", "-p", "llama-3.1-8b", "--prompt", "1k", "--new", "101",
+                         "--batch", "8", "--device", "h100", "-f", "json")
+    assert code == 0, err
+    prefill, decode, total = json.loads(out)
+    assert total["time_s"] == pytest.approx(prefill["time_s"] + decode["time_s"])
+    assert total["ttft_s"] == prefill["time_s"] and total["tpot_s"] == pytest.approx(decode["time_s"] / 100)
+    assert total["tokens_per_s"] == pytest.approx(101 / total["time_s"])
+    assert total["batch_tokens_per_s"] == pytest.approx(8 * 101 / total["time_s"])
+
+
+INTERFACE = ["weight_bytes", "kv_read_bytes", "kv_write_bytes", "activation_bytes", "total_bytes", "intensity",
+             "compute_time_s", "memory_time_s", "time_s", "bound"]
+
+
+@pytest.mark.parametrize("args", [["prefill", "--seq", "2k"], ["decode", "--context", "2k"],
+                                  ["chunked", "--seq", "4k", "--chunk", "1k"],
+                                  ["generate", "--prompt", "1k", "--new", "8"]])
+def test_rows_with_a_device_carry_the_interface_keys(args, capsys):
+    code, out, err = run(capsys, *args, "-p", "qwen3-30b-a3b", "--device", "h200", "-f", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert all(set(INTERFACE) <= set(r) for r in rows)
+    assert {r["routing"] for r in rows} == {"expected"} and {r["device"] for r in rows} == {"h200"}
+    code, out, err = run(capsys, *args, "-p", "llama-3.1-8b", "--kv-dtype", "fp8", "-f", "json")
+    rows = json.loads(out)                       # a dtype alone: bytes, no time
+    assert code == 0 and all("total_bytes" in r and "time_s" not in r for r in rows)
+    code, out, err = run(capsys, *args, "-p", "llama-3.1-8b", "-f", "json")
+    assert code == 0 and all("total_bytes" not in r for r in json.loads(out))
+
+
+def test_devices_show_and_memory_and_crossover_keys(capsys):
+    code, out, _ = run(capsys, "devices", "show", "h100", "-f", "json")
+    profile = json.loads(out)
+    assert code == 0 and {"name", "peak_flops", "mem_bw", "mem_bytes", "source"} <= set(profile)
+    assert profile["peak_flops"]["bf16"] == 989.5e12 and profile["source"]["url"].startswith("https://")
+    code, out, _ = run(capsys, "memory", "-p", "llama-3.1-70b", "--batch", "8", "--context", "8k", "--device", "h100",
+                       "-f", "json")
+    row = json.loads(out)[0]
+    assert code == 0 and {"weight_bytes_resident", "kv_cache_bytes", "total_bytes", "device_bytes", "fits",
+                          "max_batch", "max_context", "devices_needed"} <= set(row)
+    code, out, _ = run(capsys, "crossover", "-p", "llama-3.1-8b", "--device", "h100", "--batch", "64", "-f", "json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["t_equal"] == 26624.0 and 1700 < row["t_equal_time"] < 2048
+
+
+def test_every_built_in_device_has_a_source_and_dense_peaks():
+    for device in devices.load_all():
+        assert device.source.get("url", "").startswith("https://"), device.name
+        assert device.peak_flops["bf16"] > 1e14 and device.mem_bw > 5e11 and device.mem_bytes >= 48e9
+        if "fp8" in device.peak_flops:
+            assert device.peak_flops["fp8"] == pytest.approx(2 * device.peak_flops["bf16"], rel=0.05)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["decode", "-p", "toy", "--context", "4", "--device", "h1000"], "unknown device 'h1000'; did you mean"),
+    (["decode", "-p", "toy", "--context", "4", "--device", "h100", "--device-file", "x.json"], "not both"),
+    (["decode", "-p", "toy", "--context", "4", "--device", "h100", "--efficiency", "1.5"], "must be in (0, 1]"),
+    (["decode", "-p", "toy", "--context", "4", "--device", "h100", "--efficiency", "fast"], "--efficiency"),
+    (["decode", "-p", "toy", "--context", "4", "--act-dtype", "int4"], "not a compute dtype"),
+    (["decode", "-p", "toy", "--context", "4", "--device", "a100", "--act-dtype", "fp8"], "no fp8 peak"),
+    (["memory", "-p", "toy", "--context", "4"], "memory needs a device"),
+    (["memory", "-p", "toy", "--context", "4", "--device", "h100", "--reserve", "1"], "reserve must be"),
+    (["devices", "show", "nope"], "unknown device 'nope'"),
+    (["prefill", "-p", "toy", "--lengths", "3,4", "--device", "h100"], "uniform prompts"),
+])
+def test_bad_device_input_is_one_line(args, message, capsys):
+    code, out, err = run(capsys, *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_device_file_of_ones_own(tmp_path, capsys):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"name": "mine", "peak_flops": {"bf16": 1e14}, "mem_bw": 1e12, "mem_bytes": 10**11}))
+    code, out, err = run(capsys, "decode", "-p", "llama-3.1-8b", "--context", "4k", "--device-file", str(path),
+                         "-f", "json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["device"] == "mine" and row["memory_time_s"] == pytest.approx(row["total_bytes"] / 1e12)
+    path.write_text(json.dumps({"name": "mine", "peak_flops": {"bf16": -1}, "mem_bw": 1e12, "mem_bytes": 10**11}))
+    code, _, err = run(capsys, "decode", "-p", "toy", "--context", "4", "--device-file", str(path))
+    assert code == 2 and "peak_flops.bf16" in err

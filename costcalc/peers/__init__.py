@@ -56,6 +56,7 @@ def compare(case: Case, names: Sequence[str] = TOOLS, setup: Setup = Setup()) ->
         got: Answer = recipe.answer(case, cc, setup)
         row: dict[str, Any] = {"preset": case.spec.name, "workload": case.workload, **case.inputs(),
                                "tool": name, "reported": got.reported, "unit": recipe.unit,
+                               "reported_unit": recipe.printed or recipe.unit,
                                "reported_as": recipe.reported_as, "flops": got.flops,
                                "ratio": None if got.flops is None else round(float(Fraction(got.flops) / default), 6),
                                "equals": got.equals,

@@ -134,6 +134,13 @@ Step = tuple[str, dict]                                  # a costcalc option cha
 Extra = tuple[str, Union[Number, Callable[[Config], Number], str]]   # a tool term (or HALF)
 
 
+def full(case: Case) -> Step:
+    """The step to the full rectangle: a decode step only changes where windows are ignored."""
+    if case.workload == "decode":
+        return ("sliding windows ignored (all T+1 keys)", {"convention": "full"})
+    return ("full square", {"convention": "full"})
+
+
 def reconcile(cc: Costcalc, path: list[Step], extras: list[Extra], flops: Number,
               reported: Union[int, float], note: str) -> Answer:
     """The differences from costcalc's default to ``flops``: the path's steps (each the change
@@ -177,6 +184,7 @@ class Recipe:
     is (``reported_as``), the source it follows, and ``answer``."""
     name = ""
     unit = "FLOP"
+    printed = ""            # the printed number's unit where it is not ``unit`` (TFLOP, FLOP/token)
     reported_as = ""
     source = ""
     workloads: tuple[str, ...] = WORKLOADS

@@ -14,7 +14,7 @@ experts, no dense-first layers, sliding windows ignored.
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
 from .counts import one_kind
 
 # GenZ's own DeepSeek-V3 entry (Models/Model_sets/misc.py, DeepseekV3_moe_671b_config)
@@ -23,6 +23,7 @@ DEEPSEEK_V3 = dict(L=61, D=7168, H=128, Hkv=2, Dq=56, Df=18432, E=256, K=8, V=12
 
 class Genz(Recipe):
     name = "genz"
+    printed = "MFLOP"
     reported_as = "summary_table 'MACs (MFLOP)' column (FLOPs / 1e6 on the default path)"
     source = "genz-llm 0.0.16 (PyPI wheel) GenZ/Models/*.py, operator_base.py, analyse_model.py"
     workloads = ("prefill", "decode")
@@ -57,8 +58,7 @@ class Genz(Recipe):
             return self.catalogue(case, cc, flops, {"attn_proj": 2 * L * proj, "attention": 2 * L * attention,
                                                     **{k: 2 * L * v for k, v in ffn.items()}, "lm_head": 2 * head,
                                                     "embedding": 2 * embed}, note)
-        path = [("full square", {"convention": "full"}), ("LM head on all positions", {"logits": "all"})] \
-            if prefill else []
+        path = [full(case)] + ([("LM head on all positions", {"logits": "all"})] if prefill else [])
         extras = [("embedding as a GEMM (D x S x V)", 2 * embed)] if prefill else \
             [("T keys not T+1", lambda c: -cc.per_key(c))]
         if E > 1:

@@ -16,10 +16,9 @@ and the MHA assert now fails once the MLP is more than 1% off 16bsh^2 (Llama-2-7
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
 from .counts import one_kind
 
-FULL = ("full square", {"convention": "full"})
 ALL = ("LM head on all positions", {"logits": "all"})
 
 
@@ -55,8 +54,9 @@ class LlmAnalysis(Recipe):
         if case.workload not in self.workloads:
             return super().answer(case, cc, setup)
         g = one_kind(case.spec)
-        if g is None or g.block.attention == "mla":
-            return cannot("one kind of GQA layer only (ModelConfig has no layer groups, no MLA latent)")
+        if g is None or g.block.attention == "mla" or g.block.shared:
+            return cannot("one kind of GQA layer only (ModelConfig has no layer groups, no MLA latent, "
+                          "no shared experts)")
         if g.sizes["h_q"] * g.sizes["d_h"] != g.sizes["d"]:
             return cannot("attention width is hidden_dim: head_dim x n_head != hidden_dim is not expressible")
         b, one = case.batch, case.workload == "decode"
@@ -77,7 +77,7 @@ class LlmAnalysis(Recipe):
         ffn = "experts" if moe else "ffn"
         name = self.mlp_name + (f", one expert instead of k={z['k']}" if moe else "")
         extras.append((name, lambda c: times * L * self.mlp(g, tokens) - cc.term(ffn, c)))
-        path = [] if one else [FULL] + ([ALL] if case.workload == "prefill" else [])
+        path = [full(case)] + ([ALL] if case.workload == "prefill" else [])
         note = "float arithmetic, exact here" + ("; no sliding windows" if case.spec.windows else "")
         return reconcile(cc, path, extras, flops, float(flops), note)
 

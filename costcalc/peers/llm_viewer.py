@@ -11,7 +11,7 @@ Inference stages only.
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
 from .counts import one_kind
 
 
@@ -55,6 +55,6 @@ class LlmViewer(Recipe):
         if moe:
             extras += [("router omitted", lambda c: -cc.term("router", c)),
                        (f"one expert instead of k={z['k']}", lambda c: L * tokens * 6 * d * m - cc.term("experts", c))]
-        path = [("full square", {"convention": "full"})] if prefill else []
+        path = [full(case)]
         note = "float arithmetic, exact here" + ("; no sliding windows" if case.spec.windows else "")
         return reconcile(cc, path, extras, ops, float(ops), note)

@@ -22,6 +22,7 @@ HALF = "half square (S^2/2: the diagonal dropped)"
 
 class Maxtext(Recipe):
     name = "maxtext"
+    printed = "TFLOP"
     reported_as = "TFLOPs per device (per training step, or per prefill)"
     source = "AI-Hypercomputer/maxtext src/MaxText/maxtext_utils.py at commit c491caa"
     workloads = ("prefill", "train")

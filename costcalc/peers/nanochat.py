@@ -15,6 +15,7 @@ from .counts import has, matrices
 
 class Nanochat(Recipe):
     name = "nanochat"
+    printed = "FLOP/token"
     reported_as = "GPT.estimate_flops() (FLOPs per token, forward + backward)"
     source = "karpathy/nanochat nanochat/gpt.py at commit e28d4ea"
     workloads = ("train",)

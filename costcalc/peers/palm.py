@@ -14,6 +14,7 @@ from .counts import matrices, norms
 
 class Palm(Recipe):
     name = "palm"
+    printed = "FLOP/token"
     reported_as = "6N + 12LHQT (FLOPs per token, forward + backward)"
     source = "PaLM, arXiv:2204.02311, Appendix B"
     workloads = ("train",)

@@ -16,6 +16,7 @@ from .counts import matrices, norms
 
 class Torchtitan(Recipe):
     name = "torchtitan"
+    printed = "FLOP/token"
     reported_as = "num_flops_per_token (FLOPs per token, forward + backward)"
     source = "pytorch/torchtitan torchtitan/models/utils.py at commit 76dd118"
     workloads = ("train",)

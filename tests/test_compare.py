@@ -273,6 +273,18 @@ def test_named_differences_have_their_exact_sizes(rows):
     assert train["nanochat"]["reported"] == 481_434_796_032 and train["palm"]["reported"] == 481_442_709_504
 
 
+def test_generation_under_vllm_and_hf_generate():
+    """vLLM sums its metric over the scheduler steps; HF generate() runs the prefill with
+    logits_to_keep=1 and N-1 steps (step j multiplies S+j keys)."""
+    z, s, n = llama("llama-3.1-8b"), 1024, 128
+    got = {r["tool"]: r for r in compare(Case(presets.load("llama-3.1-8b"), "generate", seq=s, new=n),
+                                         ["vllm", "torch-flopcounter"])}
+    steps = vllm(z, s, s * s, 1) + sum(vllm(z, 1, s + j, 1) for j in range(1, n))
+    assert got["vllm"]["flops"] == steps == 16_823_084_908_544          # perf.py, run unchanged
+    hf = torch_eager(z, s, 0, 1) + sum(torch_eager(z, 1, s + j - 1, 1) for j in range(1, n))
+    assert got["torch-flopcounter"]["flops"] == hf and got["torch-flopcounter"]["equals"] == "full/last"
+
+
 def test_setups_change_what_the_executed_counters_see():
     spec = presets.load("mixtral-8x7b")
     z = llama("mixtral-8x7b")

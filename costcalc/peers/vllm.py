@@ -14,30 +14,30 @@ request and per decode token. tp = pp = dp = 1. Layer counts are floats: exact b
 from __future__ import annotations
 
 from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
+from .hf import sum_min
 
 
-def requests(case: Case) -> list[tuple[int, int, int]]:
-    """(count, new tokens, context) of the scheduler steps of a case."""
+def contexts(case: Case, window) -> tuple[int, int, int]:
+    """(new tokens, logit rows, sum of tokens x context clipped to ``window``) over the
+    scheduler steps of a case: a prefill of B requests (S tokens, context S), a decode step
+    (context T+1), or a generation (the prefill, then step j with context S+j)."""
     b, s = case.batch, case.seq
+    clip = (lambda c: min(c, window)) if window else (lambda c: c)
     if case.workload == "decode":
-        return [(b, 1, case.context + 1)]
-    steps = [(b, s, s)]
-    if case.workload == "generate":
-        steps += [(b, 1, s + j) for j in range(1, case.new)]
-    return steps
+        return b, b, b * clip(case.context + 1)
+    steps = case.new - 1 if case.workload == "generate" else 0
+    later = sum_min(s + 1, s + steps, window) if window else steps * s + steps * (steps + 1) // 2
+    return b * (s + steps), b * (1 + steps), b * (s * clip(s) + later)
 
 
 def count(case: Case) -> dict[str, int]:
     """perf.py's FLOPs by component, summed over the steps."""
-    reqs = requests(case)
-    tokens = sum(n * t for n, t, _ in reqs)
-    logits = sum(n * (1 if t > 1 else t) for n, t, _ in reqs)
+    tokens, logits, _ = contexts(case, None)
     out = {"attn_proj": 0, "attention": 0, "ffn": 0, "experts": 0, "shared_experts": 0,
            "lm_head": 2 * logits * case.spec["d"] * case.spec["V"]}
     for g in case.spec.groups:
         z, L, d = g.sizes, g.count, g.sizes["d"]
-        window = z["W"] if g.block.attention == "window" else None
-        tc = sum(n * t * (min(ctx, window) if window else ctx) for n, t, ctx in reqs)
+        tc = contexts(case, z["W"] if g.block.attention == "window" else None)[2]
         if g.block.attention == "mla":
             h, qk = z["h_q"], z["d_nope"] + z["d_rope"]
             q = d * z["r_q"] + z["r_q"] * h * qk if g.block.q_lora else d * h * qk

@@ -273,6 +273,25 @@ def test_named_differences_have_their_exact_sizes(rows):
     assert train["nanochat"]["reported"] == 481_434_796_032 and train["palm"]["reported"] == 481_442_709_504
 
 
+# transformers' own defaults (SDPA attention, grouped_mm experts), as the tools printed them
+DEFAULT_SETUP = {
+    ("llama-2-7b", "prefill", 1024): {"torch-flopcounter": 13_531_294_466_048, "deepspeed": 14_081_410_990_080,
+                                      "calflops": 13_531_655_176_192, "fvcore": 6_765_647_233_024},
+    ("llama-3.1-70b", "train", 8192): {"torch-flopcounter": 3_416_148_267_761_664, "calflops": 3_416_204_639_207_424},
+    ("mixtral-8x7b", "prefill", 4096): {"deepspeed": 20_877_300_203_520, "torch-flopcounter": 12_077_448_036_352},
+    ("deepseek-v3", "decode", 32768): {"torch-flopcounter": 67_266_339_815_424, "calflops": 67_102_590_314_496,
+                                       "fvcore": 33_551_294_595_072},
+}
+
+
+@pytest.mark.parametrize("key", list(DEFAULT_SETUP), ids=lambda k: f"{k[0]}-{k[1]}")
+def test_transformers_defaults_as_the_tools_printed_them(key):
+    got = {r["tool"]: r for r in compare(case_of(*key), list(DEFAULT_SETUP[key]), Setup("sdpa", "grouped_mm"))}
+    for tool, value in DEFAULT_SETUP[key].items():
+        assert got[tool]["flops"] == value, (key, tool)
+        assert got[tool]["costcalc_flops"] + sum(d["flops"] for d in got[tool]["differences"]) == value
+
+
 def test_generation_under_vllm_and_hf_generate():
     """vLLM sums its metric over the scheduler steps; HF generate() runs the prefill with
     logits_to_keep=1 and N-1 steps (step j multiplies S+j keys)."""

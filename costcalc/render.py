@@ -190,10 +190,14 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
         if width is None or max(map(len, lines), default=0) <= width:
             break
         if step == "shares":
-            shares = not any(c in _SHARED for c in shown)
+            shares = not any(c in _SHARED for c in shown)   # a table without shares has none to give up
         elif step == "constants":
             same = [c for c in shown if not _is_flops(c) and c not in _NEVER_HEADER
                     and len({str(r.get(c)) for r in rows}) == 1]
+            if len(same) == len(shown):   # a table of one row
+                if len(shown) > LISTED:
+                    return _listing(rows[0], extra_notes, width)
+                same = _fewest_to_fit(rows, shown, shares, width)   # from the right, while it is too wide
             header = " | ".join([header] * bool(header) + [f"{c} {_cell(rows[0], c)}" for c in same])
             shown = [c for c in shown if c not in same]
         elif step in shown:
@@ -247,6 +251,17 @@ def _wrap_header(header: str, width: int | None) -> list[str]:
         else:
             lines.append(field)
     return lines
+
+
+LISTED = 10   # a single row of more columns than this that does not fit is listed a field per line
+
+
+def _fewest_to_fit(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool, width: int) -> list[str]:
+    """The last columns of ``shown`` (never its first) whose move to the header makes it fit."""
+    for n in range(1, len(shown)):
+        if max(map(len, _grid(rows, shown[:-n], shares)), default=0) <= width:
+            return shown[-n:]
+    return shown[1:]
 
 
 def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> list[str]:

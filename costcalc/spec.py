@@ -90,9 +90,11 @@ class ModelSpec:
         return sorted({g.sizes["W"] for g in self.groups if g.block.attention == "window"})
 
     def with_sizes(self, **changes: int) -> "ModelSpec":
-        """A copy with some top-level sizes changed (validated again). ``L`` of a model with
-        several groups keeps ``L`` layers taken round-robin from its groups."""
+        """A copy with some top-level sizes changed (validated again). ``L`` keeps that many of
+        the model's layers (more is an error), taken round-robin from its groups."""
         data = self.to_dict()
+        if "L" in changes and changes["L"] > self.sizes["L"]:
+            raise CostcalcError(f"{self.name} has {self.sizes['L']} layers; cannot keep {changes['L']}")
         if "L" in changes and "layers" in data:
             data["layers"] = _take(data["layers"], changes.pop("L"))
         data.update(changes)

@@ -79,14 +79,72 @@ def parameter_bytes(spec, dtype: torch.dtype) -> int:
     return count * torch.empty((), dtype=dtype).element_size()
 
 
-def check_memory(need: int, device: torch.device) -> None:
+def memory_need(spec, jobs, dtype: torch.dtype, device: torch.device, positions: int = 0,
+                attention_lengths=()) -> tuple[int, int, str]:
+    """Bytes a run needs at its peak, estimated from sizes alone (before anything is built):
+    (weights, the largest job, that job's name). Weights (and a position table of
+    ``positions`` rows); for each job its KV cache plus, for its largest forward pass, the
+    masks (and what the attention recorder derives from them), the activations of one layer,
+    the repeated K/V heads, the logits, and the score matrices where attention falls back to
+    materialising them (MLA: score and value widths differ)."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    weights = parameter_bytes(spec, dtype) + positions * spec["d"] * elem
+    per_token = sum(g.count * _cache_width(g) for g in spec.groups) * elem
+    worst, label = 0, ""
+    for job in jobs:
+        peak = max((_pass_bytes(spec, b, c, k, elem, device) for b, c, k in job.passes), default=0)
+        need = job.batch * job.cache * per_token + peak
+        if need > worst:
+            worst, label = need, f"{job.workload} {job.detail}"
+    for n in attention_lengths:   # q (used as k and v too) and the output, per length
+        need = 2 * max(g.sizes.get("h_q", 1) * g.sizes.get("d_h", 1) for g in spec.groups) * n * max(elem, 4)
+        if need > worst:
+            worst, label = need, f"attention timing S={n}"
+    return weights, worst, label
+
+
+def _cache_width(group) -> int:
+    """Cached numbers per token of one layer: K and V, or MLA's decompressed K, V and latent."""
+    z = group.sizes
+    if group.block.attention == "mla":
+        return z["h_q"] * (z["d_nope"] + z["d_rope"] + z["d_v"]) + z["r_kv"] + z["d_rope"]
+    return 2 * z["h_kv"] * z["d_h"]
+
+
+def _pass_bytes(spec, b: int, c: int, k: int, elem: int, device: torch.device) -> int:
+    """Transient bytes of one forward of ``c`` queries over ``k`` keys at batch ``b``."""
+    masks = c * k * (4 + elem)        # bool mask, window band, recorder's copies; a float bias in SDPA
+    layer = 0
+    for g in spec.groups:
+        z = g.sizes
+        if g.block.attention == "mla":
+            heads, width = z["h_q"], z["d_nope"] + z["d_rope"] + z["d_v"] + z["r_kv"]
+            scores = 3 * b * heads * c * k       # math path: scores, softmax, weights
+        else:
+            heads, width = z["h_q"], 2 * z["d_h"]
+            scores = 0
+        repeated = b * heads * k * width     # K and V repeated to every query head (or decompressed)
+        if g.block.ffn == "dense":
+            ffn = 3 * b * c * z["m"]
+        else:
+            ffn = b * c * (z["E"] + 3 * z["k"] * z["m_e"] + 3 * z.get("E_s", 0) * (z.get("m_s") or 0))
+        layer = max(layer, repeated + scores + ffn)
+    hidden = 6 * b * c * spec["d"]          # residual stream, norms, projections in and out
+    logits = b * spec["V"]
+    return masks + (layer + hidden + logits) * elem
+
+
+def check_memory(need: int, device: torch.device, detail: str = "") -> None:
+    """``need`` bytes against what the device has free (80% of it, at most)."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
     else:
         free = _available_ram()
     if free and need > 0.8 * free:
-        raise CostcalcError(f"the model needs {need / 2**30:.1f} GiB of weights but {device.type} has "
-                            f"{free / 2**30:.1f} GiB free; use --layers or a smaller preset")
+        what = f"the run needs {need / 2**30:.1f} GiB ({detail})" if detail else \
+            f"the model needs {need / 2**30:.1f} GiB of weights"
+        raise CostcalcError(f"{what} but {device.type} has {free / 2**30:.1f} GiB free; "
+                            f"use --layers, --vocab or shorter --seq")
 
 
 def _available_ram() -> int:
@@ -100,27 +158,39 @@ def _available_ram() -> int:
     return 0
 
 
-def toy(dtype=torch.float64, device="cpu") -> Decoder:
+PUBLISHED_POSITIONS = 64      # rows of the seed tutorial's position table
+EXTRA_POSITIONS_SEED = 8      # rows past those: a generator of their own, after the published draws
+
+
+def toy(dtype=torch.float64, device="cpu", positions: int = PUBLISHED_POSITIONS) -> Decoder:
     """The seed tutorial's decoder with its exact weights: ``random.Random(7)``,
     ``uniform(-0.2, 0.2)``, drawn row by row in the order embedding, position table,
-    then per block q, k, v, out, gate, up, down, then lm_head (each as [in][out])."""
+    then per block q, k, v, out, gate, up, down, then lm_head (each as [in][out]).
+
+    The published table has 64 rows. Longer runs need more: rows 64, 65, ... come from
+    ``random.Random(8)`` (same distribution), drawn after every published weight, so the
+    published weights -- and the tutorial's table -- stay exactly as they were."""
+    rows = max(positions, PUBLISHED_POSITIONS)
     config = DecoderConfig.uniform(L=2, d=8, V=6, h_q=2, h_kv=1, d_h=4, m=16, positions="table",
-                                   max_positions=64, norm_scale=False, norm_eps=1e-6)
+                                   max_positions=rows, norm_scale=False, norm_eps=1e-6)
     model = Decoder(config)
     rng = random.Random(7)
 
-    def draw(rows: int, cols: int) -> torch.Tensor:
+    def draw(rows: int, cols: int, rng=rng) -> torch.Tensor:
         return torch.tensor([[rng.uniform(-0.2, 0.2) for _ in range(cols)] for _ in range(rows)],
                             dtype=torch.float64)
 
     with torch.no_grad():
         model.embed.weight.copy_(draw(config.V, config.d))
-        model.position.weight.copy_(draw(config.max_positions, config.d))
+        model.position.weight[:PUBLISHED_POSITIONS].copy_(draw(PUBLISHED_POSITIONS, config.d))
         for block in model.layers:
             a, f = block.attn, block.ffn
-            for linear, (rows, cols) in ((a.q_proj, (8, 8)), (a.k_proj, (8, 4)), (a.v_proj, (8, 4)),
-                                         (a.o_proj, (8, 8)), (f.gate_proj, (8, 16)),
-                                         (f.up_proj, (8, 16)), (f.down_proj, (16, 8))):
-                linear.weight.copy_(draw(rows, cols).T)   # nn.Linear stores [out, in]
+            for linear, (rows_, cols) in ((a.q_proj, (8, 8)), (a.k_proj, (8, 4)), (a.v_proj, (8, 4)),
+                                          (a.o_proj, (8, 8)), (f.gate_proj, (8, 16)),
+                                          (f.up_proj, (8, 16)), (f.down_proj, (16, 8))):
+                linear.weight.copy_(draw(rows_, cols).T)   # nn.Linear stores [out, in]
         model.lm_head.weight.copy_(draw(config.d, config.V).T)
+        if rows > PUBLISHED_POSITIONS:
+            extra = random.Random(EXTRA_POSITIONS_SEED)
+            model.position.weight[PUBLISHED_POSITIONS:].copy_(draw(rows - PUBLISHED_POSITIONS, config.d, extra))
     return model.to(dtype=dtype, device=device).eval()

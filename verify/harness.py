@@ -74,10 +74,19 @@ class Outcome:
     timings: list[dict] = field(default_factory=list)
     extras: list[str] = field(default_factory=list)
     attention: list[dict] = field(default_factory=list)
+    title: str = ""          # the model as run: name, layers and vocabulary kept, device, dtype
 
     @property
     def ok(self) -> bool:
         return all(row["match"] for row in self.checks)
+
+    @property
+    def mismatches(self) -> int:
+        return sum(not row["match"] for row in self.checks)
+
+    @property
+    def summary(self) -> str:
+        return f"{len(self.checks)} checks, {self.mismatches} mismatches"
 
 
 def progress(i: int, n: int, label: str) -> None:
@@ -160,7 +169,8 @@ def attention_time_ratio(h_q: int, d_h: int, lengths: Sequence[int], dtype, devi
                                  lambda: None, device, repeats, warmup=2)
             full = median_time(lambda _: torch.nn.functional.scaled_dot_product_attention(q, q, q),
                                lambda: None, device, repeats, warmup=2)
-        rows.append({"seq": n, "causal_s": causal, "full_s": full, "measured_ratio": round(causal / full, 3),
+        rows.append({"seq": n, "causal_s": float(f"{causal:.4g}"), "full_s": float(f"{full:.4g}"),
+                     "measured_ratio": round(causal / full, 3),
                      "tile_model_ratio": round(float(tiled_fraction(n, kernel_tile)), 3),
                      "triangle_ratio": round((n + 1) / (2 * n), 3),
                      "kernel_tile": f"{kernel_tile[0]}x{kernel_tile[1]}"})

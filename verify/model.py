@@ -130,9 +130,9 @@ def band(mask: torch.Tensor, past: int, window: Optional[int]) -> torch.Tensor:
     if window is None:
         return mask
     C, K = mask.shape[-2:]
-    q_pos = torch.arange(past, past + C, device=mask.device)[:, None]
-    k_pos = torch.arange(K, device=mask.device)[None, :]
-    return mask & (q_pos - k_pos < window)
+    # Row i is position past + i; key j is too old when j <= past + i - W, i.e. j - i <= past - W.
+    too_old = torch.ones(C, K, dtype=torch.bool, device=mask.device).tril(diagonal=past - window)
+    return mask & ~too_old
 
 
 class KVCache(nn.Module):

@@ -40,22 +40,38 @@ def jobs_for(spec: ModelSpec, names: Sequence[str], seqs: Sequence[int], batch: 
     return jobs
 
 
+GENERATION_NEW = 4      # tokens the generation check generates after each prompt
+
+
 def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers: int | None = None,
            vocab: int | None = None, workloads: Sequence[str] = wl.WORKLOADS, seqs: Sequence[int] = (64,),
            batch: int = 1, tile: tuple[int, int] = (16, 16), repeats: int = 1, peak_n: int | None = None,
            attention_lengths: Sequence[int] = (), show_progress: bool = True, mla: str = "auto") -> Outcome:
+    """Every check that can be made from sizes comes first (the workloads, the positions and
+    memory the longest of them needs): a run that cannot finish stops before any weight is built."""
     calc.mla_form("prefill", mla)      # a bad --mla is an error before any weight is built
+    if not workloads:
+        raise CostcalcError("no workload to run")
+    seed_toy = is_seed_toy(spec) and layers is None and vocab is None
+    checked = cut(spec, layers, vocab)
     dev = build.resolve_device(device)
-    if spec.name == "toy" and layers is None and vocab is None:
-        model = build.toy(dtype=build.resolve_dtype(dtype if dtype != "float32" else "float64", dev), device=dev)
-        checked = spec
-    else:
-        torch_dtype = build.resolve_dtype(dtype, dev)
-        model = build.from_spec(spec, layers, vocab, torch_dtype, dev)
-        checked = spec.with_sizes(**{k: v for k, v in (("L", layers), ("V", vocab)) if v is not None})
-    torch_dtype = model.lm_head.weight.dtype
+    torch_dtype = build.resolve_dtype(dtype if not seed_toy or dtype != "float32" else "float64", dev)
     jobs = jobs_for(checked, workloads, seqs, batch, tile, dev, mla)
+    checks = generation_jobs(checked, seqs, batch) if "generate" in workloads else []
+    if seed_toy:
+        checks.append(toy_checks.job())
+    positions = max(job.positions for job in jobs + checks)
+    weights, largest, label = build.memory_need(checked, jobs + checks, torch_dtype, dev,
+                                                positions if seed_toy else 0,
+                                                attention_lengths if repeats else ())
+    build.check_memory(weights + largest, dev, f"weights {weights / 2**30:.1f} GiB, then {label} "
+                                               f"{largest / 2**30:.1f} GiB")
+    if seed_toy:
+        model = build.toy(dtype=torch_dtype, device=dev, positions=positions)
+    else:
+        model = build.from_spec(spec, layers, vocab, torch_dtype, dev)
     outcome = run_jobs(model, jobs, checked.name, tile, dev, repeats, show_progress)
+    outcome.title = title(spec, checked, seed_toy, dev, torch_dtype)
     # The peak is measured after the workloads, on a warm device (a cold CPU core under-reports it).
     peak = matmul_peak(torch_dtype, dev, peak_n or (8192 if dev.type == "cuda" else 2048)) if repeats else None
     if outcome.timings:
@@ -65,13 +81,55 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
         outcome.extras.append(f"measured {torch_dtype} GEMM peak on {dev.type}: {peak / 1e12:.3f} TFLOP/s")
     if "generate" in workloads:
         outcome.extras += generation_check(model, checked, seqs, batch, dev, mla)
-    if spec.name == "toy" and layers is None and vocab is None:
+    if seed_toy:
         outcome.extras += toy_checks.tutorial_table(model)
     if attention_lengths and repeats:
         ktile = KERNEL_TILE[dev.type]
         outcome.attention = attention_time_ratio(checked["h_q"], checked["d_h"], attention_lengths,
                                                  torch_dtype, dev, repeats, ktile)
     return outcome
+
+
+def is_seed_toy(spec: ModelSpec) -> bool:
+    """The built-in toy (a file of the same name with other sizes is not it)."""
+    from costcalc import presets
+
+    return spec.name == "toy" and spec.groups == presets.load("toy").groups
+
+
+def cut(spec: ModelSpec, layers: int | None, vocab: int | None) -> ModelSpec:
+    """The model as run: ``layers`` of its layers (round-robin over its groups), ``vocab`` tokens."""
+    if layers is not None and layers > spec["L"]:
+        raise CostcalcError(f"--layers {layers}: {spec.name} has {spec['L']} layers")
+    changes = {k: v for k, v in (("L", layers), ("V", vocab)) if v is not None}
+    return spec.with_sizes(**changes) if changes else spec
+
+
+def title(spec: ModelSpec, checked: ModelSpec, seed_toy: bool, device, dtype) -> str:
+    """One line: the model as run, and where it was cut, e.g.
+    ``llama-3.1-8b, 2 of 32 layers, vocabulary 1000 of 128256 | cpu float32``."""
+    n, total = checked["L"], spec["L"]
+    layers = f"{n} of {total} layers" if n != total else f"{n} layer{'s' * (n != 1)}"
+    if len(checked.groups) > 1:
+        layers += " (" + ", ".join(f"{g.count} {g.arch}" for g in checked.groups) + ")"
+    vocab = f"vocabulary {checked['V']}"
+    if checked["V"] < spec["V"]:
+        vocab += f" of {spec['V']}"
+    elif checked["V"] > spec["V"]:
+        vocab += f" (the model's: {spec['V']})"
+    weights = " (the seed tutorial's weights)" if seed_toy else ""
+    return f"{spec.name}, {layers}, {vocab}{weights} | {device.type} {str(dtype).removeprefix('torch.')}"
+
+
+def generation_jobs(spec: ModelSpec, seqs: Sequence[int], batch: int) -> list[wl.Job]:
+    """What ``generation_check`` runs, as jobs that only state their sizes (for the memory check)."""
+    out = []
+    for seq in seqs:
+        prompt = max(1, seq // 4)
+        out.append(wl.Job("generate", f"check S={prompt}", None, None, None,
+                          passes=wl.generation_passes(batch, prompt, GENERATION_NEW, recompute=True),
+                          positions=prompt + GENERATION_NEW - 1, cache=prompt + GENERATION_NEW, batch=batch))
+    return out
 
 
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-3, torch.bfloat16: 0.25, torch.float16: 0.1}
@@ -84,10 +142,10 @@ def generation_check(model, spec: ModelSpec, seqs, batch: int, device, mla: str 
     with torch.no_grad():
         for seq in seqs:
             prompt = wl._tokens(batch, max(1, seq // 4), spec["V"], 5, device)
-            tokens, steps = wl.greedy(model, prompt, 4, mla)
+            tokens, steps = wl.greedy(model, prompt, GENERATION_NEW, mla)
             gap = wl.recompute_gap(model, tokens, steps, prompt.shape[1])
             verdict = "within" if gap <= tol else "OUTSIDE"
-            lines.append(f"generate S={prompt.shape[1]} N=4: cached vs recomputed logits, max |diff| = "
+            lines.append(f"generate S={prompt.shape[1]} N={GENERATION_NEW}: cached vs recomputed logits, max |diff| = "
                          f"{gap:.3g} ({verdict} tolerance {tol:g} for {model.lm_head.weight.dtype})")
             if gap > tol:
                 raise CostcalcError(lines[-1])

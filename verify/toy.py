@@ -5,11 +5,18 @@ import torch
 
 from .counting import Counter
 from .model import causal_mask
-from .workloads import greedy
+from .workloads import Job, generation_passes, greedy
 
 PROMPT = [0, 1, 2, 3]
 PUBLISHED = {"tokens": [3, 2, 0, 4], "rows_recompute": 44, "rows_cache": 14,
              "pairs_recompute": 296, "pairs_cache": 112}
+
+
+def job(prompt=PROMPT, new: int = 4) -> Job:
+    """The sizes ``work_counts`` runs at (a cached generation and every recomputation)."""
+    n = len(prompt)
+    return Job("tutorial", f"S={n} N={new}", None, None, None,
+               passes=generation_passes(1, n, new, recompute=True), positions=n + new - 1, cache=n + new)
 
 
 def work_counts(model, prompt=PROMPT, new: int = 4) -> dict:

@@ -20,16 +20,35 @@ WORKLOADS = ("prefill", "varlen", "chunk", "chunked", "decode", "generate")
 
 @dataclass
 class Job:
+    """``passes``: every forward the job makes (its setup's too) as (batch, queries, keys);
+    ``positions``: the position table rows it reads (its longest position + 1); ``cache``:
+    the tokens its KV cache holds (0: none). What the job needs is known before any work."""
     workload: str
     detail: str
     setup: Callable[[Decoder], Any]
     run: Callable[[Decoder, Any], Any]
     expected: Callable[[str], dict]
+    passes: tuple[tuple[int, int, int], ...] = ()
+    positions: int = 0
+    cache: int = 0
+    batch: int = 1
 
 
 def _tokens(batch: int, n: int, vocab: int, seed: int, device) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (batch, n), generator=gen).to(device)
+
+
+def _later(batch: int, n: int, vocab: int, seed: int, device) -> Callable[[], torch.Tensor]:
+    """``_tokens`` made on first use (a job is built before the memory check; its inputs are not)."""
+    made: list[torch.Tensor] = []
+
+    def get() -> torch.Tensor:
+        if not made:
+            made.append(_tokens(batch, n, vocab, seed, device))
+        return made[0]
+
+    return get
 
 
 def _fill(model: Decoder, batch: int, prefix: int, capacity: int, device):
@@ -42,11 +61,11 @@ def _fill(model: Decoder, batch: int, prefix: int, capacity: int, device):
 
 
 def prefill(spec: ModelSpec, seq: int, batch: int, tile, device, mla: str = "auto") -> Job:
-    toks = _tokens(batch, seq, spec["V"], 0, device)
-    mask = causal_mask(seq, device=device)
-    return Job("prefill", f"B={batch} S={seq}", lambda m: None,
-               lambda m, _: m(toks, mask, form=calc.mla_form("prefill", mla)),
-               lambda conv: calc.prefill(spec, seq, batch, conv, "last", tile, mla))
+    toks = _later(batch, seq, spec["V"], 0, device)
+    return Job("prefill", f"B={batch} S={seq}", lambda m: causal_mask(seq, device=device),
+               lambda m, mask: m(toks(), mask, form=calc.mla_form("prefill", mla)),
+               lambda conv: calc.prefill(spec, seq, batch, conv, "last", tile, mla),
+               passes=((batch, seq, seq),), positions=seq, batch=batch)
 
 
 def varlen(spec: ModelSpec, lengths: list[int], padded: bool, tile, device, mla: str = "auto") -> Job:
@@ -55,51 +74,59 @@ def varlen(spec: ModelSpec, lengths: list[int], padded: bool, tile, device, mla:
     expected = lambda conv: calc.varlen_prefill(spec, lengths, padded, conv, "last", tile, mla)
     form = calc.mla_form("prefill", mla)
     if padded:
-        toks = _tokens(len(lengths), max(lengths), spec["V"], 0, device)
-        mask = causal_mask(max(lengths), device=device)
+        toks = _later(len(lengths), max(lengths), spec["V"], 0, device)
         rows = (torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device) - 1)
-        return Job(name, detail, lambda m: None, lambda m, _: m(toks, mask, rows=rows, form=form), expected)
-    toks = _tokens(1, sum(lengths), spec["V"], 0, device)
+        return Job(name, detail, lambda m: causal_mask(max(lengths), device=device),
+                   lambda m, mask: m(toks(), mask, rows=rows, form=form), expected,
+                   passes=((len(lengths), max(lengths), max(lengths)),), positions=max(lengths),
+                   batch=len(lengths))
+    toks = _later(1, sum(lengths), spec["V"], 0, device)
     ends = torch.tensor(lengths, device=device).cumsum(0) - 1
     rows = (torch.zeros_like(ends), ends)
     return Job(name, detail, lambda m: None,
-               lambda m, _: m(toks, Packed(tuple(lengths)), rows=rows, form=form), expected)
+               lambda m, _: m(toks(), Packed(tuple(lengths)), rows=rows, form=form), expected,
+               # one row of sum(lengths) tokens: positions run on across the packed sequences
+               passes=((1, sum(lengths), max(lengths)),), positions=sum(lengths))
 
 
 def chunk(spec: ModelSpec, new: int, prefix: int, batch: int, tile, device, mla: str = "auto") -> Job:
-    toks = _tokens(batch, new, spec["V"], 2, device)
-    mask = causal_mask(new, prefix, device=device)
+    toks = _later(batch, new, spec["V"], 2, device)
     return Job("chunk", f"B={batch} C={new} T={prefix}",
-               lambda m: _fill(m, batch, prefix, prefix + new, device),
-               lambda m, cache: m(toks, mask, prefix, cache, form=calc.mla_form("chunk", mla)),
-               lambda conv: calc.cached_prefill(spec, new, prefix, batch, conv, "last", tile, mla))
+               lambda m: (_fill(m, batch, prefix, prefix + new, device), causal_mask(new, prefix, device=device)),
+               lambda m, state: m(toks(), state[1], prefix, state[0], form=calc.mla_form("chunk", mla)),
+               lambda conv: calc.cached_prefill(spec, new, prefix, batch, conv, "last", tile, mla),
+               passes=((batch, prefix, prefix), (batch, new, prefix + new)), positions=prefix + new,
+               cache=prefix + new, batch=batch)
 
 
 def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device, mla: str = "auto") -> Job:
-    toks = _tokens(batch, seq, spec["V"], 3, device)
+    toks = _later(batch, seq, spec["V"], 3, device)
     schedule = calc.chunk_schedule(seq, size)
 
     def run(m, cache):
         done = 0
         for i, n in enumerate(schedule):
             last = i == len(schedule) - 1
-            m(toks[:, done:done + n], causal_mask(n, done, device=device), done, cache,
+            m(toks()[:, done:done + n], causal_mask(n, done, device=device), done, cache,
               logits="last" if last else "none", form=calc.mla_form("chunk", mla))
             done += n
 
     return Job("chunked", f"B={batch} S={seq} chunk={size}",
                lambda m: m.new_cache(batch, seq), run,
-               lambda conv: calc.chunked(spec, seq, size, 0, batch, conv, "last", tile, mla)[-2])
+               lambda conv: calc.chunked(spec, seq, size, 0, batch, conv, "last", tile, mla)[-2],
+               passes=tuple((batch, n, done + n) for n, done in zip(schedule, _starts(schedule))),
+               positions=seq, cache=seq, batch=batch)
 
 
 def decode(spec: ModelSpec, context: int, batch: int, tile, device, mla: str = "auto") -> Job:
-    toks = _tokens(batch, 1, spec["V"], 4, device)
-    mask = causal_mask(1, context, device=device)
+    toks = _later(batch, 1, spec["V"], 4, device)
     form = calc.mla_form("decode", mla)
     return Job("decode", f"B={batch} T={context}",
-               lambda m: _fill(m, batch, context, context + 1, device),
-               lambda m, cache: m(toks, mask, context, cache, form=form),
-               lambda conv: calc.decode(spec, context, batch, conv, tile, mla))
+               lambda m: (_fill(m, batch, context, context + 1, device), causal_mask(1, context, device=device)),
+               lambda m, state: m(toks(), state[1], context, state[0], form=form),
+               lambda conv: calc.decode(spec, context, batch, conv, tile, mla),
+               passes=((batch, context, context), (batch, 1, context + 1)), positions=context + 1,
+               cache=context + 1, batch=batch)
 
 
 def greedy(model: Decoder, prompt: torch.Tensor, new: int, mla: str = "auto") -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -131,7 +158,26 @@ def recompute_gap(model: Decoder, tokens: torch.Tensor, steps: list[torch.Tensor
 
 
 def generate(spec: ModelSpec, prompt: int, new: int, batch: int, tile, device, mla: str = "auto") -> Job:
-    toks = _tokens(batch, prompt, spec["V"], 5, device)
+    toks = _later(batch, prompt, spec["V"], 5, device)
     return Job("generate", f"B={batch} S={prompt} N={new}", lambda m: None,
-               lambda m, _: greedy(m, toks, new, mla),
-               lambda conv: calc.generate(spec, prompt, new, batch, conv, "last", tile, mla)[-1])
+               lambda m, _: greedy(m, toks(), new, mla),
+               lambda conv: calc.generate(spec, prompt, new, batch, conv, "last", tile, mla)[-1],
+               passes=generation_passes(batch, prompt, new), positions=prompt + new - 1,
+               cache=prompt + new, batch=batch)
+
+
+def generation_passes(batch: int, prompt: int, new: int, recompute: bool = False) -> tuple[tuple[int, int, int], ...]:
+    """The forwards of ``greedy`` (prefill, then new-1 steps) and, with ``recompute``, of
+    ``recompute_gap`` (every context again, whole)."""
+    steps = ((batch, prompt, prompt),) + tuple((batch, 1, prompt + j + 1) for j in range(new - 1))
+    if recompute:
+        steps += tuple((batch, prompt + j, prompt + j) for j in range(new))
+    return steps
+
+
+def _starts(schedule: list[int]) -> list[int]:
+    out, done = [], 0
+    for n in schedule:
+        out.append(done)
+        done += n
+    return out

@@ -7,62 +7,99 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import outputs
 from ..errors import CostcalcError
-from .options import ConfigOpt, FormatOpt, MlaOpt, Mla, mla_form, OutputOpt, PresetFileOpt, PresetOpt, emit, int_list, model
+from .options import (TABLE_WIDTH, ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt,
+                      emit, int_list, mla_form, model, output_format, warn)
 from .options import tile as parse_tile
+
+WORKLOADS = "prefill,varlen,chunk,chunked,decode,generate"
+
+
+VerifyPresetOpt = Annotated[Optional[str], typer.Option(
+    "--preset", "-p", metavar="NAME", help="Built-in preset name (see 'costcalc presets').")]
 
 
 def verify(
-    preset: PresetOpt = None,
+    preset: VerifyPresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="float32, float64, bfloat16 or float16 (toy: float64).")] = "float32",
-    layers: Annotated[Optional[int], typer.Option(help="Run N layers (FLOPs are linear in L); every shape stays real.")] = None,
-    vocab: Annotated[Optional[int], typer.Option(help="A smaller vocabulary, only where asked.")] = None,
-    workloads: Annotated[str, typer.Option(help="Comma list of prefill,varlen,chunk,chunked,decode,generate.")] =
-        "prefill,varlen,chunk,chunked,decode,generate",
-    seq: Annotated[str, typer.Option("--seq", "-s", help="Lengths to run; a comma list.")] = "64",
-    batch: Annotated[int, typer.Option(help="Batch size.")] = 1,
-    tile: Annotated[str, typer.Option(help="Tile of the tiled convention (queries x keys).")] = "16",
-    repeats: Annotated[int, typer.Option(help="Timed repeats per workload (0: count only).")] = 1,
-    attention_lengths: Annotated[Optional[str], typer.Option(help="Lengths at which to time causal vs full attention.")] = None,
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="auto, cpu or cuda.")] = "auto",
+    dtype: Annotated[str, typer.Option(
+        metavar="DTYPE", help="float32, float64, bfloat16 or float16 (the toy: float64).")] = "float32",
+    layers: Annotated[Optional[int], typer.Option(
+        metavar="N", help="Run N of the model's layers, taken in turn from its layer groups "
+                          "(FLOPs are linear in L); every shape stays real.")] = None,
+    vocab: Annotated[Optional[int], typer.Option(metavar="V", help="A smaller vocabulary of V tokens.")] = None,
+    workloads: Annotated[str, typer.Option(
+        metavar="NAMES", show_default=False,
+        help="Some of prefill, varlen, chunk, chunked, decode, generate, as a comma list.  "
+             "(default: all six)")] = WORKLOADS,
+    seq: Annotated[str, typer.Option("--seq", "-s", metavar="S", help="Lengths to run; a comma list.")] = "64",
+    batch: Annotated[int, typer.Option(metavar="B", help="Batch size.")] = 1,
+    tile: Annotated[str, typer.Option(metavar="QxK", help="Tile of the tiled convention (queries x keys).")] = "16",
+    repeats: Annotated[int, typer.Option(metavar="N", help="Timed repeats per workload (0: count only).")] = 1,
+    attention_lengths: Annotated[Optional[str], typer.Option(
+        metavar="S", help="Lengths at which to time causal against full attention; a comma list.")] = None,
     mla: MlaOpt = Mla.auto,
-    report: Annotated[Optional[Path], typer.Option(help="Write report.md and CSVs to this folder.")] = None,
+    report: Annotated[Optional[Path], typer.Option(
+        metavar="DIR", help="Write report.md and the CSVs of checks, timings and attention to DIR.")] = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
-    """Run the workloads on a real torch decoder; hold counted FLOPs against the formulas."""
+    """Run the workloads on a real torch decoder; hold counted FLOPs against the formulas.
+
+    Example: costcalc verify --preset toy --device cpu
+    """
     spec = model(preset, preset_file, config)
     names = [w.strip() for w in workloads.split(",") if w.strip()]
+    if not names:
+        raise CostcalcError(f"--workloads: no workload in {workloads!r}")
     for n, label in ((batch, "--batch"), (layers, "--layers"), (vocab, "--vocab")):
         if n is not None and n < 1:
             raise CostcalcError(f"{label}: {n} is not positive")
+    if layers is not None and layers > spec["L"]:
+        raise CostcalcError(f"--layers {layers}: {spec.name} has {spec['L']} layers")
     if repeats < 0:
         raise CostcalcError(f"--repeats: {repeats} is negative")
+    seqs, lengths = int_list(seq, "--seq"), int_list(attention_lengths, "--attention-lengths")
+    chosen_tile, mla = parse_tile(tile), mla_form(mla, [spec])
+    if lengths and not repeats:
+        warn(f"--attention-lengths {attention_lengths} does nothing with --repeats 0 (nothing is timed)")
+    # Where the results go is checked before any work: a run is never lost to a bad path.
+    from verify import report as report_mod   # no torch in it
+
+    dest = outputs.target(output)
+    chosen = output_format(fmt, dest)
+    report_files = report_mod.targets(report) if report is not None else {}
     if importlib.util.find_spec("torch") is None:   # torch itself loads only inside verify/
         raise CostcalcError("verify needs torch: pip install 'costcalc[verify]'")
-    from verify import report as report_mod
     from verify.run import verify as run
 
     try:
-        outcome = run(spec, device, dtype, layers, vocab, names, int_list(seq, "--seq"), batch,
-                      parse_tile(tile), repeats, attention_lengths=int_list(attention_lengths, "--attention-lengths"),
-                      mla=mla_form(mla, [spec]))
+        outcome = run(spec, device, dtype, layers, vocab, names, seqs, batch, chosen_tile, repeats,
+                      attention_lengths=lengths, mla=mla)
     except MemoryError:
         raise CostcalcError("out of memory: use --layers, --vocab or shorter --seq") from None
     except RuntimeError as exc:
-        if "out of memory" in str(exc).lower():
+        if any(text in str(exc).lower() for text in ("out of memory", "can't allocate memory")):
             raise CostcalcError("out of memory: use --layers, --vocab or shorter --seq") from None
         raise
-    emit(outcome.checks, fmt, output, outcome.extras)
-    if outcome.timings:
-        emit(outcome.timings, fmt, None) if output is None else None
-    if outcome.attention and output is None:
-        emit(outcome.attention, fmt, None)
+    if chosen in ("csv", "markdown"):   # one table: the checks
+        left = [name for name in ("timings", "attention") if getattr(outcome, name)]
+        if left:
+            typer.echo(f"note: {chosen} holds the checks only; the {' and '.join(left)} are in "
+                       f"--report DIR or -f json", err=True)
+        emit(outcome.checks, fmt, output)
+        typer.echo(outcome.summary, err=True)
+    else:
+        text = (report_mod.json_document(outcome) if chosen == "json"
+                else report_mod.table_document(outcome, TABLE_WIDTH))
+        outputs.write_text(dest, text)
+        if dest.kind != "stdout":
+            typer.echo(f"wrote {outcome.summary} ({chosen}) to {dest.shown}", err=True)
     if report is not None:
-        for path in report_mod.write(outcome, report, f"costcalc verify: {spec.name}"
-                                         + "".join(f", {flag} {v}" for flag, v in (("--layers", layers), ("--vocab", vocab)) if v)):
+        for path in report_mod.write(outcome, report_files, f"costcalc verify: {outcome.title}"):
             typer.echo(f"wrote {path}", err=True)
     if not outcome.ok:
-        raise CostcalcError(f"{sum(not r['match'] for r in outcome.checks)} counted terms differ from the formulas")
+        raise CostcalcError(f"{outcome.mismatches} counted terms differ from the formulas")

@@ -27,7 +27,7 @@ Row = dict[str, Any]
 
 __all__ = ["prefill", "cached_prefill", "varlen_prefill", "chunk_schedule", "chunked", "chunked_table", "decode",
            "generate", "generate_table", "train", "table", "rows", "mla_form", "parameters", "executed_linear_params",
-           "rule_6p", "crossover", "tiled_fraction", "WORKLOADS", "Options", "SMALL"]
+           "rule_6p", "crossover", "tiled_fraction", "operators", "operator_terms", "WORKLOADS", "Options", "SMALL"]
 
 
 def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
@@ -67,6 +67,19 @@ def _one(spec: ModelSpec, workload: str, convention: str, logits: str, tile, mla
          window_cache: str = "whole", **inputs: int) -> Row:
     return rows(table(spec, workload, convention, logits, tile, mla, window_cache=window_cache,
                       **{k: [v] for k, v in inputs.items()}))[0]
+
+
+def operators(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
+              tile: tuple[int, int] | None = None, mla: str = "auto", **inputs: int) -> dict[str, int]:
+    """FLOPs of each operator (the projections by name, ``attention``, ``lm_head``) of one point
+    of a compiled workload, summed over the layer groups. ``logits`` may be ``none``."""
+    options = Options(convention, "last" if logits == "none" else logits, tile, mla)
+    return evaluate.operators(spec, workload, options, logits, **inputs)
+
+
+def operator_terms(spec: ModelSpec, workload: str = "prefill", mla: str = "auto") -> dict[str, str]:
+    """The term each operator of a workload is charged to."""
+    return evaluate.operator_terms(spec, workload, Options(mla=mla))
 
 
 def mla_form(workload: str, mla: str) -> str:

@@ -180,22 +180,40 @@ def ints(values: Any, n: int) -> list[int]:
     return values.tolist()
 
 
-def operators(spec: ModelSpec, name: str, options: Options, **inputs: int) -> dict[str, int]:
+def operators(spec: ModelSpec, name: str, options: Options, logits: Optional[str] = None,
+              **inputs: int) -> dict[str, int]:
     """FLOPs per operator (``q_proj``, ``experts.up_proj``, ``attention``, ``lm_head``, ...) of
-    one point, summed over the layer groups: what the verifier holds each projection to."""
+    one point, summed over the layer groups: what the verifier holds each projection to.
+    ``logits`` may also be ``none`` (a chunk that runs no LM head)."""
     wl = find(name)
     check_inputs(wl, {k: [v] for k, v in inputs.items()})
-    point = {item.symbol: [inputs[item.column]] for item in wl.inputs}
-    logits = (wl.logits or options.logits).value
+    point = {item.symbol: inputs[item.column] for item in wl.inputs}
+    mode = logits or (wl.logits or options.logits).value
     out: dict[str, int] = {}
     for index, group in enumerate(spec.groups):
-        recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, logits)
-        ops = [o for o in recipe.outputs if o not in TERM_ORDER or o in ("attention", "lm_head")]
+        recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, mode)
+        ops = [o for o, parts in recipe.outputs.items() if parts == (compiled.ident(o),)]   # not sums
         ops = [o for o in ops if o != "lm_head" or index == 0]
-        got = recipe.evaluate({**group.numbers(), **options.values(), **{k: v[0] for k, v in point.items()}}, ops)
-        for op, value in got.items():
+        for op, value in recipe.evaluate({**group.numbers(), **options.values(), **point}, ops).items():
             out[op] = out.get(op, 0) + value
     return out
 
 
-__all__ = ["Options", "Table", "WORKLOADS", "table", "columns", "operators", "check_inputs", "positive"]
+def operator_terms(spec: ModelSpec, name: str, options: Options) -> dict[str, str]:
+    """The term each operator of a workload is charged to (``q_proj`` -> ``attn_proj``, ...)."""
+    from .vocab import TERMS
+
+    wl = find(name)
+    out: dict[str, str] = {}
+    for group in spec.groups:
+        recipe = compiled.get(wl.name, group.block.with_form(options.form(wl)).key, options.convention.value,
+                              (wl.logits or options.logits).value)
+        by_ident = {compiled.ident(op): op for op in recipe.outputs}
+        for term in TERMS:
+            for ident in recipe.outputs.get(term.name, ()):
+                out[by_ident[ident]] = term.name
+    return out
+
+
+__all__ = ["Options", "Table", "WORKLOADS", "table", "columns", "operators", "operator_terms", "check_inputs",
+           "positive"]

@@ -30,7 +30,13 @@ def test_toy_reproduces_the_tutorial_table():
 def test_every_workload_term_and_convention_is_exact(spec):
     outcome = verify(spec, device="cpu", seqs=(13, 40), batch=2, tile=(8, 4), repeats=0, show_progress=False)
     workloads = {r["workload"] for r in outcome.checks}
-    assert workloads == {"prefill", "varlen_padded", "varlen_packed", "chunk", "chunked", "decode", "generate"}
+    assert workloads == {"prefill", "varlen_prefill", "cached_prefill", "chunked", "decode", "generate"}
+    assert {r["detail"].split()[0] for r in outcome.checks if r["workload"] == "varlen_prefill"} == {"padded", "packed"}
+    # every projection is checked by name, beside its term
+    operators = {r["operator"] for r in outcome.checks if r["operator"]}
+    assert {"q_proj", "k_proj", "v_proj", "o_proj", "lm_head"} <= operators
+    assert ({"gate_proj", "up_proj", "down_proj"} if spec.arch == "dense" else
+            {"router", "experts.gate_proj", "experts.up_proj", "experts.down_proj"}) <= operators
     assert {r["convention"] for r in outcome.checks if r["term"] == "attention"} == {"causal", "full", "tiled"}
     bad = [r for r in outcome.checks if not r["match"]]
     assert not bad, bad[:3]
@@ -107,8 +113,9 @@ def test_cli_verify_writes_a_report(tmp_path, capsys):
     code = main(["verify", "--preset", "toy", "--device", "cpu", "--seq", "6", "--repeats", "1",
                  "--report", str(tmp_path / "rep"), "-f", "json", "-o", str(tmp_path / "checks.json")])
     assert code == 0
-    rows = json.loads((tmp_path / "checks.json").read_text())
-    assert rows and all(r["match"] for r in rows)
+    document = json.loads((tmp_path / "checks.json").read_text())   # one document: checks, timings, ...
+    rows = document["checks"]
+    assert rows and all(r["match"] for r in rows) and document["summary"]["mismatches"] == 0
     assert {"workload", "term", "convention", "formula_flops", "counted_flops", "ratio"} <= set(rows[0])
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "0 mismatches" in report and "score pairs, cache" in report

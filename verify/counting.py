@@ -1,21 +1,22 @@
-"""Counting what the decoder executes, term by term, under three attention conventions.
+"""Counting what the decoder executes, operator by operator, under three attention conventions.
 
 ``torch.utils.flop_counter.FlopCounterMode`` counts every ``mm`` from shapes. Its gaps
 (see docs/torch-counting.md) are closed here:
 
-- every attention product goes through ``verify.model.attend``, which shows the real
-  tensors and mask to a recorder first: it records three counts per call -- ``full`` (the
-  Sq x Sk rectangle, torch's own convention), ``causal`` (the allowed pairs in the mask:
-  sliding windows included) and ``tiled`` (the area of the b_q x b_k blocks holding at least
-  one allowed pair, edge-aware, tiles aligned at key 0) -- at ``2 E + 2 Ev`` FLOPs a pair
-  (score width E, value width Ev: they differ for MLA).
+- every attention product goes through a ``verify.model.Attend`` module; the counter attaches
+  an observer to each one for the time it counts, which sees the real tensors and mask and
+  records three counts per call -- ``full`` (the Sq x Sk rectangle, torch's own convention),
+  ``causal`` (the allowed pairs in the mask: sliding windows included) and ``tiled`` (the area
+  of the b_q x b_k blocks holding at least one allowed pair, edge-aware, tiles aligned at key
+  0) -- at ``2 E + 2 Ev`` FLOPs a pair (score width E, value width Ev: they differ for MLA).
 - the fused SDPA ops (on CPU ``_scaled_dot_product_flash_attention_for_cpu`` counts 0 in the
   stock registry) get a formula giving the full rectangle, so the counter's own total stays
   whole; where SDPA falls back to its math path (value width != score width) torch counts
   the two bmm itself, also the full rectangle.
-- linear terms come from the counter's per-module keys: each ``nn.Linear`` (and each MLA
-  absorb product) is charged to its breakdown term by its name; terms plus the full attention
-  must equal the counter's Global total.
+- linear FLOPs come from the counter's per-module keys: each ``nn.Linear`` (and each MLA
+  absorb product) is the core's operator of the same name (``operator_of``: the module's
+  path without layer and expert indices), so every projection is checked against the core's
+  number for it; the operators plus the full attention must equal the counter's Global total.
 """
 from __future__ import annotations
 
@@ -26,30 +27,20 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .model import HOOKS, Absorb
+from .model import Absorb, Attend
 
 from costcalc.vocab import CONVENTIONS
 aten = torch.ops.aten
 _SDPA_NAMES = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention")
 SDPA_OPS = [getattr(aten, n) for n in _SDPA_NAMES if hasattr(aten, n)]
+_CONTAINERS = ("layers", "attn", "ffn")   # module path parts that are not part of an operator's name
 
 
-def term_of(name: str) -> str:
-    """Breakdown term of a linear module, from its name in the Decoder."""
-    if name == "lm_head":
-        return "lm_head"
-    if ".attn." in name:
-        return "attn_proj"
-    if name.endswith(".ffn.router"):
-        return "router"
-    if ".ffn.shared_expert" in name:
-        return "shared_experts"
-    if ".ffn.experts." in name:
-        return "experts"
-    if ".ffn." in name:
-        return "ffn"
-    raise ValueError(f"no breakdown term for linear module {name!r}")
+def operator_of(module: str) -> str:
+    """The core's operator of a decoder module: ``layers.3.ffn.experts.5.up_proj`` is
+    ``experts.up_proj``, ``layers.0.attn.q_proj`` is ``q_proj``, ``lm_head`` is ``lm_head``."""
+    return ".".join(p for p in module.split(".") if not p.isdigit() and p not in _CONTAINERS)
 
 
 def allowed_pairs(mask: torch.Tensor | None, sq: int, sk: int) -> torch.Tensor:
@@ -78,7 +69,6 @@ class AttentionRecorder:
     """Collects the three conventions' counts of every attention product made while counting."""
     tile: tuple[int, int]
     flops: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONVENTIONS, 0))
-    calls: int = 0
 
     def record(self, query, key, value, mask) -> None:
         b, h, sq, dq = query.shape
@@ -90,7 +80,6 @@ class AttentionRecorder:
         self.flops["full"] += per_pair * b * h * sq * sk
         self.flops["causal"] += per_pair * copies * int(allowed.sum())
         self.flops["tiled"] += per_pair * copies * tiled_area(allowed, *self.tile)
-        self.calls += 1
 
 
 def sdpa_full(query, key, value, *args, out_val=None, **kwargs) -> int:
@@ -104,48 +93,52 @@ sdpa_full._get_raw = True
 
 @dataclass
 class Counted:
-    """Executed FLOPs per term; ``attention`` per convention."""
-    linear_terms: dict[str, int]
+    """Executed FLOPs per linear operator (``lm_head`` included); attention per convention."""
+    operators: dict[str, int]
     attention: dict[str, int]
-    total_counter: int      # the counter's Global total (attention at full)
 
-    def term(self, name: str, convention: str) -> int:
+    def term(self, name: str, convention: str, term_of: dict[str, str]) -> int:
+        """A breakdown term (or ``linear``/``total``) from the operators the core charges to it."""
         if name == "attention":
             return self.attention[convention]
-        if name == "linear":
-            return sum(v for k, v in self.linear_terms.items() if k != "lm_head")
         if name == "total":
-            return sum(self.linear_terms.values()) + self.attention[convention]
-        return self.linear_terms.get(name, 0)
+            return sum(self.operators.values()) + self.attention[convention]
+        if name == "linear":
+            return sum(v for op, v in self.operators.items() if term_of.get(op) not in ("lm_head", None))
+        return sum(v for op, v in self.operators.items() if term_of.get(op) == name)
 
 
 class Counter:
-    """``with Counter(model, tile) as c: model(...)``; then ``c.result()``."""
+    """``with Counter(model, tile) as c: model(...)``; then ``c.result()``. The attention
+    observers live on the model's ``Attend`` modules only while counting."""
 
     def __init__(self, model: nn.Module, tile: tuple[int, int] = (128, 128)) -> None:
         self.model = model
         self.recorder = AttentionRecorder(tile)
         self.mode = FlopCounterMode(display=False, custom_mapping={op: sdpa_full for op in SDPA_OPS})
         root = type(model).__name__
-        self.keys = {f"{root}.{name}": term_of(name)
+        self.keys = {f"{root}.{name}": operator_of(name)
                      for name, mod in model.named_modules() if isinstance(mod, (nn.Linear, Absorb))}
+        self.attends = [mod for mod in model.modules() if isinstance(mod, Attend)]
 
     def __enter__(self) -> "Counter":
-        HOOKS.append(self.recorder.record)
+        for mod in self.attends:
+            mod.observers.append(self.recorder.record)
         self.mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self.mode.__exit__(*exc)
-        HOOKS.remove(self.recorder.record)
+        for mod in self.attends:
+            mod.observers.remove(self.recorder.record)
 
     def result(self) -> Counted:
         counts = self.mode.get_flop_counts()
-        terms: dict[str, int] = defaultdict(int)
-        for key, term in self.keys.items():
-            terms[term] += sum(counts.get(key, {}).values())
+        operators: dict[str, int] = defaultdict(int)
+        for key, op in self.keys.items():
+            operators[op] += sum(counts.get(key, {}).values())
         total = self.mode.get_total_flops()
-        accounted = sum(terms.values()) + self.recorder.flops["full"]
+        accounted = sum(operators.values()) + self.recorder.flops["full"]
         if accounted != total:
-            raise AssertionError(f"counter total {total} != terms {accounted}: an op was not attributed")
-        return Counted(dict(terms), dict(self.recorder.flops), total)
+            raise AssertionError(f"counter total {total} != operators {accounted}: an op was not attributed")
+        return Counted(dict(operators), dict(self.recorder.flops))

@@ -1,5 +1,5 @@
 """Run jobs: count each on one instance, time it on another that never ran under the counter,
-and compare every term and convention with the core's numbers."""
+and compare every term, convention and linear operator with the core's numbers."""
 from __future__ import annotations
 
 import statistics
@@ -15,7 +15,7 @@ from costcalc.vocab import TERM_ORDER
 from .build import twin
 from .counting import CONVENTIONS, Counter
 from .model import causal_mask
-from .workloads import Job
+from .jobs import Job
 
 TERMS = TERM_ORDER        # every breakdown term the core knows, in its order
 # What the counter sees per convention: the linear terms do not depend on it.
@@ -74,6 +74,7 @@ class Outcome:
     timings: list[dict] = field(default_factory=list)
     extras: list[str] = field(default_factory=list)
     attention: list[dict] = field(default_factory=list)
+    timed: list = field(default_factory=list)    # the jobs of the timing rows, in their order
     title: str = ""          # the model as run: name, layers and vocabulary kept, device, dtype
 
     @property
@@ -99,9 +100,10 @@ def progress(i: int, n: int, label: str) -> None:
 
 
 def run_jobs(model, jobs: Sequence[Job], preset: str, tile, device: torch.device,
-             repeats: int, show_progress: bool = True) -> Outcome:
+             repeats: int, show_progress: bool = True, term_of: dict[str, str] | None = None) -> Outcome:
     """Count every job; time it on a twin when ``repeats``. ``peak_fraction`` stays empty
-    until ``set_peak`` (the peak is measured after the workloads, on a warm device)."""
+    until ``set_peak`` (the peak is measured after the workloads, on a warm device).
+    ``term_of``: the term the core charges each operator to (``calc.operator_terms``)."""
     timed_model = twin(model)  # shares the weights; never runs under the counter
     out = Outcome()
     for index, job in enumerate(jobs):
@@ -113,31 +115,39 @@ def run_jobs(model, jobs: Sequence[Job], preset: str, tile, device: torch.device
                 job.run(model, state)
             counted = counter.result()
             expected = {conv: job.expected(conv) for conv in CONVENTIONS}
-            out.checks += compare(preset, job, counted, expected)
+            out.checks += compare(preset, job, counted, expected, job.operators(), term_of or {})
             if repeats:
                 # CPU kernels need no warm-up beyond the counted run; CUDA does (allocator, autotuning).
                 seconds = median_time(lambda s: job.run(timed_model, s), lambda: job.setup(timed_model),
                                       device, repeats, warmup=1 if device.type == "cuda" else 0)
                 out.timings.append(timing_row(preset, job, expected, seconds))
+                out.timed.append(job)
     if show_progress:
         progress(len(jobs), len(jobs), "done")
     return out
 
 
-def compare(preset: str, job: Job, counted, expected: dict[str, dict]) -> list[dict]:
+def compare(preset: str, job: Job, counted, expected: dict[str, dict], operators: dict[str, int],
+            term_of: dict[str, str]) -> list[dict]:
+    """A row per term (and convention, where attention depends on it) and per linear operator:
+    the core's FLOPs beside the counted ones."""
     rows = []
+
+    def row(term: str, conv: str, formula: int, got: int, operator: str | None = None) -> dict:
+        return {"preset": preset, "workload": job.workload, "detail": job.detail, "term": term,
+                "operator": operator, "convention": conv, "tile": expected["tiled"].get("tile", ""),
+                "formula_flops": formula, "counted_flops": got,
+                "ratio": round(got / formula, 6) if formula else None, "match": got == formula}
+
     for term in TERMS:
         key = f"{term}_flops"
         if key not in expected["causal"]:
             continue
         for conv in (("any",) if term in CONVENTION_FREE else CONVENTIONS):
             exp = expected["causal" if conv == "any" else conv]
-            formula = exp[key]
-            got = counted.term(term, "causal" if conv == "any" else conv)
-            rows.append({"preset": preset, "workload": job.workload, "detail": job.detail, "term": term,
-                         "convention": conv, "tile": exp.get("tile", ""), "formula_flops": formula,
-                         "counted_flops": got, "ratio": round(got / formula, 6) if formula else None,
-                         "match": got == formula})
+            rows.append(row(term, conv, exp[key], counted.term(term, "causal" if conv == "any" else conv, term_of)))
+    for op in sorted(set(operators) | set(counted.operators)):
+        rows.append(row(term_of.get(op, "?"), "any", operators.get(op, 0), counted.operators.get(op, 0), op))
     return rows
 
 

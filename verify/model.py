@@ -62,15 +62,6 @@ class DecoderConfig:
     def L(self) -> int:
         return len(self.layers)
 
-    def __getattr__(self, name: str):
-        """A uniform model's layer sizes read as the model's (``c.h_q``, ``c.m``, ...)."""
-        if name.startswith("_") or name not in LayerConfig.__dataclass_fields__:
-            raise AttributeError(name)
-        values = {getattr(layer, name) for layer in self.layers}
-        if len(values) != 1:
-            raise AttributeError(f"layers differ in {name}")
-        return values.pop()
-
     @classmethod
     def uniform(cls, L: int, d: int, V: int, arch: str = "gqa.dense", **sizes) -> "DecoderConfig":
         model_keys = {k: sizes.pop(k) for k in ("positions", "max_positions", "norm_scale", "norm_eps",
@@ -112,16 +103,20 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-HOOKS: list = []   # attention recorders (verify.counting) called on every attention product
-
-
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
-           scale: Optional[float] = None) -> torch.Tensor:
-    """softmax(q k^T) v over the allowed pairs: one SDPA call, seen by the recorders first.
+class Attend(nn.Module):
+    """softmax(q k^T) v over the allowed pairs: one SDPA call with an explicit mask. Observers
+    (``verify.counting``) attached to this module see the real tensors and mask first.
     q [B, H, Sq, E], k [B, H, Sk, E], v [B, H, Sk, Ev] (Ev may differ: MLA)."""
-    for hook in HOOKS:
-        hook(q, k, v, mask)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observers: list = []
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+                scale: Optional[float] = None) -> torch.Tensor:
+        for observe in self.observers:
+            observe(q, k, v, mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
 def band(mask: torch.Tensor, past: int, window: Optional[int]) -> torch.Tensor:
@@ -178,6 +173,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
         self.v_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
         self.o_proj = nn.Linear(lc.h_q * lc.d_h, c.d, bias=False)
+        self.attend = Attend()
 
     def cache_shapes(self) -> dict[str, tuple[int, int]]:
         return {"k": (self.lc.h_kv, self.lc.d_h), "v": (self.lc.h_kv, self.lc.d_h)}
@@ -196,11 +192,11 @@ class Attention(nn.Module):
             k, v = got["k"], got["v"]
         group = lc.h_q // lc.h_kv                                          # GQA: query head h reads KV head h // group
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = run_attention(q, k, v, mask, int(positions[0]), lc.W)
+        y = run_attention(self.attend, q, k, v, mask, int(positions[0]), lc.W)
         return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * lc.d_h))
 
 
-def run_attention(q, k, v, mask, past: int, window: Optional[int], scale: Optional[float] = None):
+def run_attention(attend: Attend, q, k, v, mask, past: int, window: Optional[int], scale: Optional[float] = None):
     if isinstance(mask, Packed):   # varlen: one attention call per sequence, as varlen kernels do
         ys, start = [], 0
         for n in mask.lengths:
@@ -245,6 +241,7 @@ class MLAttention(nn.Module):
         self.o_proj = nn.Linear(lc.h_q * lc.d_v, c.d, bias=False)
         self.q_absorb = Absorb()
         self.v_absorb = Absorb()
+        self.attend = Attend()
         self.scale = qk ** -0.5
 
     def cache_shapes(self) -> dict[str, tuple[int, int]]:
@@ -274,14 +271,15 @@ class MLAttention(nn.Module):
                     raise ValueError("a naive MLA step after absorbed ones: the decompressed cache is incomplete")
                 got = cache.append(k=k, v=v, latent=latent)
                 k, v = got["k"], got["v"]
-            y = run_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask, past, None, self.scale)
+            y = run_attention(self.attend, torch.cat([q_nope, q_rope], dim=-1), k, v, mask, past, None, self.scale)
         else:
             if cache is not None:
                 latent = cache.append(latent=latent)["latent"]
             q_lat = self.q_absorb(q_nope, w_b[:, :lc.d_nope, :])            # [B, H, C, r_kv]
             keys = latent.expand(B, lc.h_q, latent.shape[2], lc.r_kv + lc.d_rope)
             values = keys[..., :lc.r_kv]
-            y_lat = run_attention(torch.cat([q_lat, q_rope], dim=-1), keys, values, mask, past, None, self.scale)
+            y_lat = run_attention(self.attend, torch.cat([q_lat, q_rope], dim=-1), keys, values, mask, past, None,
+                                  self.scale)
             y = self.v_absorb(y_lat, w_b[:, lc.d_nope:, :].transpose(1, 2))  # [B, H, C, d_v]
         return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * lc.d_v))
 
@@ -339,7 +337,9 @@ class MoEFeedForward(nn.Module):
         return out
 
 
-class Block(nn.Module):
+class Layer(nn.Module):
+    """One decoder layer: attention and feed-forward, each after an RMSNorm, each residual."""
+
     def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
@@ -358,7 +358,7 @@ class Decoder(nn.Module):
         self.c = c
         self.embed = nn.Embedding(c.V, c.d)
         self.position = nn.Embedding(c.max_positions, c.d) if c.positions == "table" else None
-        self.layers = nn.ModuleList(Block(c, lc) for lc in c.layers)
+        self.layers = nn.ModuleList(Layer(c, lc) for lc in c.layers)
         self.norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
         self.lm_head = nn.Linear(c.d, c.V, bias=False)
 

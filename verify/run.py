@@ -8,7 +8,9 @@ import torch
 from costcalc import calc, notes
 from costcalc.errors import CostcalcError
 from costcalc.spec import ModelSpec
-from . import build, toy as toy_checks, workloads as wl
+from costcalc.core.registry import workload
+
+from . import build, jobs, toy as toy_checks
 from .harness import Outcome, attention_time_ratio, matmul_peak, run_jobs, set_peak
 
 # Tiles the attention kernels really use, for the causal-vs-full time prediction:
@@ -18,33 +20,46 @@ KERNEL_TILE = {"cpu": (64, 512), "cuda": (128, 128)}
 
 
 def jobs_for(spec: ModelSpec, names: Sequence[str], seqs: Sequence[int], batch: int, tile, device,
-             mla: str = "auto"):
-    jobs = []
-    for name in names:
+             mla: str = "auto") -> list[jobs.Job]:
+    """The jobs of the named workloads (the core registry's names or aliases) at each length."""
+    out = []
+    for name in workload_names(names):
+        make = jobs.JOBS[name]
         for seq in seqs:
-            if name == "prefill":
-                jobs.append(wl.prefill(spec, seq, batch, tile, device, mla))
-            elif name == "varlen":
+            if name == "varlen_prefill":
                 lengths = [max(1, seq // 8), max(1, seq // 2), max(1, seq // 4)]
-                jobs += [wl.varlen(spec, lengths, padded, tile, device, mla) for padded in (True, False)]
-            elif name == "chunk":
-                jobs.append(wl.chunk(spec, max(1, seq // 4), seq, batch, tile, device, mla))
+                out += [make(spec, lengths, padded, tile, device, mla) for padded in (True, False)]
+            elif name == "cached_prefill":
+                out.append(make(spec, max(1, seq // 4), seq, batch, tile, device, mla))
             elif name == "chunked":
-                jobs.append(wl.chunked(spec, seq, max(1, (seq + 2) // 3), batch, tile, device, mla))
-            elif name == "decode":
-                jobs.append(wl.decode(spec, seq, batch, tile, device, mla))
+                out.append(make(spec, seq, max(1, (seq + 2) // 3), batch, tile, device, mla))
             elif name == "generate":
-                jobs.append(wl.generate(spec, max(1, seq // 4), 4, batch, tile, device, mla))
+                out.append(make(spec, max(1, seq // 4), GENERATION_NEW, batch, tile, device, mla))
             else:
-                raise CostcalcError(f"unknown workload {name!r}; expected some of {', '.join(wl.WORKLOADS)}")
-    return jobs
+                out.append(make(spec, seq, batch, tile, device, mla))
+    return out
+
+
+def workload_names(names: Sequence[str]) -> list[str]:
+    """The registry's names of the given workloads (aliases accepted), in order, once each."""
+    out = []
+    for name in names:
+        try:
+            resolved = workload(name).name
+        except ValueError:
+            resolved = None
+        if resolved not in jobs.JOBS:
+            raise CostcalcError(f"unknown workload {name!r}; expected some of {', '.join(jobs.JOBS)}")
+        if resolved not in out:
+            out.append(resolved)
+    return out
 
 
 GENERATION_NEW = 4      # tokens the generation check generates after each prompt
 
 
 def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers: int | None = None,
-           vocab: int | None = None, workloads: Sequence[str] = wl.WORKLOADS, seqs: Sequence[int] = (64,),
+           vocab: int | None = None, workloads: Sequence[str] = tuple(jobs.JOBS), seqs: Sequence[int] = (64,),
            batch: int = 1, tile: tuple[int, int] = (16, 16), repeats: int = 1, peak_n: int | None = None,
            attention_lengths: Sequence[int] = (), show_progress: bool = True, mla: str = "auto") -> Outcome:
     """Every check that can be made from sizes comes first (the workloads, the positions and
@@ -56,12 +71,13 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
     checked = cut(spec, layers, vocab)
     dev = build.resolve_device(device)
     torch_dtype = build.resolve_dtype(dtype if not seed_toy or dtype != "float32" else "float64", dev)
-    jobs = jobs_for(checked, workloads, seqs, batch, tile, dev, mla)
-    checks = generation_jobs(checked, seqs, batch) if "generate" in workloads else []
+    names = workload_names(workloads)
+    todo = jobs_for(checked, names, seqs, batch, tile, dev, mla)
+    checks = generation_jobs(checked, seqs, batch) if "generate" in names else []
     if seed_toy:
         checks.append(toy_checks.job())
-    positions = max(job.positions for job in jobs + checks)
-    weights, largest, label = build.memory_need(checked, jobs + checks, torch_dtype, dev,
+    positions = max(job.positions for job in todo + checks)
+    weights, largest, label = build.memory_need(checked, todo + checks, torch_dtype, dev,
                                                 positions if seed_toy else 0,
                                                 attention_lengths if repeats else ())
     build.check_memory(weights + largest, dev, f"weights {weights / 2**30:.1f} GiB, then {label} "
@@ -70,7 +86,8 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
         model = build.toy(dtype=torch_dtype, device=dev, positions=positions)
     else:
         model = build.from_spec(spec, layers, vocab, torch_dtype, dev)
-    outcome = run_jobs(model, jobs, checked.name, tile, dev, repeats, show_progress)
+    term_of = {**calc.operator_terms(checked, "prefill", mla), **calc.operator_terms(checked, "decode", mla)}
+    outcome = run_jobs(model, todo, checked.name, tile, dev, repeats, show_progress, term_of)
     outcome.title = title(spec, checked, seed_toy, dev, torch_dtype)
     # The peak is measured after the workloads, on a warm device (a cold CPU core under-reports it).
     peak = matmul_peak(torch_dtype, dev, peak_n or (8192 if dev.type == "cuda" else 2048)) if repeats else None
@@ -79,7 +96,7 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
     if peak:
         set_peak(outcome.timings, peak)
         outcome.extras.append(f"measured {torch_dtype} GEMM peak on {dev.type}: {peak / 1e12:.3f} TFLOP/s")
-    if "generate" in workloads:
+    if "generate" in names:
         outcome.extras += generation_check(model, checked, seqs, batch, dev, mla)
     if seed_toy:
         outcome.extras += toy_checks.tutorial_table(model)
@@ -121,13 +138,13 @@ def title(spec: ModelSpec, checked: ModelSpec, seed_toy: bool, device, dtype) ->
     return f"{spec.name}, {layers}, {vocab}{weights} | {device.type} {str(dtype).removeprefix('torch.')}"
 
 
-def generation_jobs(spec: ModelSpec, seqs: Sequence[int], batch: int) -> list[wl.Job]:
+def generation_jobs(spec: ModelSpec, seqs: Sequence[int], batch: int) -> list[jobs.Job]:
     """What ``generation_check`` runs, as jobs that only state their sizes (for the memory check)."""
     out = []
     for seq in seqs:
         prompt = max(1, seq // 4)
-        out.append(wl.Job("generate", f"check S={prompt}", None, None, None,
-                          passes=wl.generation_passes(batch, prompt, GENERATION_NEW, recompute=True),
+        out.append(jobs.Job("generate", f"check S={prompt}", None, None, None,
+                            passes=jobs.generation_passes(batch, prompt, GENERATION_NEW, recompute=True),
                           positions=prompt + GENERATION_NEW - 1, cache=prompt + GENERATION_NEW, batch=batch))
     return out
 
@@ -141,9 +158,9 @@ def generation_check(model, spec: ModelSpec, seqs, batch: int, device, mla: str 
     tol = TOLERANCE[model.lm_head.weight.dtype]
     with torch.no_grad():
         for seq in seqs:
-            prompt = wl._tokens(batch, max(1, seq // 4), spec["V"], 5, device)
-            tokens, steps = wl.greedy(model, prompt, GENERATION_NEW, mla)
-            gap = wl.recompute_gap(model, tokens, steps, prompt.shape[1])
+            prompt = jobs._tokens(batch, max(1, seq // 4), spec["V"], 5, device)
+            tokens, steps = jobs.greedy(model, prompt, GENERATION_NEW, mla)
+            gap = jobs.recompute_gap(model, tokens, steps, prompt.shape[1])
             verdict = "within" if gap <= tol else "OUTSIDE"
             lines.append(f"generate S={prompt.shape[1]} N={GENERATION_NEW}: cached vs recomputed logits, max |diff| = "
                          f"{gap:.3g} ({verdict} tolerance {tol:g} for {model.lm_head.weight.dtype})")

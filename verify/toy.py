@@ -5,7 +5,7 @@ import torch
 
 from .counting import Counter
 from .model import causal_mask
-from .workloads import Job, generation_passes, greedy
+from .jobs import Job, generation_passes, greedy
 
 PROMPT = [0, 1, 2, 3]
 PUBLISHED = {"tokens": [3, 2, 0, 4], "rows_recompute": 44, "rows_cache": 14,
@@ -22,9 +22,9 @@ def job(prompt=PROMPT, new: int = 4) -> Job:
 def work_counts(model, prompt=PROMPT, new: int = 4) -> dict:
     """Generated tokens, and projected rows / score pairs read from the counted FLOPs:
     rows = q_proj FLOPs / (2 d d_q) over all layers; pairs = causal attention / (4 d_h)."""
-    c = model.c
-    per_row = 2 * c.d * c.h_q * c.d_h * c.L       # q_proj FLOPs of one token through all layers
-    per_pair = 4 * c.d_h
+    c, layer = model.c, model.c.layers[0]           # the toy's layers are all alike
+    per_row = 2 * c.d * layer.h_q * layer.d_h * c.L  # q_proj FLOPs of one token through all layers
+    per_pair = 4 * layer.d_h
 
     def measure(fn):
         with Counter(model) as counter:

@@ -13,7 +13,7 @@ from .options import (TABLE_WIDTH, ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt,
                       emit, int_list, mla_form, model, output_format, warn)
 from .options import tile as parse_tile
 
-WORKLOADS = "prefill,varlen,chunk,chunked,decode,generate"
+WORKLOADS = "prefill,varlen_prefill,cached_prefill,chunked,decode,generate"   # verify.jobs.JOBS
 
 
 VerifyPresetOpt = Annotated[Optional[str], typer.Option(
@@ -33,8 +33,8 @@ def verify(
     vocab: Annotated[Optional[int], typer.Option(metavar="V", help="A smaller vocabulary of V tokens.")] = None,
     workloads: Annotated[str, typer.Option(
         metavar="NAMES", show_default=False,
-        help="Some of prefill, varlen, chunk, chunked, decode, generate, as a comma list.  "
-             "(default: all six)")] = WORKLOADS,
+        help="Some of prefill, varlen_prefill, cached_prefill, chunked, decode, generate (the "
+             "workload names; varlen and chunk too), as a comma list.  (default: all six)")] = WORKLOADS,
     seq: Annotated[str, typer.Option("--seq", "-s", metavar="S", help="Lengths to run; a comma list.")] = "64",
     batch: Annotated[int, typer.Option(metavar="B", help="Batch size.")] = 1,
     tile: Annotated[str, typer.Option(metavar="QxK", help="Tile of the tiled convention (queries x keys).")] = "16",

@@ -1,8 +1,11 @@
-"""Each workload of the cost model as a job the decoder executes, with the core's expected rows.
+"""Each workload of the cost model as a job the decoder executes, with the core's expected numbers.
 
-A ``Job`` has a ``setup`` (uncounted, untimed: filling a KV cache with the prefix, say), a
-``run`` (what is counted and timed) and ``expected(convention)``: the row the calculator
-gives for the same sizes -- read from ``costcalc.calc``, never re-typed here.
+``JOBS`` has one job body per workload of the core's registry (``costcalc.core.registry``),
+under the same name. A ``Job`` has a ``setup`` (uncounted, untimed: filling a KV cache with
+the prefix, say), a ``run`` (what is counted and timed), ``expected(convention, precision,
+machine)``: the row the calculator gives for the same sizes (with bytes and time when asked),
+and ``operators()``: the core's FLOPs of each linear operator -- read from ``costcalc.calc``,
+never re-typed here.
 """
 from __future__ import annotations
 
@@ -15,8 +18,6 @@ from costcalc import calc
 from costcalc.spec import ModelSpec
 from .model import Decoder, Packed, causal_mask
 
-WORKLOADS = ("prefill", "varlen", "chunk", "chunked", "decode", "generate")
-
 
 @dataclass
 class Job:
@@ -27,7 +28,8 @@ class Job:
     detail: str
     setup: Callable[[Decoder], Any]
     run: Callable[[Decoder, Any], Any]
-    expected: Callable[[str], dict]
+    expected: Callable[..., dict]                          # (convention, precision=None, machine=None)
+    operators: Callable[[], dict] = dict                   # linear operator -> FLOPs (any convention)
     passes: tuple[tuple[int, int, int], ...] = ()
     positions: int = 0
     cache: int = 0
@@ -60,41 +62,70 @@ def _fill(model: Decoder, batch: int, prefix: int, capacity: int, device):
     return cache
 
 
+def _ops(*parts: dict) -> dict:
+    """Operator FLOPs of several forwards, added."""
+    out: dict = {}
+    for part in parts:
+        for op, value in part.items():
+            out[op] = out.get(op, 0) + value
+    return out
+
+
+def _linear(ops: dict) -> dict:
+    return {op: v for op, v in ops.items() if op != "attention"}
+
+
 def prefill(spec: ModelSpec, seq: int, batch: int, tile, device, mla: str = "auto") -> Job:
     toks = _later(batch, seq, spec["V"], 0, device)
     return Job("prefill", f"B={batch} S={seq}", lambda m: causal_mask(seq, device=device),
                lambda m, mask: m(toks(), mask, form=calc.mla_form("prefill", mla)),
-               lambda conv: calc.prefill(spec, seq, batch, conv, "last", tile, mla),
+               lambda conv, precision=None, machine=None: calc.rows(calc.table(
+                   spec, "prefill", conv, "last", tile, mla, precision, machine, batch=[batch], seq=[seq]))[0],
+               lambda: _linear(calc.operators(spec, "prefill", mla=mla, batch=batch, seq=seq)),
                passes=((batch, seq, seq),), positions=seq, batch=batch)
 
 
-def varlen(spec: ModelSpec, lengths: list[int], padded: bool, tile, device, mla: str = "auto") -> Job:
-    name = "varlen_padded" if padded else "varlen_packed"
-    detail = f"lengths={','.join(map(str, lengths))}"
-    expected = lambda conv: calc.varlen_prefill(spec, lengths, padded, conv, "last", tile, mla)
+def varlen_prefill(spec: ModelSpec, lengths: list[int], padded: bool, tile, device, mla: str = "auto") -> Job:
+    detail = f"{'padded' if padded else 'packed'} lengths={','.join(map(str, lengths))}"
     form = calc.mla_form("prefill", mla)
+    if padded:
+        shape = {"batch": len(lengths), "seq": max(lengths)}
+    parts = [shape] if padded else [{"batch": 1, "seq": n} for n in lengths]
+
+    def expected(conv, precision=None, machine=None):
+        row = calc.varlen_prefill(spec, lengths, padded, conv, "last", tile, mla)
+        if precision is None and machine is None:
+            return row
+        timed = [calc.rows(calc.table(spec, "prefill", conv, "last", tile, mla, precision, machine,
+                                      **{k: [v] for k, v in part.items()}))[0] for part in parts]
+        return {**row, **{k: sum(r[k] for r in timed) for k in timed[0] if k.endswith(("_bytes", "time_s"))}}
+
+    operators = lambda: _linear(_ops(*(calc.operators(spec, "prefill", mla=mla, **part) for part in parts)))
     if padded:
         toks = _later(len(lengths), max(lengths), spec["V"], 0, device)
         rows = (torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device) - 1)
-        return Job(name, detail, lambda m: causal_mask(max(lengths), device=device),
-                   lambda m, mask: m(toks(), mask, rows=rows, form=form), expected,
+        return Job("varlen_prefill", detail, lambda m: causal_mask(max(lengths), device=device),
+                   lambda m, mask: m(toks(), mask, rows=rows, form=form), expected, operators,
                    passes=((len(lengths), max(lengths), max(lengths)),), positions=max(lengths),
                    batch=len(lengths))
     toks = _later(1, sum(lengths), spec["V"], 0, device)
     ends = torch.tensor(lengths, device=device).cumsum(0) - 1
     rows = (torch.zeros_like(ends), ends)
-    return Job(name, detail, lambda m: None,
-               lambda m, _: m(toks(), Packed(tuple(lengths)), rows=rows, form=form), expected,
+    return Job("varlen_prefill", detail, lambda m: None,
+               lambda m, _: m(toks(), Packed(tuple(lengths)), rows=rows, form=form), expected, operators,
                # one row of sum(lengths) tokens: positions run on across the packed sequences
                passes=((1, sum(lengths), max(lengths)),), positions=sum(lengths))
 
 
-def chunk(spec: ModelSpec, new: int, prefix: int, batch: int, tile, device, mla: str = "auto") -> Job:
+def cached_prefill(spec: ModelSpec, new: int, prefix: int, batch: int, tile, device, mla: str = "auto") -> Job:
     toks = _later(batch, new, spec["V"], 2, device)
-    return Job("chunk", f"B={batch} C={new} T={prefix}",
+    return Job("cached_prefill", f"B={batch} C={new} T={prefix}",
                lambda m: (_fill(m, batch, prefix, prefix + new, device), causal_mask(new, prefix, device=device)),
-               lambda m, state: m(toks(), state[1], prefix, state[0], form=calc.mla_form("chunk", mla)),
-               lambda conv: calc.cached_prefill(spec, new, prefix, batch, conv, "last", tile, mla),
+               lambda m, state: m(toks(), state[1], prefix, state[0], form=calc.mla_form("cached_prefill", mla)),
+               lambda conv, precision=None, machine=None: calc.rows(calc.table(
+                   spec, "cached_prefill", conv, "last", tile, mla, precision, machine, batch=[batch], chunk=[new],
+                   prefix=[prefix]))[0],
+               lambda: _linear(calc.operators(spec, "cached_prefill", mla=mla, batch=batch, chunk=new, prefix=prefix)),
                passes=((batch, prefix, prefix), (batch, new, prefix + new)), positions=prefix + new,
                cache=prefix + new, batch=batch)
 
@@ -102,19 +133,25 @@ def chunk(spec: ModelSpec, new: int, prefix: int, batch: int, tile, device, mla:
 def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device, mla: str = "auto") -> Job:
     toks = _later(batch, seq, spec["V"], 3, device)
     schedule = calc.chunk_schedule(seq, size)
+    starts = _starts(schedule)
 
     def run(m, cache):
-        done = 0
-        for i, n in enumerate(schedule):
+        for i, (n, done) in enumerate(zip(schedule, starts)):
             last = i == len(schedule) - 1
             m(toks()[:, done:done + n], causal_mask(n, done, device=device), done, cache,
-              logits="last" if last else "none", form=calc.mla_form("chunk", mla))
-            done += n
+              logits="last" if last else "none", form=calc.mla_form("cached_prefill", mla))
+
+    def operators():
+        return _linear(_ops(*(calc.operators(spec, "cached_prefill", logits="last" if i == len(schedule) - 1
+                                             else "none", mla=mla, batch=batch, chunk=n, prefix=done)
+                              for i, (n, done) in enumerate(zip(schedule, starts)))))
 
     return Job("chunked", f"B={batch} S={seq} chunk={size}",
                lambda m: m.new_cache(batch, seq), run,
-               lambda conv: calc.chunked(spec, seq, size, 0, batch, conv, "last", tile, mla)[-2],
-               passes=tuple((batch, n, done + n) for n, done in zip(schedule, _starts(schedule))),
+               lambda conv, precision=None, machine=None: calc.chunked(spec, seq, size, 0, batch, conv, "last",
+                                                                       tile, mla, precision, machine)[-2],
+               operators,
+               passes=tuple((batch, n, done + n) for n, done in zip(schedule, starts)),
                positions=seq, cache=seq, batch=batch)
 
 
@@ -124,7 +161,9 @@ def decode(spec: ModelSpec, context: int, batch: int, tile, device, mla: str = "
     return Job("decode", f"B={batch} T={context}",
                lambda m: (_fill(m, batch, context, context + 1, device), causal_mask(1, context, device=device)),
                lambda m, state: m(toks(), state[1], context, state[0], form=form),
-               lambda conv: calc.decode(spec, context, batch, conv, tile, mla),
+               lambda conv, precision=None, machine=None: calc.rows(calc.table(
+                   spec, "decode", conv, "last", tile, mla, precision, machine, batch=[batch], context=[context]))[0],
+               lambda: _linear(calc.operators(spec, "decode", mla=mla, batch=batch, context=context)),
                passes=((batch, context, context), (batch, 1, context + 1)), positions=context + 1,
                cache=context + 1, batch=batch)
 
@@ -161,7 +200,12 @@ def generate(spec: ModelSpec, prompt: int, new: int, batch: int, tile, device, m
     toks = _later(batch, prompt, spec["V"], 5, device)
     return Job("generate", f"B={batch} S={prompt} N={new}", lambda m: None,
                lambda m, _: greedy(m, toks(), new, mla),
-               lambda conv: calc.generate(spec, prompt, new, batch, conv, "last", tile, mla)[-1],
+               lambda conv, precision=None, machine=None: calc.rows(calc.generate_table(
+                   spec, conv, "last", tile, mla, precision, machine, batch=[batch], seq=[prompt],
+                   new_tokens=[new]))[-1],
+               lambda: _linear(_ops(calc.operators(spec, "prefill", mla=mla, batch=batch, seq=prompt),
+                                    calc.operators(spec, "decode_phase", mla=mla, batch=batch, seq=prompt,
+                                                   new_tokens=new))),
                passes=generation_passes(batch, prompt, new), positions=prompt + new - 1,
                cache=prompt + new, batch=batch)
 
@@ -181,3 +225,8 @@ def _starts(schedule: list[int]) -> list[int]:
         out.append(done)
         done += n
     return out
+
+
+# One job body per workload of the core's registry, by its name (aliases resolve through it).
+JOBS = {"prefill": prefill, "varlen_prefill": varlen_prefill, "cached_prefill": cached_prefill,
+        "chunked": chunked, "decode": decode, "generate": generate}

@@ -50,6 +50,8 @@ def compare(case: Case, names: Sequence[str] = TOOLS, setup: Setup = Setup()) ->
     gives every row's ``ratio``."""
     cc = Costcalc(case)
     default = cc.total()
+    config = ("causal, logits " + ("all" if case.workload == "train" else "last")
+              + (", MLA auto" if case.spec.has_mla else ""))
     rows = []
     for name in names:
         recipe = RECIPES[name]
@@ -62,6 +64,6 @@ def compare(case: Case, names: Sequence[str] = TOOLS, setup: Setup = Setup()) ->
                                "equals": got.equals,
                                "differences": [{"term": d.term, "flops": d.flops} for d in got.differences],
                                "note": got.cannot and f"cannot answer: {got.cannot}" or got.note,
-                               "source": recipe.source, "costcalc_flops": default}
+                               "source": recipe.source, "costcalc_flops": default, "costcalc_config": config}
         rows.append(row)
     return rows

@@ -35,11 +35,14 @@ def utilisation(case: Case, time_s: float, peak: float, names: Sequence[str] = T
     cc = Costcalc(case)
     base = {"preset": case.spec.name, "workload": case.workload, **case.inputs()}
     rows = []
+    default = ("causal, logits " + ("all" if case.workload == "train" else "last")
+               + (", MLA auto" if case.spec.has_mla else ""))
     for convention in CONVENTIONS:
         flops = cc.total(convention=convention)
         note = "tiles of 128 x 128" if convention == "tiled" else ""
         rows.append({**base, "convention": convention, "flops": flops, "mfu": flops / (time_s * peak),
-                     "peak_flops": peak, "peak_from": peak_from, "time_s": time_s, "note": note})
+                     "peak_flops": peak, "peak_from": peak_from, "time_s": time_s, "note": note,
+                     "costcalc_config": default})
     for row in compare(case, names, setup):
         flops = row["flops"]
         rows.append({**base, "tool": row["tool"], "flops": flops,

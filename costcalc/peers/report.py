@@ -55,7 +55,7 @@ def compare_text(rows: Sequence[dict], width: int = 80) -> str:
     first = rows[0]
     out = [f"compare {header(first)}",
            *_wrap(f"costcalc default: {first['costcalc_flops']:,} FLOP ({units.flops(first['costcalc_flops'])}; "
-                  f"causal, logits last{', MLA auto' if first.get('mla') else ''})", width, "", "  "), ""]
+                  f"{first['costcalc_config']})", width, "", "  "), ""]
     cannot = []
     for row in rows:
         if row["flops"] is None:
@@ -98,8 +98,8 @@ def mfu_text(rows: Sequence[dict], width: int = 80) -> str:
             out += _line(diff["term"], f"{points(float(Fraction(diff['flops'])) / scale * 100)} pts", width)
     if cannot:
         out += ["", "Cannot answer: " + ", ".join(r["tool"] for r in cannot) + " (compare says why)."]
-    out += [""] + wrap("MFU = FLOPs / (time x peak). A tool's terms are its differences from costcalc's default "
-                       "(causal, logits last) in MFU points.", width)
+    out += [""] + wrap(f"MFU = FLOPs / (time x peak). A tool's terms are its differences from costcalc's default "
+                       f"({first.get('costcalc_config', 'causal')}), in MFU points.", width)
     return "\n".join(out) + "\n"
 
 

@@ -43,3 +43,17 @@ def test_json_has_the_records_pandas_writes_with_exact_integers():
     theirs = json.loads(render.frame(rows).to_json(orient="records"))
     assert ours == theirs
     assert ours[0]["total_flops"] > 2**63 and isinstance(ours[0]["total_flops"], int)
+
+
+def test_a_wide_row_without_flops_keeps_a_grid_and_claims_nothing_left_out():
+    """One row of plain numbers, wider than the width: constants go to the header from the
+    right only until it fits, and no 'left out' note names shares it never had."""
+    row = {"seq": 1024, "causal_s": 0.008051, "full_s": 0.007961, "measured_ratio": 1.011,
+           "tile_model_ratio": 0.75, "triangle_ratio": 0.5, "kernel_tile": "64x512"}
+    text = render.render([row], "table", width=80)
+    lines = text.splitlines()
+    assert "left out" not in text
+    assert lines[0] == "kernel_tile 64x512"
+    grid = [l for l in lines[1:] if l.strip()]
+    assert grid[0].split() == ["seq", "causal_s", "full_s", "measured_ratio", "tile_model_ratio", "triangle_ratio"]
+    assert grid[2].split()[:2] == ["1024", "0.008051"] and max(map(len, lines)) <= 80

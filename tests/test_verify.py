@@ -1,5 +1,8 @@
 """verify/: the torch decoder executes exactly what the core's formulas say (CPU)."""
 import json
+import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -145,16 +148,21 @@ def test_tiled_area_matches_the_published_tile_counts():
 
 def test_cli_verify_writes_a_report(tmp_path, capsys):
     code = main(["verify", "--preset", "toy", "--device", "cpu", "--seq", "6", "--repeats", "1",
-                 "--report", str(tmp_path / "rep"), "-f", "json", "-o", str(tmp_path / "checks.json")])
+                 "--attention-lengths", "32", "--report", str(tmp_path / "rep"), "-f", "json",
+                 "-o", str(tmp_path / "checks.json")])
     assert code == 0
     document = json.loads((tmp_path / "checks.json").read_text())   # one document: checks, timings, ...
     rows = document["checks"]
     assert rows and all(r["match"] for r in rows) and document["summary"]["mismatches"] == 0
     assert {"workload", "term", "convention", "formula_flops", "counted_flops", "ratio"} <= set(rows[0])
     report = (tmp_path / "rep" / "report.md").read_text()
-    assert "0 mismatches" in report and "score pairs, cache" in report
+    assert f"{len(rows)} checks, 0 mismatches" in report and "score pairs, cache" in report
     timings = (tmp_path / "rep" / "timings.csv").read_text()
     assert "time_s" in timings and "peak_fraction" in timings
+    assert "measured_ratio" in (tmp_path / "rep" / "attention.csv").read_text()
+    # every file written whole, moved into place: no temporary file is left beside them
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == [
+        "attention.csv", "checks.csv", "report.md", "timings.csv"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -175,17 +183,252 @@ def test_verify_refuses_a_model_that_does_not_fit(capsys):
 
 
 def test_gpu_check_script_logic_on_cpu(tmp_path):
-    """The prepared GPU script, run at toy sizes on CPU (DRY=1): it must finish and report exact matches."""
+    """The prepared GPU script, run DRY=1 on CPU on small presets with the real models'
+    structures: every step must run and report exact matches, in seconds."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    script = root / "verify" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     env = {**os.environ, "DRY": "1", "OUT": str(tmp_path), "PYTHONPATH": str(root),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run(["bash", str(root / "verify" / "gpu_check.sh")], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    for part in ("dense", "moe", "window"):
-        assert "0 mismatches" in (tmp_path / part / "report.md").read_text()
+    terms = {"dense": "ffn", "moe": "experts", "window": "experts", "mla": "shared_experts"}
+    for part, term in terms.items():
+        report = (tmp_path / part / "report.md").read_text()
+        assert f"dry-{part}" in report and re.search(r"\b[1-9]\d* checks, 0 mismatches", report), part
+        assert f",{term}," in (tmp_path / part / "checks.csv").read_text(), part
+        assert "0 mismatches" in (tmp_path / f"{part}.log").read_text(), part
+    assert "1 window.moe, 1 gqa.moe" in (tmp_path / "window" / "report.md").read_text()
+    assert {"checks.csv", "timings.csv", "attention.csv"} <= {p.name for p in (tmp_path / "dense").iterdir()}
+    assert (tmp_path / "dense-checks.csv").read_text().startswith("preset,workload,")
+
+
+# --- the command: defaults, one document, header and summary, outputs checked first ---------
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "presets").glob("*.json"))
+# One-layer runs that take more than ~3 s of CPU on a 2-core machine (measured): run by
+# `python -m pytest -m slow`, not by CI. Every preset runs in one or the other.
+SLOW_PRESETS = {
+    "deepseek-v3", "gemma-2-9b", "gemma-3-12b", "gpt-oss-120b", "gpt-oss-20b", "llama-2-70b",
+    "llama-2-7b", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "mistral-7b-v0.1", "mixtral-8x7b",
+    "olmoe-1b-7b", "qwen1.5-moe-a2.7b", "qwen2.5-72b", "qwen2.5-7b", "qwen3-235b-a22b", "qwen3-30b-a3b",
+    "qwen3-8b",
+}
+
+
+def _fake_peak(monkeypatch):
+    """The GEMM peak (seconds of 2048^3 products) is not what these tests are about."""
+    import verify.run
+
+    monkeypatch.setattr(verify.run, "matmul_peak", lambda *a, **k: 1e12)
+
+
+def _nothing_built(monkeypatch):
+    """Any attempt to build a decoder or run a workload fails the test."""
+    import verify.run
+
+    def built(*a, **k):
+        raise AssertionError("a decoder was built")
+
+    monkeypatch.setattr(verify.run, "verify", built)
+    monkeypatch.setattr(build, "toy", built)
+    monkeypatch.setattr(build, "from_spec", built)
+
+
+def test_the_readme_verify_command_runs_as_written(capsys):
+    """`costcalc verify --preset toy --device cpu`, with every default (--seq 64: the chunk
+    workload reads positions 64..79, past the tutorial's 64-row table)."""
+    line = next(l for l in README.splitlines() if l.startswith("costcalc verify --preset toy"))
+    args = line.split("#")[0].split()[1:]
+    assert args == ["verify", "--preset", "toy", "--device", "cpu"]
+    code = main(args)
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("toy, 2 layers, vocabulary 6 (the seed tutorial's weights) | cpu float64")
+    assert re.fullmatch(r"[1-9]\d* checks, 0 mismatches", lines[-1])
+    table = out[out.index("seed tutorial table"):]
+    for label, value in (("generated tokens", "[3, 2, 0, 4]"), ("projected rows, recompute", "44"),
+                         ("projected rows, cache", "14"), ("score pairs, recompute", "296"),
+                         ("score pairs, cache", "112")):
+        row = next(l for l in table.splitlines() if label in l)
+        assert row.count(value) == 2 and row.rstrip().endswith("ok"), row
+    assert "cached_prefill" in out and "B=1 C=16 T=64" in out and "time" in out
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_PRESETS else n
+                                  for n in PRESETS])
+def test_every_preset_runs_the_verify_defaults(name, capsys):
+    """Default --seq and workloads, one layer, a vocabulary of 64, counting only."""
+    spec = presets.load(name)
+    code = main(["verify", "--preset", name, "--device", "cpu", "--layers", "1", "--vocab", "64",
+                 "--repeats", "0", "-f", "json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    doc = json.loads(out)                       # one JSON document
+    assert set(doc) == {"checks", "timings", "attention", "notes", "summary"}
+    assert doc["summary"] == {"checks": len(doc["checks"]), "mismatches": 0} and len(doc["checks"]) >= 70
+    assert {r["workload"] for r in doc["checks"]} == {
+        "prefill", "varlen_prefill", "cached_prefill", "chunked", "decode", "generate"}
+    vocab = "vocabulary 64 of" if spec["V"] > 64 else "vocabulary 64 (the model's:"
+    assert doc["notes"][0].startswith(f"{name}, 1 of {spec['L']} layers, {vocab}")
+
+
+def test_seed_toy_beyond_its_64_positions(capsys):
+    code = main(["verify", "--preset", "toy", "--device", "cpu", "--seq", "100", "--repeats", "0",
+                 "--workloads", "chunk,decode"])
+    out = capsys.readouterr().out
+    assert code == 0 and "B=1 C=25 T=100" in out and "B=1 T=100" in out
+    assert out.count("  ok") == 5 and "MISMATCH" not in out
+
+
+def test_toy_positions_past_the_published_table_leave_the_published_weights():
+    published, grown = build.toy(), build.toy(positions=200)
+    assert grown.position.weight.shape[0] == 200
+    for (name, a), (_, b) in zip(published.named_parameters(), grown.named_parameters()):
+        rows = a.shape[0] if name == "position.weight" else None
+        assert torch.equal(a, b[:rows] if rows else b), name
+    extra = grown.position.weight[64:]
+    assert torch.equal(extra, build.toy(positions=200).position.weight[64:])       # seeded
+    assert extra.abs().max() <= 0.2 and len({tuple(r.tolist()) for r in extra}) == 136
+    got = toy.work_counts(grown)
+    assert all(got[key] == value for key, value in toy.PUBLISHED.items())
+
+
+def test_a_length_the_machine_cannot_hold_is_refused_before_anything_is_built(monkeypatch, capsys):
+    monkeypatch.setattr(build, "toy", lambda *a, **k: pytest.fail("a decoder was built"))
+    monkeypatch.setattr(build, "from_spec", lambda *a, **k: pytest.fail("a decoder was built"))
+    code = main(["verify", "--preset", "toy", "--device", "cpu", "--seq", "1M", "--repeats", "0"])
+    err = _one_error_line(capsys)
+    assert code != 0 and "GiB free" in err and "cached_prefill B=1 C=262144 T=1048576" in err and "use --layers" in err
+
+
+def test_csv_and_markdown_hold_the_checks_and_say_where_the_rest_is(monkeypatch, capsys):
+    _fake_peak(monkeypatch)
+    for fmt in ("csv", "markdown"):
+        code = main(["verify", "--preset", "toy", "--device", "cpu", "--seq", "6", "--workloads", "prefill",
+                     "--attention-lengths", "16", "-f", fmt])
+        captured = capsys.readouterr()
+        assert code == 0
+        assert "formula_flops" in captured.out and "time_s" not in captured.out
+        assert "measured_ratio" not in captured.out
+        note = [l for l in captured.err.splitlines() if l.startswith("note:")]
+        assert len(note) == 1 and "timings and attention" in note[0] and "-f json" in note[0]
+        # the prefill's 7 terms, 2 more conventions of attention, and its 9 linear operators by name
+        assert re.search(r"^18 checks, 0 mismatches$", captured.err, re.M)
+
+
+def test_the_table_has_a_header_that_says_what_was_cut_and_a_summary_last(capsys):
+    args = ["verify", "--preset", "toy", "--device", "cpu", "--seq", "6", "--repeats", "0", "--layers", "1",
+            "--workloads", "prefill,decode"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert main(args + ["-f", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert lines[0] == doc["notes"][0] == "toy, 1 of 2 layers, vocabulary 6 | cpu float32"
+    assert lines[-1] == f"{len(doc['checks'])} checks, 0 mismatches"
+
+
+def test_the_header_names_the_groups_kept():
+    from verify.run import cut, title
+
+    spec = from_dict(STRUCTURES[0], "hybrid")
+    spec = from_dict({**spec.to_dict(), "layers": [{**g, "count": 3} for g in spec.to_dict()["layers"]]}, "x")
+    kept = cut(spec, 2, 16)
+    line = title(spec, kept, False, torch.device("cpu"), torch.float32)
+    assert line == ("small-hybrid-window, 2 of 6 layers (1 window.moe, 1 gqa.moe), vocabulary 16 of 31 "
+                    "| cpu float32")
+
+
+def test_more_layers_than_the_model_has_is_an_error(capsys):
+    code = main(["verify", "--preset", "toy", "--layers", "99", "--repeats", "0"])
+    err = capsys.readouterr().err
+    assert code != 0 and err.strip() == "error: --layers 99: toy has 2 layers"
+    from costcalc.errors import CostcalcError
+
+    with pytest.raises(CostcalcError, match="2 layers"):
+        presets.load("toy").with_sizes(L=99)
+    with pytest.raises(CostcalcError, match="24 layers"):
+        presets.load("gpt-oss-20b").with_sizes(L=25)
+    assert presets.load("gpt-oss-20b").with_sizes(L=24)["L"] == 24
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
+    return err
+
+
+@pytest.mark.parametrize("where", ["under a file", "a file", "report.md a directory", "checks.csv a FIFO",
+                                   "output under a file"])
+def test_report_and_output_paths_are_checked_before_anything_is_built(where, tmp_path, monkeypatch, capsys):
+    _nothing_built(monkeypatch)
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    args = ["verify", "--preset", "toy", "--device", "cpu"]
+    if where == "under a file":
+        args += ["--report", str(afile / "rep")]
+    elif where == "a file":
+        args += ["--report", str(afile)]
+    elif where == "report.md a directory":
+        (tmp_path / "rep" / "report.md").mkdir(parents=True)
+        args += ["--report", str(tmp_path / "rep")]
+    elif where == "checks.csv a FIFO":   # never replaced, never written into
+        (tmp_path / "rep").mkdir()
+        os.mkfifo(tmp_path / "rep" / "checks.csv")
+        args += ["--report", str(tmp_path / "rep")]
+    else:
+        args += ["-o", str(afile / "checks.json")]
+    assert main(args) != 0
+    err = _one_error_line(capsys)
+    assert ("--report" if "output" not in where else "--output") in err
+    assert afile.read_text() == "keep me"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_an_unwritable_report_folder_is_refused_before_anything_is_built(tmp_path, monkeypatch, capsys):
+    _nothing_built(monkeypatch)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert main(["verify", "--preset", "toy", "--report", str(locked / "rep")]) != 0
+    assert "not writable" in _one_error_line(capsys) or "permission denied" in capsys.readouterr().err
+
+
+def test_verify_help_fits_80_columns_and_has_an_example(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    main(["verify", "--help"])
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 80
+    assert "<str>" not in text and "<int>" not in text and "<path>" not in text
+    assert "Example: costcalc verify --preset toy --device cpu" in text
+    words = " ".join(text.split())
+    assert "prefill, varlen_prefill, cached_prefill, chunked, decode, generate" in words
+    for line in text.splitlines():   # no word cut at a hyphen or a comma
+        assert not re.search(r"[A-Za-z]-$", line.rstrip()) and not re.search(r",[a-z]+$", line.rstrip()), line
+
+
+def test_a_window_band_is_the_definition():
+    from verify.model import band, causal_mask
+
+    for new, past, window in [(1, 0, 1), (4, 6, 3), (7, 0, 2), (5, 9, 20), (3, 3, 1)]:
+        got = band(causal_mask(new, past), past, window)
+        want = torch.tensor([[k <= past + q and past + q - k < window for k in range(past + new)]
+                             for q in range(new)])
+        assert torch.equal(got, want), (new, past, window)
+
+
+def test_attention_lengths_on_the_toy(monkeypatch, capsys):
+    """`--attention-lengths 1k` on the toy failed only through the default --seq 64 (the chunk
+    job past the 64-row table): the timing itself never runs the decoder. Its one-row table
+    must show as a table, not collapse into its header."""
+    _fake_peak(monkeypatch)
+    assert main(["verify", "--preset", "toy", "--device", "cpu", "--attention-lengths", "1k"]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("kernel_tile 64x512"):].splitlines()
+    assert section[2].split()[:3] == ["seq", "causal_s", "full_s"] and section[4].split()[0] == "1024"

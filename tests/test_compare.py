@@ -380,3 +380,16 @@ def test_mfu_under_each_convention_and_tool(capsys):
                  "--tools", "vllm", "-f", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["peak_flops"] == 989.5e12 and rows[0]["peak_from"] == "h100, dense bf16"
+
+
+def test_csv_and_markdown_carry_exact_numbers_and_the_differences(capsys):
+    import csv
+    import io
+
+    assert main(["compare", "decode", "-p", "llama-3.1-8b", "-t", "4096", "--tools", "genz,fvcore", "-f", "csv"]) == 0
+    rows = {r["tool"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert rows["genz"]["reported"] == "17156.800512" and rows["genz"]["flops"] == "17156800512"
+    assert rows["genz"]["differences"] == "T keys not T+1 -524,288"
+    assert rows["fvcore"]["differences"] == "MACs not FLOPs x0.5 -8,578,662,400"
+    assert main(["compare", "decode", "-p", "llama-3.1-8b", "-t", "4096", "--tools", "vllm", "-f", "markdown"]) == 0
+    assert "| 17157324800 " in capsys.readouterr().out

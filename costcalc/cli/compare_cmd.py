@@ -79,6 +79,11 @@ def _emit(rows: list[dict], text, fmt, output, wide: bool) -> None:
 
         text = json.dumps(report.jsonable(rows), indent=2) + "\n"
         outputs.write(dest, lambda handle: handle.write(text))
+    elif chosen == "markdown":    # numbers as text: exact, and as the tool printed them
+        from ..render import frame
+
+        text = frame(report.flat(rows)).to_markdown(index=False, disable_numparse=True) + "\n"
+        outputs.write(dest, lambda handle: handle.write(text))
     else:
         outputs.write(dest, lambda handle: write(report.flat(rows), chosen, handle))
     if dest.kind != "stdout":

@@ -115,6 +115,8 @@ def flat(rows: Sequence[dict]) -> list[dict]:
         row = dict(row)
         if "differences" in row:
             row["differences"] = "; ".join(f"{d['term']} {signed(d['flops'])}" for d in row["differences"])
+        if row.get("reported") is not None:      # as the tool prints it, not reformatted
+            row["reported"] = repr(row["reported"])
         out.append({k: (str(v) if isinstance(v, Fraction) else v) for k, v in row.items()})
     return out
 

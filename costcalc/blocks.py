@@ -10,10 +10,17 @@ A block is an attention kind and an FFN kind:
   rank-r_q LoRA (``q_lora``), K and V from a rank-r_kv latent plus a shared RoPE key of
   d_rope; per head d_qk = d_nope + d_rope for scores and d_v for values. ``form`` is
   ``naive`` (up-project K and V for every token) or ``absorbed`` (fold the up-projections
-  into the query and output: scores and values over the cached latent, as at decode);
+  into the query and output: scores and values over the cached latent, as at decode) or
+  ``expanded`` (the naive products, but the latent is what is cached, so ``kv_b_proj``
+  expands every cached token again at each forward: what Hugging Face transformers 5 runs
+  for DeepSeek-V2/V3);
 - FFN ``dense`` (SwiGLU of width m) or ``moe`` (router over E experts of width m_e, k per
   token), optionally with E_s always-on ``shared`` experts of width m_s, and optionally
   a ``shared_gate`` (Qwen2-MoE: a d x 1 sigmoid gate on the shared expert).
+
+A ``window`` layer's KV cache (``cache``) is ``whole`` (every past key is kept and masked)
+or ``rolling`` (only the last W-1 keys are kept, as Hugging Face's and vLLM's sliding-window
+caches do): it changes what the shapes multiply, so only the ``full`` convention.
 
 ``Block.key`` names a block in one short string, e.g. ``gqa.dense``, ``window.moe``,
 ``mla_q-absorbed.moe_shared``; the seed's ``dense`` and ``moe`` are ``gqa.dense`` and
@@ -25,7 +32,8 @@ from dataclasses import dataclass
 
 ATTENTIONS = ("gqa", "window", "mla")
 FFNS = ("dense", "moe")
-FORMS = ("naive", "absorbed")
+FORMS = ("naive", "absorbed", "expanded")
+CACHES = ("whole", "rolling")
 ALIASES = {"dense": "gqa.dense", "moe": "gqa.moe"}
 
 
@@ -37,6 +45,7 @@ class Block:
     form: str = "naive"         # mla: naive or absorbed
     shared: bool = False        # moe: E_s shared experts of width m_s
     shared_gate: bool = False   # moe with shared experts: a d x 1 gate
+    cache: str = "whole"        # window: the whole KV cache, or a rolling one of W-1 keys
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -44,17 +53,22 @@ class Block:
         if self.ffn not in FFNS:
             raise ValueError(f"unknown FFN kind {self.ffn!r}; expected one of {', '.join(FFNS)}")
         if self.form not in FORMS:
-            raise ValueError(f"unknown MLA form {self.form!r}; expected naive or absorbed")
+            raise ValueError(f"unknown MLA form {self.form!r}; expected one of {', '.join(FORMS)}")
         if self.attention != "mla" and (self.q_lora or self.form != "naive"):
             raise ValueError("q_lora and form apply to mla attention only")
         if self.ffn != "moe" and self.shared:
             raise ValueError("shared experts apply to a moe FFN only")
         if self.shared_gate and not self.shared:
             raise ValueError("a shared-expert gate needs shared experts")
+        if self.cache not in CACHES:
+            raise ValueError(f"unknown window cache {self.cache!r}; expected one of {', '.join(CACHES)}")
+        if self.cache != "whole" and self.attention != "window":
+            raise ValueError("a rolling cache applies to window attention only")
 
     @property
     def key(self) -> str:
-        attn = self.attention + ("_q" if self.q_lora else "") + ("-absorbed" if self.form == "absorbed" else "")
+        attn = self.attention + ("_q" if self.q_lora else "") + ("" if self.form == "naive" else f"-{self.form}")
+        attn += "-rolling" if self.cache == "rolling" else ""
         ffn = self.ffn + ("_shared" if self.shared else "") + ("_gate" if self.shared_gate else "")
         return f"{attn}.{ffn}"
 
@@ -63,6 +77,12 @@ class Block:
         if self.attention != "mla":
             return self
         return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate)
+
+    def with_cache(self, cache: str) -> "Block":
+        """The same block with a whole or rolling window cache (other attention kinds are unchanged)."""
+        if self.attention != "window":
+            return self
+        return Block(self.attention, self.ffn, self.q_lora, self.form, self.shared, self.shared_gate, cache)
 
     def sizes(self) -> tuple[str, ...]:
         """The size symbols this block's formulas use (besides L, d, V)."""
@@ -84,18 +104,21 @@ def coerce(arch: "str | Block") -> Block:
 
 
 def parse(key: str) -> Block:
-    """``"mla_q-absorbed.moe_shared"`` -> Block(...); also the aliases ``dense``, ``moe``."""
+    """``"mla_q-absorbed.moe_shared"``, ``"window-rolling.dense"`` -> Block(...); also the
+    aliases ``dense``, ``moe``."""
     key = ALIASES.get(key, key)
     try:
         attn, ffn = key.split(".")
     except ValueError:
         raise ValueError(f"block {key!r} is not ATTENTION.FFN (e.g. gqa.dense, window.moe)") from None
-    form = "absorbed" if attn.endswith("-absorbed") else "naive"
-    attn = attn.removesuffix("-absorbed")
+    cache = "rolling" if attn.endswith("-rolling") else "whole"
+    attn = attn.removesuffix("-rolling")
+    form = next((f for f in FORMS if attn.endswith(f"-{f}")), "naive")
+    attn = attn.removesuffix(f"-{form}")
     q_lora = attn.endswith("_q")
     attn = attn.removesuffix("_q")
     gate = ffn.endswith("_gate")
     ffn = ffn.removesuffix("_gate")
     shared = ffn.endswith("_shared")
     ffn = ffn.removesuffix("_shared")
-    return Block(attn, ffn, q_lora, form, shared, gate)
+    return Block(attn, ffn, q_lora, form, shared, gate, cache)

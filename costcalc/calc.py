@@ -32,11 +32,11 @@ __all__ = ["prefill", "cached_prefill", "varlen_prefill", "chunk_schedule", "chu
 
 def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
           tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
-          machine: Machine | None = None, **inputs: Sequence[int]) -> Table:
+          machine: Machine | None = None, window_cache: str = "whole", **inputs: Sequence[int]) -> Table:
     """Exact FLOPs of a compiled workload at every point given by equal-length input columns;
     a decode step adds its cost per output token, a training step the 6P rule beside it. With
     ``precision`` (dtypes) or ``machine`` (a device), the bytes it moves, and its time."""
-    options = Options(convention, logits, tile, mla)
+    options = Options(convention, logits, tile, mla, window_cache)
     out = evaluate.table(spec, workload, options, **inputs)
     wl = find(workload)
     if wl.name == "decode":
@@ -63,8 +63,10 @@ def _traffic(spec: ModelSpec, wl, options: Options, logits: str, precision: Prec
     return out
 
 
-def _one(spec: ModelSpec, workload: str, convention: str, logits: str, tile, mla: str, **inputs: int) -> Row:
-    return rows(table(spec, workload, convention, logits, tile, mla, **{k: [v] for k, v in inputs.items()}))[0]
+def _one(spec: ModelSpec, workload: str, convention: str, logits: str, tile, mla: str,
+         window_cache: str = "whole", **inputs: int) -> Row:
+    return rows(table(spec, workload, convention, logits, tile, mla, window_cache=window_cache,
+                      **{k: [v] for k, v in inputs.items()}))[0]
 
 
 def operators(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
@@ -88,27 +90,30 @@ def mla_form(workload: str, mla: str) -> str:
 # --- single steps ----------------------------------------------------------------------
 
 def prefill(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
-            logits: str = "last", tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
+            logits: str = "last", tile: tuple[int, int] | None = None, mla: str = "auto",
+            window_cache: str = "whole") -> Row:
     """B prompts of S tokens, no cache."""
-    return _one(spec, "prefill", convention, logits, tile, mla, batch=batch, seq=seq)
+    return _one(spec, "prefill", convention, logits, tile, mla, window_cache, batch=batch, seq=seq)
 
 
 def cached_prefill(spec: ModelSpec, chunk: int, prefix: int, batch: int = 1,
                    convention: str = "causal", logits: str = "last",
-                   tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
+                   tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> Row:
     """C new tokens per sequence over a cached prefix of T tokens."""
-    return _one(spec, "cached_prefill", convention, logits, tile, mla, batch=batch, chunk=chunk, prefix=prefix)
+    return _one(spec, "cached_prefill", convention, logits, tile, mla, window_cache,
+                batch=batch, chunk=chunk, prefix=prefix)
 
 
 def decode(spec: ModelSpec, context: int, batch: int = 1, convention: str = "causal",
-           tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
+           tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> Row:
     """One decode step over T cached tokens, B sequences; also per output token."""
-    return _one(spec, "decode", convention, "last", tile, mla, batch=batch, context=context)
+    return _one(spec, "decode", convention, "last", tile, mla, window_cache, batch=batch, context=context)
 
 
 def train(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
           tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
-    """Forward with logits at every position, x3 for forward + backward, beside 6P."""
+    """Forward with logits at every position, x3 for forward + backward, beside 6P (no cache:
+    the window cache does not apply)."""
     return _one(spec, "train", convention, "all", tile, mla, batch=batch, seq=seq)
 
 
@@ -137,20 +142,21 @@ def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False
 
 def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,
              convention: str = "causal", logits: str = "last",
-             tile: tuple[int, int] | None = None, mla: str = "auto") -> list[Row]:
+             tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> list[Row]:
     """Prefill of S, then N-1 decode steps: ``prefill``, ``decode`` and ``total`` rows."""
-    return rows(generate_table(spec, convention, logits, tile, mla, batch=[batch], seq=[prompt], new_tokens=[new]))
+    return rows(generate_table(spec, convention, logits, tile, mla, batch=[batch], seq=[prompt], new_tokens=[new],
+                               window_cache=window_cache))
 
 
 def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "last",
                    tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
                    machine: Machine | None = None, *, batch: Sequence[int],
-                   seq: Sequence[int], new_tokens: Sequence[int]) -> Table:
+                   seq: Sequence[int], new_tokens: Sequence[int], window_cache: str = "whole") -> Table:
     """Generations at every point of equal-length columns: three rows per point
     (``prefill``, ``decode`` = the N-1 steps, ``total``). With ``precision`` or ``machine``,
     bytes and times; with a machine, the total rows give ``ttft_s`` (the prefill), ``tpot_s``
     (a decode step on average), and ``tokens_per_s`` per sequence and for the batch."""
-    options = Options(convention, logits, tile, mla)
+    options = Options(convention, logits, tile, mla, window_cache)
     n = evaluate.check_inputs(find("generate"), {"batch": batch, "seq": seq, "new_tokens": new_tokens})
     first = evaluate.table(spec, "prefill", options, batch=batch, seq=seq)
     steps = evaluate.table(spec, "decode_phase", options, batch=batch, seq=seq, new_tokens=new_tokens)
@@ -236,24 +242,25 @@ def _chunk_counts(seq: int, chunk: int) -> tuple[int, int]:
 def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
             convention: str = "causal", logits: str = "last",
             tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
-            machine: Machine | None = None) -> list[Row]:
+            machine: Machine | None = None, window_cache: str = "whole") -> list[Row]:
     """The chunk schedule of one prompt: a row per chunk, a ``total`` row, and the
     ``unchunked`` single pass over the same prefix for comparison.
 
     Only the final chunk produces logits (``logits=last``); with ``all`` every chunk
     produces logits for its own tokens.
     """
-    return rows(chunked_table(spec, seq, chunk, prefix, batch, convention, logits, tile, mla, precision, machine))
+    return rows(chunked_table(spec, seq, chunk, prefix, batch, convention, logits, tile, mla, precision, machine,
+                              window_cache))
 
 
 def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
                   convention: str = "causal", logits: str = "last",
                   tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
-                  machine: Machine | None = None) -> Table:
+                  machine: Machine | None = None, window_cache: str = "whole") -> Table:
     """``chunked`` as columns: every chunk evaluated at once over arrays (a schedule of a
     million chunks takes seconds), then the ``total`` and ``unchunked`` rows."""
     full, rest = _chunk_counts(seq, chunk)
-    options = Options(convention, logits, tile, mla)
+    options = Options(convention, logits, tile, mla, window_cache)
     if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
         raise CostcalcError(f"prefix must be a non-negative integer, got {prefix!r}")
     batch = evaluate.positive("batch", batch)
@@ -278,7 +285,7 @@ def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch:
     out["chunk"] = ints(sizes, n) + [chunk, seq]
     out["prefix"] = ints(starts, n) + [prefix, prefix]
     out["logits"] = [options.logits.value] * (n + 2)
-    single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile, mla)
+    single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile, mla, window_cache)
     for name, column in flops.items():
         out[f"{name}_flops"] = column + [sum(column), single[f"{name}_flops"]]
     if precision is not None or machine is not None:

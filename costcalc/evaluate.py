@@ -15,7 +15,7 @@ from . import compiled
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .spec import ModelSpec
-from .vocab import LINEAR_PARTS, TERM_ORDER, Convention, Logits, MlaForm
+from .vocab import LINEAR_PARTS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
 
 Table = dict[str, list]    # columns of equal length, in row order
 DEFAULT_TILE = (128, 128)
@@ -25,18 +25,22 @@ SMALL = 256   # up to this many points a sweep is evaluated point by point (no n
 @dataclass(frozen=True)
 class Options:
     """What a number is computed under: the attention convention, the logits mode, the tile
-    of the tiled convention (default 128 x 128) and the MLA form (``auto``: absorbed for
-    decode steps, naive otherwise). Built from strings or enums; bad values are one error."""
+    of the tiled convention (default 128 x 128), the MLA form (``auto``: absorbed for
+    decode steps, naive otherwise) and the KV cache of window layers (``whole``, or
+    ``rolling``: the last W-1 keys, which changes ``full`` only). Built from strings or enums;
+    bad values are one error."""
     convention: Convention = Convention.causal
     logits: Logits = Logits.last
     tile: Optional[tuple[int, int]] = None
     mla: MlaForm = MlaForm.auto
+    window_cache: WindowCache = WindowCache.whole
 
     def __post_init__(self) -> None:
         try:
             object.__setattr__(self, "convention", Convention.parse(self.convention, "convention"))
             object.__setattr__(self, "logits", Logits.parse(self.logits, "logits"))
             object.__setattr__(self, "mla", MlaForm.parse(self.mla, "mla"))
+            object.__setattr__(self, "window_cache", WindowCache.parse(self.window_cache, "window cache"))
         except ValueError as exc:
             raise CostcalcError(str(exc)) from None
         if self.convention == Convention.tiled:
@@ -58,7 +62,13 @@ class Options:
             out["tile"] = f"{self.tile[0]}x{self.tile[1]}"
         if spec.has_mla:
             out["mla"] = self.form(wl)
+        if spec.windows and self.convention == Convention.full:
+            out["window_cache"] = self.window_cache.value
         return out
+
+    def block(self, group, wl: Workload):
+        """A layer group's block kind as this workload runs it (MLA form, window cache)."""
+        return group.block.with_form(self.form(wl)).with_cache(self.window_cache.value)
 
     def values(self) -> dict[str, int]:
         return {"b_q": self.tile[0], "b_k": self.tile[1]} if self.tile else {}
@@ -120,11 +130,10 @@ def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, point:
             n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
     """A recipe's outputs at n points (``names``: terms and sums by default), summed over the
     model's layer groups: each group's terms with L = its layer count, the LM head once."""
-    form = options.form(wl)
     wanted = list(names) if names is not None else list(TERM_ORDER)
     per_group = []
     for index, group in enumerate(spec.groups):
-        recipe = compiled.get(wl.name, group.block.with_form(form).key, options.convention.value, logits)
+        recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, logits)
         base = {**group.numbers(), **options.values()}
         own = [w for w in wanted if w != "lm_head" or index == 0]     # the model has one LM head
         if n <= SMALL:
@@ -182,7 +191,7 @@ def operators(spec: ModelSpec, name: str, options: Options, logits: Optional[str
     mode = logits or (wl.logits or options.logits).value
     out: dict[str, int] = {}
     for index, group in enumerate(spec.groups):
-        recipe = compiled.get(wl.name, group.block.with_form(options.form(wl)).key, options.convention.value, mode)
+        recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, mode)
         ops = [o for o, parts in recipe.outputs.items() if parts == (compiled.ident(o),)]   # not sums
         ops = [o for o in ops if o != "lm_head" or index == 0]
         for op, value in recipe.evaluate({**group.numbers(), **options.values(), **point}, ops).items():

@@ -21,7 +21,7 @@ FORMATS = ("table", "csv", "markdown", "json")
 SUFFIXES = {".csv": "csv", ".md": "markdown", ".markdown": "markdown", ".json": "json",
             ".txt": "table"}
 _SHARED = ("linear_flops", "attention_flops", "lm_head_flops")  # columns shown with a share
-_HEADER_KEYS = ("workload", "preset", "convention", "logits", "mla", "tile")
+_HEADER_KEYS = ("workload", "preset", "convention", "logits", "mla", "window_cache", "tile")
 
 
 Rows = Sequence[Mapping[str, Any]]

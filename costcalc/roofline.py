@@ -112,7 +112,7 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     for index, group in enumerate(spec.groups):
-        block = group.block.with_form(options.form(wl)).key
+        block = options.block(group, wl).key
         base = {**group.numbers(), **options.values(), **values}
         elements = compiled.get(f"{wl.name}.bytes", block, options.convention.value, logits).evaluate(base)
         if index:   # the model has one LM head: its traffic is the first group's

@@ -102,11 +102,18 @@ class MlaForm(Choice):
     auto = "auto"           # absorbed for decode steps, naive otherwise
     naive = "naive"
     absorbed = "absorbed"
+    expanded = "expanded"   # naive, with kv_b_proj over every cached latent at each forward
+
+
+class WindowCache(Choice):
+    whole = "whole"         # a window layer keeps (and masks) every past key
+    rolling = "rolling"     # it keeps the last W-1 keys only (Hugging Face, vLLM)
 
 
 CONVENTIONS = tuple(c.value for c in Convention)
 LOGITS = tuple(x.value for x in Logits)
 MLA_FORMS = tuple(f.value for f in MlaForm)
+WINDOW_CACHES = tuple(c.value for c in WindowCache)
 
 
 # --- terms -----------------------------------------------------------------------------

@@ -15,6 +15,13 @@ CHOICES = {
     "--mla": ["auto", "naive", "absorbed", "sideways"],
     "--format": ["table", "csv", "markdown", "json", "yaml"],
     "--tile": ["128", "64x32", "0", "x", "128x", "1x1", "3,4"],
+    "--tools": ["all", "vllm", "vllm,fvcore", "nope", ""],
+    "--hf-attention": ["eager", "sdpa", "flash"],
+    "--hf-experts": ["grouped_mm", "batched_mm", "eager", "x"],
+    "--time": ["1", "0", "-1", "0.5", "inf", "nan", "x"],
+    "--tokens-per-s": ["1000", "0", "1e9", "x"],
+    "--peak": ["989.5T", "1e15", "0", "-1", "T", "9e999", "x"],
+    "--device": ["h100", "nope", ""],
 }
 COMMANDS = {
     "prefill": ["--seq", "--batch", "--lengths", "--cached-prefix", "--convention", "--tile", "--logits", "--mla",
@@ -26,6 +33,8 @@ COMMANDS = {
     "crossover": ["--mla", "--format"],
     "presets show": ["--format"],
     "formula": ["--arch", "--convention", "--logits", "--latex", "--format"],
+    "compare": ["--seq", "--context", "--new", "--batch", "--tools", "--hf-attention", "--hf-experts", "--format"],
+    "mfu": ["--seq", "--context", "--new", "--time", "--tokens-per-s", "--peak", "--device", "--tools", "--format"],
 }
 FLAGS = ("--padded", "--latex")
 
@@ -36,6 +45,9 @@ def command_lines(draw):
     argv = command.split()
     if command == "formula":
         argv.append(draw(st.sampled_from(["prefill", "decode", "generate", "chunked", "crossover", "oops", ""])))
+    elif command in ("compare", "mfu"):
+        argv.append(draw(st.sampled_from(["prefill", "decode", "generate", "train", "oops"])))
+        argv += ["--preset", draw(st.sampled_from(PRESETS))]
     elif command == "presets show":
         argv.append(draw(st.sampled_from(PRESETS)))
     else:

@@ -246,7 +246,7 @@ def test_version(capsys):
     assert code == 0 and out.startswith("costcalc ")
 
 
-COMMANDS = ["prefill", "chunked", "decode", "generate", "train", "formula", "crossover", "plot", "verify",
+COMMANDS = ["prefill", "chunked", "decode", "generate", "train", "formula", "crossover", "plot", "verify", "compare", "mfu",
             "presets", "presets show", "presets import"]
 
 

@@ -77,12 +77,46 @@ def test_real_structures_are_exact_too(data):
     assert any("within tolerance" in line for line in outcome.extras)
 
 
-@pytest.mark.parametrize("mla", ["naive", "absorbed"])
+@pytest.mark.parametrize("mla", ["naive", "absorbed", "expanded"])
 def test_mla_forms_forced_everywhere_are_exact(mla):
     spec = from_dict(STRUCTURES[2], "mixed")
     outcome = verify(spec, device="cpu", dtype="float64", seqs=(9,), batch=1, tile=(4, 4), repeats=0,
                      show_progress=False, mla=mla)
     assert outcome.ok and len(outcome.checks) > 50
+
+
+def test_mla_expanded_re_expands_the_cache_and_is_counted_exactly():
+    """Expanded caches only the latent and runs kv_b_proj over every cached latent each step:
+    counted, that is naive + the re-expansion (costcalc's identity)."""
+    spec = from_dict(STRUCTURES[1], "mla")
+    runs = {form: verify(spec, device="cpu", dtype="float64", seqs=(10,), batch=2, tile=(4, 4), repeats=0,
+                         show_progress=False, mla=form, workloads=("decode",))
+            for form in ("naive", "expanded")}
+    assert all(run.ok for run in runs.values())
+
+    def counted(run):
+        return next(r["counted_flops"] for r in run.checks if r["term"] == "attn_proj")
+
+    up = 2 * 2 * 2 * 10 * 10 * 4 * (6 + 5)     # 2 FLOPs x B=2 x 2 layers x T=10 cached latents x r_kv x h (d_nope + d_v)
+    assert counted(runs["expanded"]) - counted(runs["naive"]) == up
+
+
+def test_a_rolling_window_cache_is_counted_exactly_and_rolls():
+    spec = from_dict(STRUCTURES[0], "window")
+    runs = {cache: verify(spec, device="cpu", dtype="float64", seqs=(12,), batch=1, tile=(4, 4), repeats=0,
+                          show_progress=False, window_cache=cache, workloads=("cached_prefill", "decode", "generate"))
+            for cache in ("whole", "rolling")}
+    assert all(run.ok for run in runs.values())
+    assert any("within tolerance" in line for line in runs["rolling"].extras)    # cached = recomputed
+
+    def attention(run, workload, convention):
+        return next(r["counted_flops"] for r in run.checks
+                    if r["workload"] == workload and r["term"] == "attention" and r["convention"] == convention)
+
+    # the window layer (W=5) holds 4 keys: a step multiplies 5, what causal counts; whole: 13
+    assert attention(runs["rolling"], "decode", "full") == attention(runs["rolling"], "decode", "causal")
+    assert attention(runs["whole"], "decode", "full") - attention(runs["rolling"], "decode", "full") == 4 * 8 * 4 * (13 - 5)
+    assert attention(runs["rolling"], "cached_prefill", "tiled") == attention(runs["whole"], "cached_prefill", "tiled")
 
 
 def test_mla_absorbed_and_naive_compute_the_same_function():

@@ -8,7 +8,7 @@
   records three counts per call -- ``full`` (the Sq x Sk rectangle, torch's own convention),
   ``causal`` (the allowed pairs in the mask: sliding windows included) and ``tiled`` (the area
   of the b_q x b_k blocks holding at least one allowed pair, edge-aware, tiles aligned at key
-  0) -- at ``2 E + 2 Ev`` FLOPs a pair (score width E, value width Ev: they differ for MLA).
+  0 of the whole sequence, where a rolling window cache has dropped keys before these) -- at ``2 E + 2 Ev`` FLOPs a pair (score width E, value width Ev: they differ for MLA).
 - the fused SDPA ops (on CPU ``_scaled_dot_product_flash_attention_for_cpu`` counts 0 in the
   stock registry) get a formula giving the full rectangle, so the counter's own total stays
   whole; where SDPA falls back to its math path (value width != score width) torch counts
@@ -70,16 +70,18 @@ class AttentionRecorder:
     tile: tuple[int, int]
     flops: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONVENTIONS, 0))
 
-    def record(self, query, key, value, mask) -> None:
+    def record(self, query, key, value, mask, offset: int = 0) -> None:
         b, h, sq, dq = query.shape
         sk, dv = key.shape[-2], value.shape[-1]
         allowed = allowed_pairs(mask, sq, sk)
         allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
+        # keys a rolling cache dropped (none allowed) come back for the tiles: aligned at key 0
+        dropped = allowed.new_zeros(*allowed.shape[:-1], offset)
         copies = (b // allowed.shape[0]) * (h // allowed.shape[1])   # broadcast over batch, heads
         per_pair = 2 * dq + 2 * dv                                    # QK^T and AV
         self.flops["full"] += per_pair * b * h * sq * sk
         self.flops["causal"] += per_pair * copies * int(allowed.sum())
-        self.flops["tiled"] += per_pair * copies * tiled_area(allowed, *self.tile)
+        self.flops["tiled"] += per_pair * copies * tiled_area(torch.cat([dropped, allowed], -1), *self.tile)
 
 
 def sdpa_full(query, key, value, *args, out_val=None, **kwargs) -> int:

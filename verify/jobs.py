@@ -53,9 +53,9 @@ def _later(batch: int, n: int, vocab: int, seed: int, device) -> Callable[[], to
     return get
 
 
-def _fill(model: Decoder, batch: int, prefix: int, capacity: int, device):
+def _fill(model: Decoder, batch: int, prefix: int, capacity: int, device, window_cache: str = "whole"):
     """A cache of ``capacity`` holding ``prefix`` tokens (uncounted setup)."""
-    cache = model.new_cache(batch, capacity)
+    cache = model.new_cache(batch, capacity, window_cache)
     if prefix:
         model(_tokens(batch, prefix, model.c.V, 1, device), causal_mask(prefix, device=device),
               0, cache, logits="none")
@@ -75,7 +75,8 @@ def _linear(ops: dict) -> dict:
     return {op: v for op, v in ops.items() if op != "attention"}
 
 
-def prefill(spec: ModelSpec, seq: int, batch: int, tile, device, mla: str = "auto") -> Job:
+def prefill(spec: ModelSpec, seq: int, batch: int, tile, device, mla: str = "auto",
+            window_cache: str = "whole") -> Job:          # a prefill caches nothing before it
     toks = _later(batch, seq, spec["V"], 0, device)
     return Job("prefill", f"B={batch} S={seq}", lambda m: causal_mask(seq, device=device),
                lambda m, mask: m(toks(), mask, form=calc.mla_form("prefill", mla)),
@@ -85,7 +86,8 @@ def prefill(spec: ModelSpec, seq: int, batch: int, tile, device, mla: str = "aut
                passes=((batch, seq, seq),), positions=seq, batch=batch)
 
 
-def varlen_prefill(spec: ModelSpec, lengths: list[int], padded: bool, tile, device, mla: str = "auto") -> Job:
+def varlen_prefill(spec: ModelSpec, lengths: list[int], padded: bool, tile, device, mla: str = "auto",
+                   window_cache: str = "whole") -> Job:
     detail = f"{'padded' if padded else 'packed'} lengths={','.join(map(str, lengths))}"
     form = calc.mla_form("prefill", mla)
     if padded:
@@ -117,20 +119,23 @@ def varlen_prefill(spec: ModelSpec, lengths: list[int], padded: bool, tile, devi
                passes=((1, sum(lengths), max(lengths)),), positions=sum(lengths))
 
 
-def cached_prefill(spec: ModelSpec, new: int, prefix: int, batch: int, tile, device, mla: str = "auto") -> Job:
+def cached_prefill(spec: ModelSpec, new: int, prefix: int, batch: int, tile, device, mla: str = "auto",
+                   window_cache: str = "whole") -> Job:
     toks = _later(batch, new, spec["V"], 2, device)
     return Job("cached_prefill", f"B={batch} C={new} T={prefix}",
-               lambda m: (_fill(m, batch, prefix, prefix + new, device), causal_mask(new, prefix, device=device)),
+               lambda m: (_fill(m, batch, prefix, prefix + new, device, window_cache),
+                          causal_mask(new, prefix, device=device)),
                lambda m, state: m(toks(), state[1], prefix, state[0], form=calc.mla_form("cached_prefill", mla)),
                lambda conv, precision=None, machine=None: calc.rows(calc.table(
-                   spec, "cached_prefill", conv, "last", tile, mla, precision, machine, batch=[batch], chunk=[new],
-                   prefix=[prefix]))[0],
+                   spec, "cached_prefill", conv, "last", tile, mla, precision, machine, window_cache,
+                   batch=[batch], chunk=[new], prefix=[prefix]))[0],
                lambda: _linear(calc.operators(spec, "cached_prefill", mla=mla, batch=batch, chunk=new, prefix=prefix)),
                passes=((batch, prefix, prefix), (batch, new, prefix + new)), positions=prefix + new,
                cache=prefix + new, batch=batch)
 
 
-def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device, mla: str = "auto") -> Job:
+def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device, mla: str = "auto",
+            window_cache: str = "whole") -> Job:
     toks = _later(batch, seq, spec["V"], 3, device)
     schedule = calc.chunk_schedule(seq, size)
     starts = _starts(schedule)
@@ -147,32 +152,37 @@ def chunked(spec: ModelSpec, seq: int, size: int, batch: int, tile, device, mla:
                               for i, (n, done) in enumerate(zip(schedule, starts)))))
 
     return Job("chunked", f"B={batch} S={seq} chunk={size}",
-               lambda m: m.new_cache(batch, seq), run,
+               lambda m: m.new_cache(batch, seq, window_cache), run,
                lambda conv, precision=None, machine=None: calc.chunked(spec, seq, size, 0, batch, conv, "last",
-                                                                       tile, mla, precision, machine)[-2],
+                                                                       tile, mla, precision, machine,
+                                                                       window_cache)[-2],
                operators,
                passes=tuple((batch, n, done + n) for n, done in zip(schedule, starts)),
                positions=seq, cache=seq, batch=batch)
 
 
-def decode(spec: ModelSpec, context: int, batch: int, tile, device, mla: str = "auto") -> Job:
+def decode(spec: ModelSpec, context: int, batch: int, tile, device, mla: str = "auto",
+           window_cache: str = "whole") -> Job:
     toks = _later(batch, 1, spec["V"], 4, device)
     form = calc.mla_form("decode", mla)
     return Job("decode", f"B={batch} T={context}",
-               lambda m: (_fill(m, batch, context, context + 1, device), causal_mask(1, context, device=device)),
+               lambda m: (_fill(m, batch, context, context + 1, device, window_cache),
+                          causal_mask(1, context, device=device)),
                lambda m, state: m(toks(), state[1], context, state[0], form=form),
                lambda conv, precision=None, machine=None: calc.rows(calc.table(
-                   spec, "decode", conv, "last", tile, mla, precision, machine, batch=[batch], context=[context]))[0],
+                   spec, "decode", conv, "last", tile, mla, precision, machine, window_cache, batch=[batch],
+                   context=[context]))[0],
                lambda: _linear(calc.operators(spec, "decode", mla=mla, batch=batch, context=context)),
                passes=((batch, context, context), (batch, 1, context + 1)), positions=context + 1,
                cache=context + 1, batch=batch)
 
 
-def greedy(model: Decoder, prompt: torch.Tensor, new: int, mla: str = "auto") -> tuple[torch.Tensor, list[torch.Tensor]]:
+def greedy(model: Decoder, prompt: torch.Tensor, new: int, mla: str = "auto",
+           window_cache: str = "whole") -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Prefill, then new-1 cached decode steps; returns all tokens and each step's logits.
     MLA layers run the forms ``calc`` charges (auto: naive prefill, absorbed steps)."""
     batch, seq = prompt.shape
-    cache = model.new_cache(batch, seq + new)
+    cache = model.new_cache(batch, seq + new, window_cache)
     device = prompt.device
     step_form = calc.mla_form("decode_phase", mla)
     logits = model(prompt, causal_mask(seq, device=device), 0, cache, form=calc.mla_form("prefill", mla))
@@ -196,13 +206,14 @@ def recompute_gap(model: Decoder, tokens: torch.Tensor, steps: list[torch.Tensor
     return gap
 
 
-def generate(spec: ModelSpec, prompt: int, new: int, batch: int, tile, device, mla: str = "auto") -> Job:
+def generate(spec: ModelSpec, prompt: int, new: int, batch: int, tile, device, mla: str = "auto",
+             window_cache: str = "whole") -> Job:
     toks = _later(batch, prompt, spec["V"], 5, device)
     return Job("generate", f"B={batch} S={prompt} N={new}", lambda m: None,
-               lambda m, _: greedy(m, toks(), new, mla),
+               lambda m, _: greedy(m, toks(), new, mla, window_cache),
                lambda conv, precision=None, machine=None: calc.rows(calc.generate_table(
                    spec, conv, "last", tile, mla, precision, machine, batch=[batch], seq=[prompt],
-                   new_tokens=[new]))[-1],
+                   new_tokens=[new], window_cache=window_cache))[-1],
                lambda: _linear(_ops(calc.operators(spec, "prefill", mla=mla, batch=batch, seq=prompt),
                                     calc.operators(spec, "decode_phase", mla=mla, batch=batch, seq=prompt,
                                                    new_tokens=new))),

@@ -106,16 +106,17 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 class Attend(nn.Module):
     """softmax(q k^T) v over the allowed pairs: one SDPA call with an explicit mask. Observers
     (``verify.counting``) attached to this module see the real tensors and mask first.
-    q [B, H, Sq, E], k [B, H, Sk, E], v [B, H, Sk, Ev] (Ev may differ: MLA)."""
+    q [B, H, Sq, E], k [B, H, Sk, E], v [B, H, Sk, Ev] (Ev may differ: MLA). ``offset``: keys
+    a rolling cache has dropped before the first one here (tiles stay aligned at key 0)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.observers: list = []
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
-                scale: Optional[float] = None) -> torch.Tensor:
+                scale: Optional[float] = None, offset: int = 0) -> torch.Tensor:
         for observe in self.observers:
-            observe(q, k, v, mask)
+            observe(q, k, v, mask, offset)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
@@ -133,10 +134,13 @@ def band(mask: torch.Tensor, past: int, window: Optional[int]) -> torch.Tensor:
 class KVCache(nn.Module):
     """Preallocated tensors for B sequences, one per named stream (K and V; for MLA also the
     latent); ``filled`` tokens are valid and attention reads only those. A sliding-window layer
-    keeps its whole cache and masks it (a rolling buffer would shrink only the full rectangle)."""
+    keeps its whole cache and masks it, or, with ``keep`` = W - 1 (``--window-cache rolling``,
+    Hugging Face's and vLLM's caches), only its last W - 1 tokens once a forward is done."""
 
-    def __init__(self, batch: int, max_len: int, shapes: dict[str, tuple[int, int]], dtype, device) -> None:
+    def __init__(self, batch: int, max_len: int, shapes: dict[str, tuple[int, int]], dtype, device,
+                 keep: Optional[int] = None) -> None:
         super().__init__()
+        self.keep = keep
         for name, (heads, width) in shapes.items():
             self.register_buffer(name, torch.zeros(batch, heads, max_len, width, dtype=dtype, device=device),
                                  persistent=False)
@@ -145,7 +149,8 @@ class KVCache(nn.Module):
         self.capacity = max_len
 
     def append(self, **streams: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Append each stream [B, H, C, D] after its filled tokens; return the filled prefixes."""
+        """Append each stream [B, H, C, D] after its filled tokens; return the filled prefixes.
+        A rolling cache returns what it held plus the new tokens, then keeps the last ``keep``."""
         out = {}
         for name, x in streams.items():
             start = self.filled[name]
@@ -156,6 +161,10 @@ class KVCache(nn.Module):
             buf[:, :, start:end] = x
             self.filled[name] = end
             out[name] = buf[:, :, :end]
+            if self.keep is not None and end > self.keep:        # copies only: nothing counted
+                out[name] = out[name].clone()
+                buf[:, :, :self.keep] = buf[:, :, end - self.keep:end].clone()
+                self.filled[name] = self.keep
         return out
 
     @property
@@ -187,16 +196,21 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)
         if c.positions == "rope":
             q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
+        past = int(positions[0])
         if cache is not None:
             got = cache.append(k=k, v=v)                                   # [B, H_kv, T + C, D]
             k, v = got["k"], got["v"]
+        kept = k.shape[2] - C                                              # a rolling cache holds fewer than past
+        if kept < past and not isinstance(mask, Packed):
+            mask = mask[..., past - kept:]                                 # the keys it still holds
         group = lc.h_q // lc.h_kv                                          # GQA: query head h reads KV head h // group
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = run_attention(self.attend, q, k, v, mask, int(positions[0]), lc.W)
+        y = run_attention(self.attend, q, k, v, mask, min(past, kept), lc.W, offset=max(0, past - kept))
         return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * lc.d_h))
 
 
-def run_attention(attend: Attend, q, k, v, mask, past: int, window: Optional[int], scale: Optional[float] = None):
+def run_attention(attend: Attend, q, k, v, mask, past: int, window: Optional[int], scale: Optional[float] = None,
+                  offset: int = 0):
     if isinstance(mask, Packed):   # varlen: one attention call per sequence, as varlen kernels do
         ys, start = [], 0
         for n in mask.lengths:
@@ -205,7 +219,7 @@ def run_attention(attend: Attend, q, k, v, mask, past: int, window: Optional[int
                              band(causal_mask(n, device=q.device), 0, window), scale))
             start += n
         return torch.cat(ys, dim=2)
-    return attend(q, k, v, band(mask, past, window), scale)                 # [B, H_q, C, Dv]
+    return attend(q, k, v, band(mask, past, window), scale, offset)         # [B, H_q, C, Dv]
 
 
 class Absorb(nn.Module):
@@ -217,13 +231,15 @@ class Absorb(nn.Module):
 
 
 class MLAttention(nn.Module):
-    """DeepSeek's multi-head latent attention, naive or absorbed.
+    """DeepSeek's multi-head latent attention, naive, absorbed or expanded.
 
     Naive: Q (direct or LoRA), the latent c = kv_a(x) with the shared RoPE key, K_nope and V
     up-projected from the latent for the new tokens, cached decompressed; scores over
     d_nope + d_rope, values d_v. Absorbed: the query taken into the latent per head
     (W_UK), scores over the cached latent and RoPE key, values in the latent, brought back to
-    d_v per head (W_UV). Both scale scores by 1/sqrt(d_nope + d_rope): the same function."""
+    d_v per head (W_UV). Expanded (what Hugging Face transformers runs): only the latent is
+    cached, and kv_b_proj up-projects every cached latent again at each forward. All scale
+    scores by 1/sqrt(d_nope + d_rope): the same function."""
 
     def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
@@ -271,6 +287,15 @@ class MLAttention(nn.Module):
                     raise ValueError("a naive MLA step after absorbed ones: the decompressed cache is incomplete")
                 got = cache.append(k=k, v=v, latent=latent)
                 k, v = got["k"], got["v"]
+            y = run_attention(self.attend, torch.cat([q_nope, q_rope], dim=-1), k, v, mask, past, None, self.scale)
+        elif form == "expanded":
+            if cache is not None:
+                latent = cache.append(latent=latent)["latent"]                # [B, 1, T + C, r_kv + d_rope]
+            keys = latent.shape[2]
+            c_all, k_rope_all = latent[:, 0].split([lc.r_kv, lc.d_rope], dim=-1)
+            kv = self.kv_b_proj(c_all).view(B, keys, lc.h_q, lc.d_nope + lc.d_v).transpose(1, 2)
+            k_nope, v = kv.split([lc.d_nope, lc.d_v], dim=-1)               # every cached latent, again
+            k = torch.cat([k_nope, k_rope_all[:, None].expand(B, lc.h_q, keys, lc.d_rope)], dim=-1)
             y = run_attention(self.attend, torch.cat([q_nope, q_rope], dim=-1), k, v, mask, past, None, self.scale)
         else:
             if cache is not None:
@@ -362,9 +387,12 @@ class Decoder(nn.Module):
         self.norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
         self.lm_head = nn.Linear(c.d, c.V, bias=False)
 
-    def new_cache(self, batch: int, max_len: int) -> list[KVCache]:
+    def new_cache(self, batch: int, max_len: int, window_cache: str = "whole") -> list[KVCache]:
+        """A cache per layer; ``window_cache`` ``rolling``: a window layer keeps its last W - 1 tokens."""
         p = self.lm_head.weight
-        return [KVCache(batch, max_len, layer.attn.cache_shapes(), p.dtype, p.device) for layer in self.layers]
+        return [KVCache(batch, max_len, layer.attn.cache_shapes(), p.dtype, p.device,
+                        lc.W - 1 if window_cache == "rolling" and lc.W is not None else None)
+                for layer, lc in zip(self.layers, self.c.layers)]
 
     def forward(self, tokens: torch.Tensor, mask, past: int = 0,
                 cache: Optional[list[KVCache]] = None, logits: str = "last",
@@ -375,7 +403,7 @@ class Decoder(nn.Module):
         ``logits``: ``last`` -- the LM head on the positions ``rows`` = (batch index, position)
         (default: each sequence's last position), giving [R, V]; ``all`` -- every position,
         [B, C, V]; ``none`` -- no LM head (a chunk that is not the prompt's last).
-        ``form``: the MLA form (``naive`` or ``absorbed``) for MLA layers.
+        ``form``: the MLA form (``naive``, ``absorbed`` or ``expanded``) for MLA layers.
         """
         B, C = tokens.shape
         positions = torch.arange(past, past + C, device=tokens.device)

@@ -23,23 +23,24 @@ KERNEL_TILE = {"cpu": (64, 512), "cuda": (128, 128)}
 
 
 def jobs_for(spec: ModelSpec, names: Sequence[str], seqs: Sequence[int], batch: int, tile, device,
-             mla: str = "auto") -> list[jobs.Job]:
+             mla: str = "auto", window_cache: str = "whole") -> list[jobs.Job]:
     """The jobs of the named workloads (the core registry's names or aliases) at each length."""
     out = []
+    cache = {"window_cache": window_cache}
     for name in workload_names(names):
         make = jobs.JOBS[name]
         for seq in seqs:
             if name == "varlen_prefill":
                 lengths = [max(1, seq // 8), max(1, seq // 2), max(1, seq // 4)]
-                out += [make(spec, lengths, padded, tile, device, mla) for padded in (True, False)]
+                out += [make(spec, lengths, padded, tile, device, mla, **cache) for padded in (True, False)]
             elif name == "cached_prefill":
-                out.append(make(spec, max(1, seq // 4), seq, batch, tile, device, mla))
+                out.append(make(spec, max(1, seq // 4), seq, batch, tile, device, mla, **cache))
             elif name == "chunked":
-                out.append(make(spec, seq, max(1, (seq + 2) // 3), batch, tile, device, mla))
+                out.append(make(spec, seq, max(1, (seq + 2) // 3), batch, tile, device, mla, **cache))
             elif name == "generate":
-                out.append(make(spec, max(1, seq // 4), GENERATION_NEW, batch, tile, device, mla))
+                out.append(make(spec, max(1, seq // 4), GENERATION_NEW, batch, tile, device, mla, **cache))
             else:
-                out.append(make(spec, seq, batch, tile, device, mla))
+                out.append(make(spec, seq, batch, tile, device, mla, **cache))
     return out
 
 
@@ -64,10 +65,12 @@ GENERATION_NEW = 4      # tokens the generation check generates after each promp
 def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers: int | None = None,
            vocab: int | None = None, workloads: Sequence[str] = tuple(jobs.JOBS), seqs: Sequence[int] = (64,),
            batch: int = 1, tile: tuple[int, int] = (16, 16), repeats: int = 1, peak_n: int | None = None,
-           attention_lengths: Sequence[int] = (), show_progress: bool = True, mla: str = "auto") -> Outcome:
+           attention_lengths: Sequence[int] = (), show_progress: bool = True, mla: str = "auto",
+           window_cache: str = "whole") -> Outcome:
     """Every check that can be made from sizes comes first (the workloads, the positions and
     memory the longest of them needs): a run that cannot finish stops before any weight is built."""
-    calc.mla_form("prefill", mla)      # a bad --mla is an error before any weight is built
+    calc.mla_form("prefill", mla)      # a bad --mla (or window cache) is an error before any weight is built
+    calc.Options(window_cache=window_cache)
     if not workloads:
         raise CostcalcError("no workload to run")
     seed_toy = is_seed_toy(spec) and layers is None and vocab is None
@@ -75,7 +78,7 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
     dev = build.resolve_device(device)
     torch_dtype = build.resolve_dtype(dtype if not seed_toy or dtype != "float32" else "float64", dev)
     names = workload_names(workloads)
-    todo = jobs_for(checked, names, seqs, batch, tile, dev, mla)
+    todo = jobs_for(checked, names, seqs, batch, tile, dev, mla, window_cache)
     checks = generation_jobs(checked, seqs, batch) if "generate" in names else []
     if seed_toy:
         checks.append(toy_checks.job())
@@ -108,7 +111,7 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
         if outcome.timings:
             outcome.extras += roofline.predict(outcome, Machine(outcome.profile), torch_dtype)
     if "generate" in names:
-        outcome.extras += generation_check(model, checked, seqs, batch, dev, mla)
+        outcome.extras += generation_check(model, checked, seqs, batch, dev, mla, window_cache)
     if seed_toy:
         outcome.extras += toy_checks.tutorial_table(model)
     if attention_lengths and repeats:
@@ -163,14 +166,15 @@ def generation_jobs(spec: ModelSpec, seqs: Sequence[int], batch: int) -> list[jo
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-3, torch.bfloat16: 0.25, torch.float16: 0.1}
 
 
-def generation_check(model, spec: ModelSpec, seqs, batch: int, device, mla: str = "auto") -> list[str]:
+def generation_check(model, spec: ModelSpec, seqs, batch: int, device, mla: str = "auto",
+                     window_cache: str = "whole") -> list[str]:
     """Cached greedy generation against full recomputation at every step."""
     lines = []
     tol = TOLERANCE[model.lm_head.weight.dtype]
     with torch.no_grad():
         for seq in seqs:
             prompt = jobs._tokens(batch, max(1, seq // 4), spec["V"], 5, device)
-            tokens, steps = jobs.greedy(model, prompt, GENERATION_NEW, mla)
+            tokens, steps = jobs.greedy(model, prompt, GENERATION_NEW, mla, window_cache)
             gap = jobs.recompute_gap(model, tokens, steps, prompt.shape[1])
             verdict = "within" if gap <= tol else "OUTSIDE"
             lines.append(f"generate S={prompt.shape[1]} N={GENERATION_NEW}: cached vs recomputed logits, max |diff| = "

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from . import hardware, info, plot_cmd, verify_cmd, workloads
+from . import compare_cmd, hardware, info, plot_cmd, verify_cmd, workloads
 
 app = typer.Typer(
     name="costcalc",
@@ -55,6 +55,8 @@ app.command(short_help="Prefill plus N-1 decode steps: a whole generation.")(wor
 app.command(short_help="A training step (3 x forward) beside the 6P rule.")(workloads.train)
 app.command(short_help="The derived formula of a workload, term by term.")(info.formula)
 app.command(short_help="Where attention FLOPs equal the linear layers'.")(info.crossover)
+app.command(short_help="Other tools' numbers, reproduced and explained.")(compare_cmd.compare)
+app.command(short_help="MFU of a run under each convention and tool.")(compare_cmd.mfu)
 app.command(short_help="Does it fit: weights, KV cache, largest batch.")(hardware.memory)
 app.command(short_help="A figure: FLOPs by term against length.")(plot_cmd.plot)
 app.command(short_help="Hold the formulas to a real torch decoder's FLOPs.")(verify_cmd.verify)

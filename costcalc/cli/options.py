@@ -11,7 +11,7 @@ from .. import outputs, presets, ranges
 from ..errors import CostcalcError
 from ..render import FORMATS, SUFFIXES, Columns, length, write
 from ..spec import ModelSpec
-from ..vocab import TERM_ORDER, Dtype, Logits, MlaForm, Routing
+from ..vocab import TERM_ORDER, Dtype, Logits, MlaForm, Routing, WindowCache
 
 
 MAX_TABLE_ROWS = 10_000   # a terminal table or Markdown longer than this is refused
@@ -53,7 +53,11 @@ Mla = MlaForm   # the core's own choices, shared
 
 MlaOpt = Annotated[Mla, typer.Option(
     "--mla", help="MLA form for models with MLA layers: auto (absorbed for decode steps, naive otherwise), "
-                  "naive or absorbed.")]
+                  "naive, absorbed, or expanded (naive, with kv_b_proj re-expanding every cached latent "
+                  "at each forward, as Hugging Face runs DeepSeek).")]
+WindowCacheOpt = Annotated[WindowCache, typer.Option(
+    "--window-cache", help="KV cache of sliding-window layers: whole (every past key kept and masked) or "
+                           "rolling (the last W-1 keys, as Hugging Face and vLLM keep); changes full only.")]
 DeviceOpt = Annotated[Optional[str], typer.Option(
     "--device", "-d", metavar="NAME", help="Time on a device (see 'costcalc devices'): adds bytes, time and bound.")]
 DeviceFileOpt = Annotated[Optional[str], typer.Option(
@@ -229,6 +233,18 @@ def with_traffic(command):
 
     wrapper.__signature__ = signature.replace(parameters=params[:at] + added + params[at:])
     return wrapper
+
+
+def window_cache(choice: Union[WindowCache, str], specs: Sequence[ModelSpec], kinds: Sequence[str]) -> str:
+    """--window-cache, with a warning where it changes nothing (no window layers, or no
+    full convention asked for)."""
+    choice = WindowCache.parse(choice, "--window-cache").value
+    if choice != "whole":
+        if not any(spec.windows for spec in specs):
+            warn(f"--window-cache {choice} does nothing: {', '.join(s.name for s in specs)} has no window layers")
+        elif "full" not in kinds:
+            warn(f"--window-cache {choice} does nothing under --convention {'+'.join(kinds)} (only full uses it)")
+    return choice
 
 
 def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Optional[Dtype],

@@ -10,7 +10,9 @@ import typer
 from .. import outputs
 from ..errors import CostcalcError
 from .options import (TABLE_WIDTH, ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt,
-                      emit, int_list, mla_form, model, output_format, warn)
+                      WindowCacheOpt, emit, int_list, mla_form, model, output_format, warn)
+from .options import window_cache as cache_choice
+from ..vocab import WindowCache
 from .options import tile as parse_tile
 
 WORKLOADS = "prefill,varlen_prefill,cached_prefill,chunked,decode,generate"   # verify.jobs.JOBS
@@ -42,6 +44,7 @@ def verify(
     attention_lengths: Annotated[Optional[str], typer.Option(
         metavar="S", help="Lengths at which to time causal against full attention; a comma list.")] = None,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     save_profile: Annotated[Optional[str], typer.Option(
         "--save-profile", metavar="FILE", help="Write the device profile this run measures (GEMM peak, memory "
                                                "bandwidth) as JSON, for --device-file.")] = None,
@@ -67,6 +70,7 @@ def verify(
         raise CostcalcError(f"--repeats: {repeats} is negative")
     seqs, lengths = int_list(seq, "--seq"), int_list(attention_lengths, "--attention-lengths")
     chosen_tile, mla = parse_tile(tile), mla_form(mla, [spec])
+    cache = cache_choice(window_cache, [spec], ["full"])
     if lengths and not repeats:
         warn(f"--attention-lengths {attention_lengths} does nothing with --repeats 0 (nothing is timed)")
     # Where the results go is checked before any work: a run is never lost to a bad path.
@@ -84,7 +88,7 @@ def verify(
 
     try:
         outcome = run(spec, device, dtype, layers, vocab, names, seqs, batch, chosen_tile, repeats,
-                      attention_lengths=lengths, mla=mla)
+                      attention_lengths=lengths, mla=mla, window_cache=cache)
     except MemoryError:
         raise CostcalcError("out of memory: use --layers, --vocab or shorter --seq") from None
     except RuntimeError as exc:

@@ -8,9 +8,11 @@ import typer
 from .. import calc, notes
 from ..errors import CostcalcError
 from ..ranges import check_rows
+from ..vocab import WindowCache
 from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla,
-                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, WideOpt, axes, concat, conventions, emit,
-                      int_list, interleave, mla_form, models, with_traffic)
+                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, WideOpt, WindowCacheOpt, axes, concat,
+                      conventions, emit, int_list, interleave, mla_form, models, warn, with_traffic)
+from .options import window_cache as cache_choice
 from .options import tile as parse_tile
 
 
@@ -32,6 +34,7 @@ def prefill(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     traffic: tuple = (None, None),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -44,6 +47,9 @@ def prefill(
     specs = models(preset, preset_file, config)
     kinds = conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, kinds)
+    if cached_prefix is None and cache != "whole":
+        warn(f"--window-cache {cache} does nothing without --cached-prefix (a prefill caches nothing before it)")
     precision, machine = traffic
     if lengths is not None:
         if precision is not None:
@@ -69,7 +75,7 @@ def prefill(
         points = axes("cached_prefill", chunk=(seq, "--seq"), prefix=(cached_prefix, "--cached-prefix"),
                       batch=(batch, "--batch"))
         tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, precision, machine,
-                                         **points) for c in kinds]) for spec in specs]
+                                         cache, **points) for c in kinds]) for spec in specs]
     emit(concat(tables), fmt, output, wide=wide)
 
 
@@ -86,6 +92,7 @@ def chunked(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     traffic: tuple = (None, None),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -100,6 +107,7 @@ def chunked(
                             batch=(batch, "--batch")))
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, kinds)
     precision, machine = traffic
     count = 0
     for point in points:   # every schedule's size is checked before any is built
@@ -108,7 +116,7 @@ def chunked(
     for spec in specs:
         for p in ({**point, "convention": c} for point in points for c in kinds):
             schedule = calc.chunked_table(spec, logits=logits.value, tile=chosen, mla=mla, precision=precision,
-                                          machine=machine,
+                                          machine=machine, window_cache=cache,
                                           **{k: v if isinstance(v, str) else int(v) for k, v in p.items()})
             tables.append(schedule)
             total, single = schedule["total_flops"][-2], schedule["total_flops"][-1]
@@ -142,6 +150,7 @@ def decode(
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     traffic: tuple = (None, None),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -153,12 +162,14 @@ def decode(
     """
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, conventions(convention))
     precision, machine = traffic
     points = axes("decode", context=(context, "--context"), batch=(batch, "--batch"))
-    emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, precision=precision, machine=machine, **points)
+    emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, precision=precision, machine=machine,
+                                        window_cache=cache, **points)
                              for c in conventions(convention)])
                  for spec in specs]),
-         fmt, output, [_decode_note(specs)], wide)
+         fmt, output, [_decode_note(specs, cache)], wide)
 
 
 @with_traffic
@@ -173,6 +184,7 @@ def generate(
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
+    window_cache: WindowCacheOpt = WindowCache.whole,
     traffic: tuple = (None, None),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -184,9 +196,11 @@ def generate(
     """
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, kinds)
     precision, machine = traffic
     points = axes("generate", seq=(prompt, "--prompt"), new_tokens=(new, "--new"), batch=(batch, "--batch"))
-    emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, precision, machine, **points)
+    emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, precision, machine,
+                                                 window_cache=cache, **points)
                              for c in conventions(convention)], block=3) for spec in specs]), fmt, output, wide=wide)
 
 
@@ -214,9 +228,12 @@ def train(
                              for c in conventions(convention)]) for spec in specs]), fmt, output, [notes.TRAIN], wide)
 
 
-def _decode_note(specs) -> str:
+def _decode_note(specs, cache: str = "whole") -> str:
     note = "A decode step reads T+1 keys (its own included)"
     if any(spec.windows for spec in specs):
+        if cache == "rolling":
+            return note + ("; in a sliding-window layer with a rolling cache it holds only min(T+1, W) of "
+                           "them, under causal and full alike.")
         return note + ("; in a sliding-window layer causal counts min(T+1, W) of them, full all T+1 "
-                       "(the rectangle of the shapes).")
+                       "(the rectangle of the shapes; --window-cache rolling: min(T+1, W)).")
     return note + ": causal and full agree."

@@ -2,7 +2,7 @@
 
 A query that reads K keys runs, per query head, ``QK^T = [1, d_qk] x [d_qk, K]`` and
 ``AV = [1, K] x [K, d_v']`` (``per_query_flops``): for GQA ``d_qk = d_v' = d_h``; for naive
-MLA ``d_qk = d_nope + d_rope`` and ``d_v' = d_v``; for absorbed MLA the scores run over the
+(and expanded) MLA ``d_qk = d_nope + d_rope`` and ``d_v' = d_v``; for absorbed MLA the scores run over the
 latent and the RoPE key, ``d_qk = r_kv + d_rope``, and the values over the latent, ``d_v' = r_kv``.
 
 Which keys it reads is ``keys_read(convention, block, p, past, new)``, for the query at
@@ -24,7 +24,7 @@ def head_dims(block: Block) -> tuple[sp.Expr, sp.Expr]:
     """(score width, value width) per query head and key."""
     if block.attention in ("gqa", "window"):
         return s.d_h, s.d_h
-    if block.form == "naive":
+    if block.form != "absorbed":                        # naive and expanded: per-head K and V
         return s.d_nope + s.d_rope, s.d_v
     return s.r_kv + s.d_rope, s.r_kv
 
@@ -46,6 +46,8 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
     - causal: its legal keys -- ``p`` (itself and every earlier token), ``min(p, W)`` in a
       sliding-window layer (itself and the W-1 before it);
     - full: every key the shapes hold, ``past + new``, window or not (a dense masked matmul);
+      a window layer with a rolling cache holds only the last W-1 past keys,
+      ``min(past, W - 1) + new`` (Hugging Face's and vLLM's sliding-window caches);
     - tiled: the key tiles of ``b_k`` (aligned at key 0) its query tile visits: queries go in
       tiles of ``b_q`` from the first new one; tile t reads from the tile holding the window
       start of its first row (key 1 without a window) to the tile holding its last row's
@@ -53,6 +55,8 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
       ``floor(max(q_first - W, 0) / b_k) b_k`` (``tile_keys``). One query is one tile.
     """
     if convention == Convention.full:
+        if block.attention == "window" and block.cache == "rolling":
+            return sp.Min(past, s.W - 1) + new
         return past + new
     if convention == Convention.causal:
         return sp.Min(p, s.W) if block.attention == "window" else p
@@ -77,13 +81,14 @@ def attention_sum(convention: Convention, block: Block, past: sp.Expr, new: sp.E
     """Keys read by all queries of a forward, ``sum(keys_read(p) for p in past+1..past+new)``.
 
     In closed form: causal ``new*past + new(new+1)/2`` (split at p = W in a window, where the
-    keys stop growing); full ``new (past + new)``; tiled the same sum grouped by query tile
+    keys stop growing); full ``new (past + new)`` (``new (min(past, W-1) + new)`` in a window
+    with a rolling cache); tiled the same sum grouped by query tile
     (every row of a tile reads the tile's keys), left as a sum over tiles.
     """
     if new == 1:
         return keys_read(convention, block, past + 1, past, new)
     if convention == Convention.full:
-        return sp.expand(new * (past + new))
+        return sp.expand(new * keys_read(convention, block, past + 1, past, new))
     if convention == Convention.causal:
         return position_sum(block, past + 1, past + new)
     t = s.t
@@ -107,12 +112,14 @@ def position_sum(block: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
 
 def steps_sum(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
     """Keys read by single-query steps (decode) at positions lo..hi: the query at p runs over
-    ``p - 1`` cached tokens, ``sum(keys_read(p, past=p-1, new=1) for p in lo..hi)``."""
+    ``p - 1`` cached tokens, ``sum(keys_read(p, past=p-1, new=1) for p in lo..hi)``. (Under
+    ``full`` with a rolling window cache a step reads ``min(p - 1, W - 1) + 1 = min(p, W)``:
+    the causal window sum.)"""
     p = s.p
     keys = keys_read(convention, block, p, p - 1, sp.Integer(1))
     if keys.has(sp.floor, sp.ceiling):                    # whole key tiles in a window: no closed form
         return sp.Sum(keys, (p, lo, hi))
-    if keys.has(sp.Min):                                  # min(p, W): split at W
+    if keys.has(sp.Min):                                  # min(p, W) (or min(p-1, W-1)+1): split at W
         return position_sum(block, lo, hi)
     return sp.summation(keys, (p, lo, hi))
 
@@ -142,7 +149,7 @@ def keys_loaded(convention: Convention, block: Block, past: sp.Expr, new: sp.Exp
     a window) and full (every key the shapes hold); under tiled, every query tile loads the
     key tiles it visits again (``tile_keys`` summed over the tiles)."""
     if convention == Convention.full:
-        return past + new
+        return keys_read(convention, block, past + 1, past, new)      # a rolling window cache holds fewer
     if convention == Convention.causal:
         return sp.Min(past + new, s.W - 1 + new) if block.attention == "window" else past + new
     if new == 1:

@@ -26,6 +26,7 @@ class Projection:
     uses: sp.Expr = sp.Integer(1)       # times a token goes through it (k for a routed expert)
     instances: sp.Expr = sp.Integer(1)  # copies of the weight in the model (E routed experts)
     weight: bool = True                 # False: a product with another module's weight slice
+    over_cache: bool = False            # runs over every cached token too, not only the new ones
 
 
 GQA = (
@@ -44,14 +45,16 @@ def mla(q_lora: bool, form: str) -> tuple[Projection, ...]:
     Absorbed: the KV up-projection is not run per token; instead each head's query is
     taken into the latent (``q_absorb``: kv_b_proj's K part, d_nope x r_kv) and each head's
     latent output back to d_v (``v_absorb``: its V part, r_kv x d_v) -- products with the
-    same weights, charged per token."""
+    same weights, charged per token. Expanded: the naive products, but the latent is cached and
+    ``kv_b_proj`` runs over every cached token as well as the new ones at each forward."""
     q = (Projection("q_a_proj", "attn_proj", s.d, s.r_q),
          Projection("q_b_proj", "attn_proj", s.r_q, s.h_q * _QK)) if q_lora else (
         Projection("q_proj", "attn_proj", s.d, s.h_q * _QK),)
     kv_a = Projection("kv_a_proj_with_mqa", "attn_proj", s.d, s.r_kv + s.d_rope)
     o = Projection("o_proj", "attn_proj", s.h_q * s.d_v, s.d)
-    if form == "naive":
-        kv = (kv_a, Projection("kv_b_proj", "attn_proj", s.r_kv, s.h_q * (s.d_nope + s.d_v)))
+    if form in ("naive", "expanded"):
+        kv = (kv_a, Projection("kv_b_proj", "attn_proj", s.r_kv, s.h_q * (s.d_nope + s.d_v),
+                               over_cache=form == "expanded"))
     else:
         kv = (kv_a,
               Projection("q_absorb", "attn_proj", s.d_nope, s.r_kv, s.h_q, weight=False),
@@ -93,9 +96,11 @@ def block(arch: "str | Block") -> tuple[Projection, ...]:
     return attention + MOE_FFN + (SHARED_FFN if kind.shared else ()) + ((SHARED_GATE,) if kind.shared_gate else ())
 
 
-def operators(arch: "str | Block", n: sp.Expr) -> dict[str, sp.Expr]:
-    """Linear FLOPs of each projection for n tokens through all L layers, by operator name."""
-    return {p.name: s.L * matmul(n * p.uses, p.fan_in, p.fan_out) for p in block(arch)}
+def operators(arch: "str | Block", n: sp.Expr, past: sp.Expr = sp.Integer(0)) -> dict[str, sp.Expr]:
+    """Linear FLOPs of each projection for n new tokens after ``past`` cached ones through all
+    L layers, by operator name (a projection ``over_cache`` runs over the past tokens too)."""
+    return {p.name: s.L * matmul((n + past if p.over_cache else n) * p.uses, p.fan_in, p.fan_out)
+            for p in block(arch)}
 
 
 def term_of(arch: "str | Block") -> dict[str, str]:

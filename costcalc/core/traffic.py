@@ -45,7 +45,7 @@ def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, ne
     block, convention = coerce(arch), Convention.parse(convention, "convention")
     out: dict[str, sp.Expr] = {}
     for p in projections(block):
-        rows = batch * new * p.uses
+        rows = batch * (new + past if p.over_cache else new) * p.uses    # MLA expanded: kv_b_proj over the cache too
         weight = p.fan_in * p.fan_out * (p.instances if p.instances != s.E else 1)   # one routed expert
         if not p.weight:   # MLA absorbed: the slices of kv_b_proj it multiplies, once per head
             weight = p.fan_in * p.fan_out * p.uses

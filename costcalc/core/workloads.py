@@ -42,7 +42,7 @@ def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, ne
     block, convention = coerce(arch), Convention.parse(convention, "convention")
     if logits not in _ROWS:
         raise ValueError(f"logits must be one of last, all, got {logits!r}")
-    ops = {name: batch * e for name, e in operators(block, new).items()}
+    ops = {name: batch * e for name, e in operators(block, new, past).items()}
     ops["attention"] = batch * attention_flops(convention, past, new, block)
     ops[LM_HEAD.name] = lm_head_flops(batch * _ROWS[logits](new))
     return Breakdown(ops, term_of(block)).map(lambda e: e)

@@ -1,0 +1,199 @@
+"""``costcalc compare`` and ``costcalc mfu``: other tools' numbers for a workload, reproduced
+and explained term by term; and the MFU a run reads as under each of them."""
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Optional
+
+import typer
+
+from .. import outputs
+from ..errors import CostcalcError
+from ..ranges import check_rows
+from .options import (ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
+                      PresetFileOpt, PresetOpt, WideOpt, axes, models, output_format, warn)
+
+
+class Workload(str, enum.Enum):
+    prefill = "prefill"
+    decode = "decode"
+    generate = "generate"
+    train = "train"
+
+
+WorkloadArg = Annotated[Workload, typer.Argument(help="prefill, decode, generate or train.")]
+SeqOpt = Annotated[Optional[str], typer.Option(
+    "--seq", "--prompt", "-s", metavar="S", help="Sequence length S (prefill, train; generate: the prompt).")]
+ContextOpt = Annotated[Optional[str], typer.Option(
+    "--context", "-t", metavar="T", help="Tokens T already cached (decode).")]
+NewOpt = Annotated[Optional[str], typer.Option("--new", "-n", metavar="N", help="Output tokens N (generate).")]
+ToolsOpt = Annotated[str, typer.Option(
+    "--tools", metavar="all|a,b", help="Tools to compare: all, or a comma list (see docs/conventions.md).")]
+AttentionOpt = Annotated[str, typer.Option(
+    "--hf-attention", metavar="eager|sdpa",
+    help="Attention of the Hugging Face model the executed counters run (transformers' default is sdpa).")]
+ExpertsOpt = Annotated[str, typer.Option(
+    "--hf-experts", metavar="grouped_mm|batched_mm|eager",
+    help="MoE experts of that model (transformers 5's default grouped_mm is counted by no tool).")]
+
+
+def _cases(workload: Workload, preset, preset_file, config, seq, context, new, batch):
+    from ..peers.base import Case
+
+    wanted = {"prefill": ("--seq",), "train": ("--seq",), "decode": ("--context",), "generate": ("--seq", "--new")}
+    given = {"--seq": seq, "--context": context, "--new": new}
+    for flag, value in given.items():
+        if value is not None and flag not in wanted[workload.value]:
+            raise CostcalcError(f"{flag} does not apply to {workload.value} (it takes {', '.join(wanted[workload.value])})")
+    for flag in wanted[workload.value]:
+        if given[flag] is None:
+            raise CostcalcError(f"{workload.value} needs {flag}")
+    name = {"prefill": "prefill", "train": "train", "decode": "decode", "generate": "generate"}[workload.value]
+    columns = {"--seq": ("seq", seq), "--context": ("context", context), "--new": ("new_tokens", new)}
+    grid = axes(name, **{columns[f][0]: (columns[f][1], f) for f in wanted[workload.value]}, batch=(batch, "--batch"))
+    n = len(grid["batch"])
+    points = [{k: int(v[i]) for k, v in grid.items()} for i in range(n)]
+    specs = models(preset, preset_file, config)
+    return [Case(spec, workload.value, p["batch"], p.get("seq", 0), p.get("context", 0), p.get("new_tokens", 0))
+            for spec in specs for p in points]
+
+
+def _setup(attention: str, experts: str):
+    from ..peers.base import Setup
+
+    return Setup(attention, experts)
+
+
+def _emit(rows: list[dict], text, fmt, output, wide: bool) -> None:
+    from ..peers import report
+    from ..render import write
+
+    dest = outputs.target(output)
+    chosen = output_format(fmt, dest)
+    width = None if wide else 80
+    if chosen == "table":
+        body = "\n".join(text(group, width or 10_000) for group in _groups(rows))
+        outputs.write(dest, lambda handle: handle.write(body))
+    elif chosen == "json":        # each row its own keys (a convention row has no tool)
+        import json
+
+        text = json.dumps(report.jsonable(rows), indent=2) + "\n"
+        outputs.write(dest, lambda handle: handle.write(text))
+    elif chosen == "markdown":    # numbers as text: exact, and as the tool printed them
+        from ..render import frame
+
+        text = frame(report.flat(rows)).to_markdown(index=False, disable_numparse=True) + "\n"
+        outputs.write(dest, lambda handle: handle.write(text))
+    else:
+        outputs.write(dest, lambda handle: write(report.flat(rows), chosen, handle))
+    if dest.kind != "stdout":
+        typer.echo(f"wrote {len(rows)} rows ({chosen}) to {dest.shown}", err=True)
+
+
+def _groups(rows: list[dict]) -> list[list[dict]]:
+    """Rows of one case together (a case: preset, workload and sizes)."""
+    out: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = tuple(row.get(k) for k in ("preset", "workload", "batch", "seq", "context", "new_tokens"))
+        out.setdefault(key, []).append(row)
+    return list(out.values())
+
+
+def compare(
+    workload: WorkloadArg,
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    config: ConfigOpt = None,
+    seq: SeqOpt = None,
+    context: ContextOpt = None,
+    new: NewOpt = None,
+    batch: BatchOpt = "1",
+    tools: ToolsOpt = "all",
+    hf_attention: AttentionOpt = "eager",
+    hf_experts: ExpertsOpt = "batched_mm",
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+    wide: WideOpt = False,
+) -> None:
+    """Other tools' numbers for a workload, reproduced exactly and explained term by term.
+
+    Example: costcalc compare prefill --preset llama-2-7b --seq 1024
+    """
+    from .. import peers
+    from ..peers import report
+
+    names, setup = peers.tools(tools), _setup(hf_attention, hf_experts)
+    cases = _cases(workload, preset, preset_file, config, seq, context, new, batch)
+    check_rows(len(cases) * len(names), "the comparison (cases x tools)")
+    rows = [row for case in cases for row in peers.compare(case, names, setup)]
+    _emit(rows, report.compare_text, fmt, output, wide)
+
+
+def mfu(
+    workload: WorkloadArg,
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    config: ConfigOpt = None,
+    seq: SeqOpt = None,
+    context: ContextOpt = None,
+    new: NewOpt = None,
+    batch: BatchOpt = "1",
+    time: Annotated[Optional[float], typer.Option("--time", metavar="SECONDS", help="Measured time of the run.")] = None,
+    tokens_per_s: Annotated[Optional[float], typer.Option(
+        "--tokens-per-s", metavar="N", help="Measured rate: tokens processed (prefill, train: B x S), "
+                                            "decoded (decode: B) or generated (generate: B x N) per second.")] = None,
+    peak: Annotated[Optional[str], typer.Option(
+        "--peak", metavar="FLOPS", help="Peak FLOP/s, e.g. 989.5e12 or 989.5T.")] = None,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    tools: ToolsOpt = "all",
+    hf_attention: AttentionOpt = "eager",
+    hf_experts: ExpertsOpt = "batched_mm",
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+    wide: WideOpt = False,
+) -> None:
+    """The MFU a run reads as under costcalc's conventions and under each tool's count.
+
+    Example: costcalc mfu prefill -p llama-3.1-8b -s 8192 --time 0.2 --device h100
+    """
+    from .. import peers
+    from ..peers import mfu as model_flops, report
+
+    names, setup = peers.tools(tools), _setup(hf_attention, hf_experts)
+    flops_per_s, peak_from = _peak(peak, device, device_file, act_dtype)
+    cases = _cases(workload, preset, preset_file, config, seq, context, new, batch)
+    check_rows(len(cases) * (len(names) + 3), "the MFU table (cases x rows)")
+    rows = [row for case in cases for row in model_flops.utilisation(
+        case, model_flops.seconds(case, time, tokens_per_s), flops_per_s, names, setup, peak_from)]
+    _emit(rows, report.mfu_text, fmt, output, wide)
+
+
+PREFIXES = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+
+def _peak(text: Optional[str], device: Optional[str], device_file: Optional[str], act_dtype) -> tuple[float, str]:
+    """--peak (a number, optionally with an SI prefix: 989.5T), or a device's dense peak for the
+    compute dtype (--act-dtype, default bf16)."""
+    given = [f for f, v in (("--peak", text), ("--device", device), ("--device-file", device_file)) if v]
+    if len(given) != 1:
+        raise CostcalcError("give one of --peak FLOPS, --device NAME or --device-file PATH"
+                            + (f", not {' and '.join(given)}" if given else ""))
+    if text is not None:
+        if act_dtype is not None:
+            warn("--act-dtype does nothing with --peak (it picks a device's peak)")
+        body = text.strip().upper().removesuffix("FLOPS").removesuffix("FLOP/S")
+        scale = PREFIXES.get(body[-1:], None) if body[-1:].isalpha() else 1
+        try:
+            value = float(body[:-1] if body[-1:].isalpha() else body) * (scale if scale else float("nan"))
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise CostcalcError(f"--peak: {text!r} is not a positive number of FLOP/s (e.g. 989.5e12 or 989.5T)")
+        return value, "--peak"
+    from .. import devices
+
+    profile = devices.load(device) if device else devices.load_file(device_file)
+    dtype = act_dtype.value if act_dtype is not None else "bf16"
+    return profile.peak(dtype), f"{profile.name}, dense {dtype}"

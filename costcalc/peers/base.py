@@ -1,0 +1,212 @@
+"""What every recipe shares: the case compared, costcalc's own numbers for it, and the answer.
+
+A recipe computes a tool's number from the tool's own formula, written as the tool writes it.
+Separately it names the differences from costcalc's default (causal, logits last, MLA auto):
+first a *path* of costcalc options (``full square`` = costcalc full - causal, ``LM head on all
+positions`` = logits all - last, ...), each step's size computed by costcalc's core; then the
+tool's own terms (elementwise operations, a halved unit, parameters costcalc does not
+multiply). ``reconcile`` adds them up and refuses an answer whose differences do not give the
+tool's number exactly: the two computations check each other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Callable, Optional, Union
+
+from ..errors import CostcalcError
+from ..spec import ModelSpec
+
+Number = Union[int, Fraction]
+WORKLOADS = ("prefill", "decode", "generate", "train")
+HALF = "x0.5"           # a difference that halves the running number (MACs not FLOPs)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload of one model: B sequences; ``seq`` S (prefill, train, the prompt of a
+    generation), ``context`` T (decode), ``new`` N output tokens (generate)."""
+    spec: ModelSpec
+    workload: str
+    batch: int = 1
+    seq: int = 0
+    context: int = 0
+    new: int = 0
+
+    def inputs(self) -> dict[str, int]:
+        """The row columns of this case's sizes."""
+        if self.workload == "decode":
+            return {"batch": self.batch, "context": self.context}
+        if self.workload == "generate":
+            return {"batch": self.batch, "seq": self.seq, "new_tokens": self.new}
+        return {"batch": self.batch, "seq": self.seq}
+
+    @property
+    def tokens(self) -> int:
+        """Tokens a run of this case produces or processes: B*S (prefill, train), B (a decode
+        step), B*N (a generation's output tokens). MFU per token-rate uses it."""
+        return self.batch * {"decode": 1, "generate": self.new}.get(self.workload, self.seq)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The costcalc options a number is computed under."""
+    convention: str = "causal"
+    logits: str = "last"
+    mla: str = "auto"
+    window_cache: str = "whole"
+
+    def label(self, spec: ModelSpec, workload: str) -> str:
+        """``full/all``, plus the MLA form and window cache where the model has them and they
+        are not the default (``full/all, mla expanded, window-cache rolling``)."""
+        text = self.convention if workload in ("decode", "train") else f"{self.convention}/{self.logits}"
+        if spec.has_mla and self.mla != "auto":
+            text += f", mla {self.mla}"
+        if spec.windows and self.window_cache != "whole":
+            text += f", window-cache {self.window_cache}"
+        return text
+
+
+DEFAULT = Config()
+
+
+class Costcalc:
+    """costcalc's own numbers for a case, by configuration, through ``costcalc.calc``."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self._seen: dict[tuple, dict[str, int]] = {}
+
+    def terms(self, config: Config = DEFAULT, **changes) -> dict[str, int]:
+        """Every ``<term>`` (attention, experts, lm_head, linear, total, ...) as an int."""
+        from .. import calc
+
+        config = replace(config, **changes)
+        c, key = self.case, (config.convention, config.logits, config.mla, config.window_cache)
+        if key not in self._seen:
+            opts = dict(convention=config.convention, mla=config.mla)
+            if c.workload == "train":
+                row = calc.train(c.spec, c.seq, c.batch, **opts)
+            elif c.workload == "decode":
+                row = calc.decode(c.spec, c.context, c.batch, window_cache=config.window_cache, **opts)
+            elif c.workload == "generate":
+                row = calc.generate(c.spec, c.seq, c.new, c.batch, logits=config.logits,
+                                    window_cache=config.window_cache, **opts)[-1]
+            else:
+                row = calc.prefill(c.spec, c.seq, c.batch, logits=config.logits, **opts)
+            self._seen[key] = {k.removesuffix("_flops"): v for k, v in row.items() if k.endswith("_flops")}
+        return self._seen[key]
+
+    def total(self, config: Config = DEFAULT, **changes) -> int:
+        return self.terms(config, **changes)["total"]
+
+    def term(self, name: str, config: Config = DEFAULT, **changes) -> int:
+        return self.terms(config, **changes).get(name, 0)
+
+    def per_key(self, config: Config = DEFAULT) -> int:
+        """FLOPs of one more key for one query of every sequence in every layer (attention of
+        a decode step over 2 cached tokens minus over 1; no window is that short)."""
+        from .. import calc
+
+        c = self.case
+        rows = [calc.decode(c.spec, t, c.batch, config.convention, mla=config.mla) for t in (1, 2)]
+        return rows[1]["attention_flops"] - rows[0]["attention_flops"]
+
+
+@dataclass(frozen=True)
+class Difference:
+    term: str
+    flops: Number
+
+
+@dataclass
+class Answer:
+    """A tool's answer for a case (``cannot`` says why there is none)."""
+    reported: Union[int, float, None] = None
+    flops: Optional[Number] = None
+    differences: list[Difference] = field(default_factory=list)
+    equals: Optional[str] = None
+    note: str = ""
+    cannot: Optional[str] = None
+
+
+Step = tuple[str, dict]                                  # a costcalc option change, named
+Extra = tuple[str, Union[Number, Callable[[Config], Number], str]]   # a tool term (or HALF)
+
+
+def full(case: Case) -> Step:
+    """The step to the full rectangle: a decode step only changes where windows are ignored."""
+    if case.workload == "decode":
+        return ("sliding windows ignored (all T+1 keys)", {"convention": "full"})
+    return ("full square", {"convention": "full"})
+
+
+def reconcile(cc: Costcalc, path: list[Step], extras: list[Extra], flops: Number,
+              reported: Union[int, float], note: str) -> Answer:
+    """The differences from costcalc's default to ``flops``: the path's steps (each the change
+    of costcalc's total), then the tool's terms (a number, a function of the path's end
+    configuration, or HALF). Zero terms are left out; the sum must be ``flops`` exactly."""
+    config, running = DEFAULT, Fraction(cc.total())
+    seen = [(DEFAULT, cc.total())]
+    diffs: list[Difference] = []
+    for name, change in path:
+        step = replace(config, **change)
+        delta = cc.total(step) - cc.total(config)
+        if delta:
+            diffs.append(Difference(name, delta))
+        config, running = step, running + delta
+        seen.append((step, cc.total(step)))
+    for name, value in extras:
+        delta = -running / 2 if value == HALF else Fraction(value(config) if callable(value) else value)
+        if delta:
+            diffs.append(Difference(name, exact(delta)))
+        running += delta
+    if running != flops:
+        raise AssertionError(f"{cc.case.spec.name} {cc.case.workload}: the differences give {running}, "
+                             f"the tool's formula {flops}")
+    equals = next((c.label(cc.case.spec, cc.case.workload) for c, v in [seen[0], seen[-1], *seen[1:-1]]
+                   if v == flops), None)
+    return Answer(reported, exact(flops), diffs, equals, note)
+
+
+def exact(value: Number) -> Number:
+    """An int where the value is whole, else the Fraction."""
+    value = Fraction(value)
+    return value.numerator if value.denominator == 1 else value
+
+
+def cannot(reason: str) -> Answer:
+    return Answer(cannot=reason)
+
+
+class Recipe:
+    """A tool: its name (the row's ``tool``), unit (FLOP, MAC or OP), what its printed number
+    is (``reported_as``), the source it follows, and ``answer``."""
+    name = ""
+    unit = "FLOP"
+    printed = ""            # the printed number's unit where it is not ``unit`` (TFLOP, FLOP/token)
+    reported_as = ""
+    source = ""
+    workloads: tuple[str, ...] = WORKLOADS
+
+    def answer(self, case: Case, cc: Costcalc, setup: "Setup") -> Answer:
+        if case.workload not in self.workloads:
+            return cannot(self.why_not(case.workload))
+        return getattr(self, case.workload)(case, cc, setup)
+
+    def why_not(self, workload: str) -> str:
+        return f"no {workload} count"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How a Hugging Face model runs under the executed counters: attention (eager or sdpa)
+    and routed experts (grouped_mm, batched_mm or eager), as transformers 5.23 names them."""
+    attention: str = "eager"
+    experts: str = "batched_mm"
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("eager", "sdpa"):
+            raise CostcalcError(f"--hf-attention must be eager or sdpa, got {self.attention!r}")
+        if self.experts not in ("grouped_mm", "batched_mm", "eager"):
+            raise CostcalcError(f"--hf-experts must be grouped_mm, batched_mm or eager, got {self.experts!r}")

@@ -1,0 +1,48 @@
+"""DeepSpeed's flops profiler around a Hugging Face transformers model.
+
+Follows ``deepspeed/profiling/flops_profiler/profiler.py`` of DeepSpeed 0.19.8: patched
+``F.linear`` (``2 x input.numel() x out_features``), ``torch.matmul``/``bmm``,
+``F.scaled_dot_product_attention`` (the full rectangle, mask and ``is_causal`` ignored) and
+elementwise functions at one FLOP per element: ``F.silu`` on every MLP gate, ``F.softmax`` on
+eager attention scores and on softmax router logits. ``get_total_flops()`` = 2 x MACs +
+those elements. Operators (RMSNorm, RoPE, residual adds) and ``torch._grouped_mm`` (HF's
+default experts) are not patched: 0. It profiles a forward; no training count.
+"""
+from __future__ import annotations
+
+from . import hf
+from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
+
+ELEMENTWISE = "elementwise counts as on HF's Llama, Mixtral and DeepSeek-V3 paths (SiLU MLPs)"
+
+
+def elementwise(m: dict, eager: bool) -> list:
+    """The patched elementwise functions' counts, one FLOP per element."""
+    return [("elementwise: SiLU, 1 per element", m["silu"]),
+            ("elementwise: attention softmax, 1 per element", m["softmax"] if eager else 0),
+            ("elementwise: router softmax, 1 per element", m["router_softmax"])]
+
+
+class DeepSpeed(Recipe):
+    name = "deepspeed"
+    unit = "FLOP"
+    reported_as = "FlopsProfiler.get_total_flops() (2 x MACs + elementwise ops)"
+    source = "DeepSpeed 0.19.8 deepspeed/profiling/flops_profiler/profiler.py, on transformers 5.23 models"
+    workloads = ("prefill", "decode", "generate")
+
+    def why_not(self, workload: str) -> str:
+        return "profiles a forward; no training count (the engine's printout only scales rates)"
+
+    def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
+        if case.workload not in self.workloads:
+            return super().answer(case, cc, setup)
+        eager, counts_experts = setup.attention == "eager", setup.experts != "grouped_mm"
+        m = hf.macs(case, hf.run(case, logits_all=case.workload != "generate"))
+        flops = 2 * (m["linear"] + m["attention"] + m["experts"] * counts_experts)
+        flops += m["silu"] + m["router_softmax"] + (m["softmax"] if eager else 0)
+        extras = [] if counts_experts else [("routed experts not counted (torch._grouped_mm not patched)",
+                                             lambda c: -cc.term("experts", c))]
+        note = hf.SETUP.format(**vars(setup)) + f"; {ELEMENTWISE}"
+        if case.workload == "decode":
+            note += "; FlopsProfiler on one step (get_model_profile's warm-up would add a key)"
+        return reconcile(cc, hf.path(case), extras + elementwise(m, eager), flops, flops, note)

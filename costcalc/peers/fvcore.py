@@ -1,0 +1,45 @@
+"""fvcore's ``FlopCountAnalysis`` on a (traced) Hugging Face transformers model.
+
+Follows ``fvcore/nn/flop_count.py`` and ``jit_handles.py`` of fvcore 0.1.5.post20221221:
+"We count one fused multiply-add as one flop" -- ``.total()`` is a count of multiply-adds.
+Handles: ``aten::linear``, ``matmul``/``mm`` (eager attention, full rectangle), ``bmm``
+(HF ``batched_mm`` experts); everything else is 0 with a warning: SDPA, ``_grouped_mm``,
+elementwise operations. A trace of one forward: no ``generate()``, no training count; a
+decode step needs a wrapper that takes the cache as tensors.
+"""
+from __future__ import annotations
+
+from . import hf
+from .base import HALF, Answer, Case, Costcalc, Recipe, Setup, reconcile
+
+
+class Fvcore(Recipe):
+    name = "fvcore"
+    unit = "MAC"
+    reported_as = "FlopCountAnalysis(model, inputs).total() (multiply-adds, named flops)"
+    source = "fvcore 0.1.5.post20221221 fvcore/nn/flop_count.py, jit_handles.py, on transformers 5.23 models"
+    workloads = ("prefill", "decode")
+
+    def why_not(self, workload: str) -> str:
+        if workload == "generate":
+            return "a jit trace of one forward: generate() cannot be traced"
+        return "a trace of the forward: no training count"
+
+    def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
+        if case.workload not in self.workloads:
+            return super().answer(case, cc, setup)
+        eager, counts_experts = setup.attention == "eager", setup.experts != "grouped_mm"
+        m = hf.macs(case, hf.run(case))
+        macs = m["linear"] + m["attention"] * eager + m["experts"] * counts_experts
+        extras = []
+        if not eager:
+            extras.append(("attention not counted (aten::scaled_dot_product_attention unsupported)",
+                           lambda c: -cc.term("attention", c)))
+        if not counts_experts:
+            extras.append(("routed experts not counted (aten::_grouped_mm unsupported)",
+                           lambda c: -cc.term("experts", c)))
+        extras.append(("MACs not FLOPs x0.5", HALF))
+        note = hf.SETUP.format(**vars(setup)) + "; one multiply-add counted as one flop"
+        if case.workload == "decode":
+            note += "; the model wrapped to take the cache as tensors (HF's DynamicCache cannot be traced)"
+        return reconcile(cc, hf.path(case), extras, macs, macs, note)

@@ -6,6 +6,9 @@ A block is an attention kind and an FFN kind:
   its h_kv = h_q and h_kv = 1 cases);
 - attention ``window``: the same projections, each query reading at most W keys (itself
   and the W-1 before it): sliding-window layers (Mistral, Gemma-2/3 local, gpt-oss);
+- attention ``chunk``: the same projections, each query reading the keys of its own chunk
+  of W_c positions (chunks aligned at the first position) up to itself: chunked local
+  attention (Llama 4's RoPE layers);
 - attention ``mla``: DeepSeek's multi-head latent attention -- Q directly or through a
   rank-r_q LoRA (``q_lora``), K and V from a rank-r_kv latent plus a shared RoPE key of
   d_rope; per head d_qk = d_nope + d_rope for scores and d_v for values. ``form`` is
@@ -14,7 +17,8 @@ A block is an attention kind and an FFN kind:
   ``expanded`` (the naive products, but the latent is what is cached, so ``kv_b_proj``
   expands every cached token again at each forward: what Hugging Face transformers 5 runs
   for DeepSeek-V2/V3);
-- FFN ``dense`` (SwiGLU of width m) or ``moe`` (router over E experts of width m_e, k per
+- FFN ``dense`` (SwiGLU of width m), ``mlp`` (a non-gated MLP of width m: up d x m, down
+  m x d -- GPT-NeoX, StarCoder2, Apertus) or ``moe`` (router over E experts of width m_e, k per
   token), optionally with E_s always-on ``shared`` experts of width m_s, and optionally
   a ``shared_gate`` (Qwen2-MoE: a d x 1 sigmoid gate on the shared expert).
 
@@ -30,8 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ATTENTIONS = ("gqa", "window", "mla")
-FFNS = ("dense", "moe")
+ATTENTIONS = ("gqa", "window", "mla", "chunk")
+FFNS = ("dense", "moe", "mlp")
 FORMS = ("naive", "absorbed", "expanded")
 CACHES = ("whole", "rolling")
 ALIASES = {"dense": "gqa.dense", "moe": "gqa.moe"}
@@ -87,11 +91,12 @@ class Block:
     def sizes(self) -> tuple[str, ...]:
         """The size symbols this block's formulas use (besides L, d, V)."""
         out: list[str] = []
-        if self.attention in ("gqa", "window"):
+        if self.attention in ("gqa", "window", "chunk"):
             out += ["h_q", "h_kv", "d_h"] + (["W"] if self.attention == "window" else [])
+            out += ["W_c"] if self.attention == "chunk" else []
         else:
             out += ["h_q"] + (["r_q"] if self.q_lora else []) + ["r_kv", "d_nope", "d_rope", "d_v"]
-        if self.ffn == "dense":
+        if self.ffn in ("dense", "mlp"):
             out += ["m"]
         else:
             out += ["E", "k", "m_e"] + (["E_s", "m_s"] if self.shared else [])

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional
 
 from . import compiled
 from .core.registry import workload
 from .errors import CostcalcError
 from .evaluate import Options
+from .roots import FOREVER, Poly, Root, _add, _fit, _roots
 from .spec import Group, ModelSpec
-
-Poly = tuple[Fraction, Fraction, Fraction]        # c0 + c1 x + c2 x^2
-FOREVER = math.inf
 
 
 def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), mla: str = "auto",
@@ -68,7 +66,7 @@ def _row(spec: ModelSpec, quantity: str, options: Options, name: str) -> dict:
 
 
 def _formula(spec: ModelSpec, options: Options, quantity: str) -> str:
-    if not spec.uniform or spec.windows:
+    if not spec.uniform or spec.windows or any(g.block.attention == "chunk" for g in spec.groups):
         return "piecewise over layer groups"
     block = spec.groups[0].block.with_form(options.form(workload("decode" if quantity == "decode_t_equal"
                                                                   else "prefill")))
@@ -93,7 +91,7 @@ def first_root(spec: ModelSpec, options: Options, name: str) -> Optional["Root"]
             return got["attention"] - got["linear"]
         return gap
 
-    return solve(spec, gap_of, windowed)
+    return solve(spec, gap_of, windowed, steps=name == "decode")
 
 
 def time_root(spec: ModelSpec, precision, batch: int, mla: str = "auto") -> Optional["Root"]:
@@ -118,130 +116,112 @@ def time_root(spec: ModelSpec, precision, batch: int, mla: str = "auto") -> Opti
             return kv * precision.bits("kv") - weights
         return gap
 
-    return solve(spec, gap_of, True)
+    return solve(spec, gap_of, True, steps=True)
 
 
-def solve(spec: ModelSpec, gap_of, windowed: bool) -> Optional["Root"]:
+MAX_PIECES = 200_000     # chunk pieces walked at most before giving up (a root that far is not solved)
+
+
+def solve(spec: ModelSpec, gap_of, windowed: bool, steps: bool = False) -> Optional["Root"]:
     """The first root >= 1 of the sum over groups of ``gap_of(index, group)``, each a
-    polynomial of degree <= 2 on either side of its window (when ``windowed``)."""
-    cuts = sorted({w for w in spec.windows if w > 1}) if windowed else []
-    edges = [1] + cuts + [FOREVER]
-    pieces = [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
-    fits = [_group_fits(group, gap_of(i, group), windowed) for i, group in enumerate(spec.groups)]
-    for lo, hi in pieces:
-        total = _add([_branch(fit, lo, hi) for fit in fits])
+    polynomial of degree <= 2 on each piece of the length axis (``_Gap``): cut at windows and
+    at the multiples of attention chunks where a query's keys depend on them (``windowed``).
+    ``steps``: the length is the keys a decode step reads (a chunk's keys drop back to 1 after
+    each multiple of W_c) rather than a prompt length."""
+    gaps = [_Gap(group, gap_of(i, group), windowed, steps) for i, group in enumerate(spec.groups)]
+    for lo, hi in _pieces(gaps):
+        total = _add([gap.poly(lo, hi) for gap in gaps])
         for root in _roots(total):
             if root.at_least(lo) and (hi == FOREVER or root.at_most(hi)):
                 return root
     return None
 
 
-def _group_fits(group: Group, gap, windowed: bool) -> list[tuple[float, float, Poly]]:
-    """A group's gap as (lo, hi, polynomial) pieces: one, or two split at its window."""
-    window = group.sizes.get("W") if group.block.attention == "window" else None
-    if window is None or not windowed:
-        return [(1, FOREVER, _fit(gap, [1, 2, 3]))]
-    below = _fit(gap, [x for x in (1, 2, 3) if x <= window] or [1])
-    return [(1, window, below), (window, FOREVER, _fit(gap, [window, window + 1, window + 2]))]
+class _Gap:
+    """One group's gap as a polynomial (degree <= 2) on each piece of the length axis: one
+    piece; two split at a sliding window W; or, in a chunked layer, one per chunk of W_c
+    (prefill: [j W_c, (j+1) W_c]; decode: the keys drop back to 1 after each multiple of W_c)."""
+
+    def __init__(self, group: Group, gap, windowed: bool, steps: bool) -> None:
+        self.gap, self.steps = gap, steps
+        kind = group.block.attention
+        self.window = group.sizes["W"] if windowed and kind == "window" and group.sizes["W"] > 1 else None
+        self.chunk = group.sizes["W_c"] if windowed and kind == "chunk" and group.sizes["W_c"] > 1 else None
+        self.fits: dict[tuple[int, float], Poly] = {}
+
+    def piece(self, lo: float) -> tuple[int, float]:
+        """The stretch of the axis, starting at or before ``lo``, on which the gap is one polynomial."""
+        if self.chunk:
+            j = int(lo) // self.chunk
+            return max(1, j * self.chunk), (j + 1) * self.chunk
+        if self.window:
+            return (1, self.window) if lo < self.window else (self.window, FOREVER)
+        return 1, FOREVER
+
+    def poly(self, lo: float, hi: float) -> Poly:
+        start, end = self.piece(lo)
+        if start > lo or end < hi:
+            raise AssertionError(f"no piece of a group covers [{lo}, {hi}]")
+        if (start, end) not in self.fits:
+            first = start + 1 if self.chunk and self.steps and start > 1 else start
+            xs = [x for x in (first, first + 1, first + 2) if x <= end] or [first]
+            self.fits[(start, end)] = _fit(self.gap, xs)
+        return self.fits[(start, end)]
 
 
-def _branch(fit: list[tuple[float, float, Poly]], lo: float, hi: float) -> Poly:
-    for a, b, poly in fit:
-        if a <= lo and hi <= b:
-            return poly
-    raise AssertionError(f"no piece of a group covers [{lo}, {hi}]")
+def _pieces(gaps: list[_Gap]):
+    """Consecutive (lo, hi) stretches on which every group's gap is one polynomial: cut at each
+    window, and at each multiple of a chunk up to where the answer is settled (``_horizon``)."""
+    windows = sorted({g.window for g in gaps if g.window})
+    chunks = sorted({g.chunk for g in gaps if g.chunk})
+    if not chunks:
+        edges = [1] + windows + [FOREVER]
+        yield from ((lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo)
+        return
+    horizon = _horizon(gaps, windows, chunks)
+    if horizon / chunks[0] > MAX_PIECES:
+        raise CostcalcError(f"crossover: attention chunks of {chunks[0]} put the answer beyond "
+                            f"{MAX_PIECES} chunk pieces (length {horizon}); not solved")
+    cuts = set(windows)
+    for size in chunks:
+        cuts.update(range(size, horizon + size, size))
+    edges = [1] + sorted(c for c in cuts if c > 1)
+    yield from zip(edges, edges[1:])
 
 
-def _fit(f, xs: Sequence[int]) -> Poly:
-    """The polynomial of degree < len(xs) through (x, f(x)), exactly (Lagrange)."""
-    ys = [Fraction(f(x)) for x in xs]
-    coeffs = [Fraction(0)] * 3
-    for i, (xi, yi) in enumerate(zip(xs, ys)):
-        basis = [Fraction(1)]                       # prod over j != i of (x - xj) / (xi - xj)
-        for j, xj in enumerate(xs):
-            if j != i:
-                basis = [(basis[k - 1] if k else 0) - xj * (basis[k] if k < len(basis) else 0)
-                         for k in range(len(basis) + 1)]
-                basis = [c / (xi - xj) for c in basis]
-        for k, c in enumerate(basis):
-            coeffs[k] += yi * c
-    return (coeffs[0], coeffs[1], coeffs[2])
+def _horizon(gaps: list[_Gap], windows: list[int], chunks: list[int]) -> int:
+    """A length past which the sign of the gap is settled: a chunked group's gap lies between its
+    value at whole chunks (``top``, a polynomial through x = W_c, 2 W_c, 3 W_c) and ``top`` minus
+    its largest dip within a chunk; beyond every window, the sum of the tops (or of the lower
+    bounds) is a polynomial whose last root bounds where the first root can lie -- or, where the
+    tops stay below zero, past which there is none. Where neither settles it (a gap flat in
+    the length), one common period of the chunks beyond the windows is walked."""
+    start = max(windows + chunks)
+    top: list[Poly] = []
+    dip = Fraction(0)
+    for g in gaps:
+        if g.chunk:
+            size = g.chunk
+            poly = _fit(g.gap, [size, 2 * size, 3 * size])
+            inside = [size + size // 2, size + (size + 1) // 2, size + 1]
+            dip += max(_value(poly, x) - g.gap(x) for x in inside)
+        else:
+            poly = g.poly(*g.piece(start))
+        top.append(poly)
+    upper = _add(top)
+    lower = (upper[0] - dip, upper[1], upper[2])
+    for poly in (lower, upper):     # settled where the bound keeps one sign from some length on
+        lead = next((c for c in reversed(poly) if c != 0), Fraction(0))
+        if lead == 0:
+            continue
+        if (lead > 0) == (poly is lower):
+            roots = [r.value() for r in _roots(poly)]
+            return max([start] + [math.ceil(r) + 1 for r in roots]) + max(chunks)
+    return start + math.lcm(*chunks) + max(chunks)
 
 
-def _add(polys: list[Poly]) -> Poly:
-    return tuple(sum(p[k] for p in polys) for k in range(3))   # type: ignore[return-value]
-
-
-# --- exact roots ------------------------------------------------------------------------------
-
-class Root:
-    """``p + q sqrt(m)`` with rational p, q and a square-free-ish integer m (m = 1: rational)."""
-
-    def __init__(self, p: Fraction, q: Fraction = Fraction(0), m: int = 1) -> None:
-        if m == 1:
-            p, q = p + q, Fraction(0)
-        self.p, self.q, self.m = p, q, m
-
-    def value(self) -> float:
-        return float(self.p) + float(self.q) * math.sqrt(self.m)
-
-    def shift(self, by: int) -> "Root":
-        return Root(self.p + by, self.q, self.m)
-
-    def _sign_minus(self, x: Fraction) -> int:
-        """The sign of self - x, exactly."""
-        u, v = self.p - x, self.q
-        if v == 0:
-            return (u > 0) - (u < 0)
-        if u == 0 or (u > 0) == (v > 0):
-            return 1 if (v > 0 if u == 0 else u > 0) else -1
-        return (1 if v > 0 else -1) * ((v * v * self.m > u * u) - (v * v * self.m < u * u))
-
-    def at_least(self, x: float) -> bool:
-        return self._sign_minus(Fraction(x)) >= 0
-
-    def at_most(self, x: float) -> bool:
-        return self._sign_minus(Fraction(x)) <= 0
-
-    def text(self) -> str:
-        """As sympy prints it: ``53247``, ``4357656/305``, ``318079/2 + sqrt(101195201281)/2``."""
-        if self.q == 0:
-            return str(self.p)
-        num, den = abs(self.q.numerator), self.q.denominator
-        term = ("" if num == 1 else f"{num}*") + f"sqrt({self.m})" + ("" if den == 1 else f"/{den}")
-        if self.p == 0:
-            return term if self.q > 0 else f"-{term}"
-        return f"{self.p} {'+' if self.q > 0 else '-'} {term}"
-
-
-def _roots(poly: Poly) -> list[Root]:
-    """Real roots of c0 + c1 x + c2 x^2, smallest first."""
-    c0, c1, c2 = poly
-    if c2 == 0:
-        return [] if c1 == 0 else [Root(-c0 / c1)]
-    disc = c1 * c1 - 4 * c2 * c0
-    if disc < 0:
-        return []
-    square, rest = _split_square(disc.numerator * disc.denominator)     # disc = square^2 * rest / den^2
-    p = -c1 / (2 * c2)
-    q = Fraction(square, disc.denominator) / (2 * c2)
-    pair = [Root(p, -abs(q), rest), Root(p, abs(q), rest)]
-    return pair if q != 0 else pair[:1]
-
-
-def _split_square(n: int) -> tuple[int, int]:
-    """n = f^2 * m with the square factors of primes below 2^15 (and a square cofactor) in f."""
-    f, m = 1, n
-    prime = 2
-    while prime < 2**15 and prime * prime <= m:
-        while m % (prime * prime) == 0:
-            m //= prime * prime
-            f *= prime
-        prime += 1 if prime == 2 else 2
-    root = math.isqrt(m)
-    if root * root == m:
-        return f * root, 1
-    return f, m
+def _value(poly: Poly, x: int) -> Fraction:
+    return poly[0] + poly[1] * x + poly[2] * x * x
 
 
 def tiled_fraction(seq: int, tile: tuple[int, int]) -> Fraction:

@@ -26,7 +26,7 @@ MODEL = (
     Name("h_q", "h_q", "query heads"),
     Name("h_kv", "h_kv", "key/value heads"),
     Name("d_h", "d_h", "head dim"),
-    Name("m", "m", "dense SwiGLU width"),
+    Name("m", "m", "dense FFN width (SwiGLU or non-gated MLP)"),
     Name("E", "E", "routed experts"),
     Name("k", "k", "experts per token"),
     Name("m_e", "m_e", "expert width"),
@@ -39,6 +39,7 @@ MODEL = (
     Name("d_nope", "d_nope", "MLA per-head query/key dim without RoPE"),
     Name("d_rope", "d_rope", "MLA per-head RoPE dim (one shared key)"),
     Name("d_v", "d_v", "MLA per-head value dim"),
+    Name("W_c", "W_c", "attention chunk: a query reads the keys of its own aligned chunk of W_c up to itself"),
 )
 
 DERIVED = (
@@ -126,7 +127,7 @@ class Term(NamedTuple):
 
 TERMS = (
     Term("attn_proj", "attention projections", True),
-    Term("ffn", "FFN (SwiGLU)", True),
+    Term("ffn", "FFN (SwiGLU or MLP)", True),
     Term("router", "router", True),
     Term("experts", "routed experts", True),
     Term("shared_experts", "shared experts", True),

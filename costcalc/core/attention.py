@@ -22,7 +22,7 @@ from .matmul import matmul
 
 def head_dims(block: Block) -> tuple[sp.Expr, sp.Expr]:
     """(score width, value width) per query head and key."""
-    if block.attention in ("gqa", "window"):
+    if block.attention in ("gqa", "window", "chunk"):
         return s.d_h, s.d_h
     if block.form != "absorbed":                        # naive and expanded: per-head K and V
         return s.d_nope + s.d_rope, s.d_v
@@ -44,13 +44,15 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
     """Keys the query at position ``p`` reads, in a forward of ``new`` tokens after ``past``.
 
     - causal: its legal keys -- ``p`` (itself and every earlier token), ``min(p, W)`` in a
-      sliding-window layer (itself and the W-1 before it);
+      sliding-window layer (itself and the W-1 before it), ``((p - 1) mod W_c) + 1`` in a
+      chunked layer (the keys of its own chunk of W_c, chunks aligned at position 1, up to
+      itself);
     - full: every key the shapes hold, ``past + new``, window or not (a dense masked matmul);
       a window layer with a rolling cache holds only the last W-1 past keys,
       ``min(past, W - 1) + new`` (Hugging Face's and vLLM's sliding-window caches);
     - tiled: the key tiles of ``b_k`` (aligned at key 0) its query tile visits: queries go in
       tiles of ``b_q`` from the first new one; tile t reads from the tile holding the window
-      start of its first row (key 1 without a window) to the tile holding its last row's
+      (or chunk) start of its first row (key 1 without either) to the tile holding its last row's
       own key -- ``ceil(q_last / b_k) b_k`` clipped to ``past + new``, minus
       ``floor(max(q_first - W, 0) / b_k) b_k`` (``tile_keys``). One query is one tile.
     """
@@ -59,6 +61,8 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
             return sp.Min(past, s.W - 1) + new
         return past + new
     if convention == Convention.causal:
+        if block.attention == "chunk":
+            return p - chunk_start(p)
         return sp.Min(p, s.W) if block.attention == "window" else p
     if new == 1:                                          # one query: one tile, ending at itself
         return tile_keys(block, sp.Integer(0), past, new)
@@ -74,7 +78,14 @@ def tile_keys(block: Block, t: sp.Expr, past: sp.Expr, new: sp.Expr) -> sp.Expr:
         last = past + sp.Min((t + 1) * s.b_q, new)        # the tile's last row
         end = sp.Min(sp.ceiling(last / s.b_k) * s.b_k, past + new)
     start = sp.floor(sp.Max(first - s.W, 0) / s.b_k) * s.b_k if block.attention == "window" else 0
+    if block.attention == "chunk":
+        start = sp.floor(chunk_start(first) / s.b_k) * s.b_k
     return end - start
+
+
+def chunk_start(p: sp.Expr) -> sp.Expr:
+    """Keys before the chunk of the query at position ``p``: ``W_c floor((p - 1) / W_c)``."""
+    return s.W_c * sp.floor((p - 1) / s.W_c)
 
 
 def attention_sum(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr) -> sp.Expr:
@@ -104,10 +115,21 @@ def position_sum(block: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
     W the range lies.
     """
     p = s.p
+    if block.attention == "chunk":
+        return chunk_prefix_sum(hi) - chunk_prefix_sum(lo - 1)
     if block.attention != "window":
         return sp.summation(p, (p, lo, hi))
     split = sp.Max(sp.Min(hi, s.W), lo - 1)            # last position that reads p keys
     return sp.summation(p, (p, lo, split)) + sp.summation(s.W, (p, split + 1, hi))
+
+
+def chunk_prefix_sum(n: sp.Expr) -> sp.Expr:
+    """Keys read by the queries at positions 1..n of a chunked layer (causal): ``floor(n/W_c)``
+    whole chunks, in each of which the queries read 1..W_c keys, then the ``n mod W_c``
+    queries of the last, partial chunk reading 1, 2, ... keys."""
+    p, whole = s.p, sp.floor(n / s.W_c)
+    rest = n - s.W_c * whole
+    return whole * sp.summation(p, (p, 1, s.W_c)) + sp.summation(p, (p, 1, rest))
 
 
 def steps_sum(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
@@ -116,6 +138,8 @@ def steps_sum(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) ->
     ``full`` with a rolling window cache a step reads ``min(p - 1, W - 1) + 1 = min(p, W)``:
     the causal window sum.)"""
     p = s.p
+    if convention == Convention.causal and block.attention == "chunk":
+        return position_sum(block, lo, hi)                # a step reads what the same query of a prefill does
     keys = keys_read(convention, block, p, p - 1, sp.Integer(1))
     if keys.has(sp.floor, sp.ceiling):                    # whole key tiles in a window: no closed form
         return sp.Sum(keys, (p, lo, hi))
@@ -146,11 +170,13 @@ def keys_loaded(convention: Convention, block: Block, past: sp.Expr, new: sp.Exp
     """Keys a fused attention kernel loads from memory in a forward of ``new`` queries after
     ``past`` cached tokens (per sequence, head group and layer): each key once under causal
     (the union of the queries' legal keys: ``past + new``, ``min(past + new, W - 1 + new)`` in
-    a window) and full (every key the shapes hold); under tiled, every query tile loads the
+    a window, ``past + new`` less the keys before the first query's chunk in a chunked layer) and full (every key the shapes hold); under tiled, every query tile loads the
     key tiles it visits again (``tile_keys`` summed over the tiles)."""
     if convention == Convention.full:
         return keys_read(convention, block, past + 1, past, new)      # a rolling window cache holds fewer
     if convention == Convention.causal:
+        if block.attention == "chunk":                    # from the first query's chunk start on
+            return past + new - chunk_start(past + 1)
         return sp.Min(past + new, s.W - 1 + new) if block.attention == "window" else past + new
     if new == 1:
         return tile_keys(block, sp.Integer(0), past, new)

@@ -49,8 +49,8 @@ def prefill_crossover(arch: "str | Block", convention: str) -> sp.Expr:
 
 
 def formulas(block: Block) -> dict[str, str]:
-    """The crossovers of a block kind without a window, as text (a window makes them piecewise)."""
-    if block.attention == "window":
+    """The crossovers of a block kind without a window, as text (a window or chunk makes them piecewise)."""
+    if block.attention in ("window", "chunk"):
         return {}
     return {"decode_t_equal": str(decode_t_equal(block)),
             **{f"prefill_{c}": str(prefill_crossover(block, c)) for c in ("causal", "full")}}

@@ -68,6 +68,12 @@ DENSE_FFN = (
     Projection("down_proj", "ffn", s.m, s.d),
 )
 
+# A non-gated MLP (GPT-NeoX, StarCoder2, Apertus): two matrices of width m.
+MLP_FFN = (
+    Projection("up_proj", "ffn", s.d, s.m),
+    Projection("down_proj", "ffn", s.m, s.d),
+)
+
 # MoE: a router, then k of E SwiGLU experts per token.
 MOE_FFN = (
     Projection("router", "router", s.d, s.E),
@@ -90,9 +96,11 @@ LM_HEAD = Projection("lm_head", "lm_head", s.d, s.V)
 def block(arch: "str | Block") -> tuple[Projection, ...]:
     """The projections of one decoder block of the given kind (a ``Block`` or its key)."""
     kind = coerce(arch)
-    attention = GQA if kind.attention in ("gqa", "window") else mla(kind.q_lora, kind.form)
+    attention = GQA if kind.attention in ("gqa", "window", "chunk") else mla(kind.q_lora, kind.form)
     if kind.ffn == "dense":
         return attention + DENSE_FFN
+    if kind.ffn == "mlp":
+        return attention + MLP_FFN
     return attention + MOE_FFN + (SHARED_FFN if kind.shared else ()) + ((SHARED_GATE,) if kind.shared_gate else ())
 
 

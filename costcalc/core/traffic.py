@@ -32,7 +32,7 @@ _ROWS = {"last": lambda new: 1, "all": lambda new: new, "none": lambda new: 0}
 
 def kv_width(block: Block) -> sp.Expr:
     """Elements a KV cache holds per token and layer (and attention reads per key)."""
-    if block.attention in ("gqa", "window"):
+    if block.attention in ("gqa", "window", "chunk"):
         return 2 * s.d_kv
     if block.form == "naive":
         return s.h_q * (s.d_nope + s.d_rope + s.d_v)

@@ -94,8 +94,8 @@ def uniform_chunks(arch: "str | Block", convention: str = "causal", logits: str 
     Chunk j (0-based) runs C tokens over T + j*C cached tokens.
     """
     block = coerce(arch)
-    if block.attention == "window":
-        raise ValueError("a uniform chunk schedule over a sliding window has no single closed form; "
+    if block.attention in ("window", "chunk"):
+        raise ValueError("a uniform chunk schedule over a sliding window or attention chunks has no single closed form; "
                          "evaluate the chunks one by one")
     step = forward(block, convention, "none", past=s.T + s.j * s.C, new=s.C)
     chunks = step.map(lambda e: sp.summation(e, (s.j, 0, n_chunks - 1)))

@@ -135,7 +135,7 @@ def test_sparse_steps_and_dense_first_layers():
     ({"num_attention_heads": None}, "needs field 'num_attention_heads'"),
     ({"hidden_size": "4096"}, "must be a positive integer"),
     ({"layer_types": ["full_attention"]}, None),   # llama has no layer types: not understood
-    ({"sliding_window": 4096}, "llama with a sliding_window is not understood"),
+    ({"sliding_window": 4096}, "field 'sliding_window' (llama) is not understood"),
 ])
 def test_import_refuses_to_guess(change, message):
     config = variant("llama-3.1-8b", **change)

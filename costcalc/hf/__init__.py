@@ -1,0 +1,120 @@
+"""Hugging Face ``config.json`` -> a costcalc preset, field by field, per model family.
+
+A config is read as transformers 5.23 reads it (``docs/hf-import.md``): every key is one the
+family's configuration class defines (``tables.py``, ``tables_new.py``, each held against the
+class by ``tests/test_hf_fields.py``) or an alias, legacy spelling or published extra the family
+accepts -- used to size the layers and decide their kinds, or ignored with its reason. Any other
+key stops the import with an error naming it: a cost calculator must not guess. Families whose
+layers costcalc does not model (linear attention, state-space mixers, sparse attention) are
+refused naming the block kind.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import jsonfile
+from ..errors import CostcalcError
+from ..spec import ModelSpec, from_dict
+from .families import MAPPERS as _OLD
+from .families_new import MAPPERS as _NEW
+from .reader import Layer, Reader
+from .tables import TABLES as _OLD_TABLES
+from .tables_new import TABLES as _NEW_TABLES
+
+TABLES = {**_OLD_TABLES, **_NEW_TABLES}
+MAPPERS = {**_OLD, **_NEW}
+WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}     # multimodal: the text decoder is what costs
+FAMILIES = tuple(MAPPERS) + tuple(WRAPPERS)
+TIED_DEFAULT = {"gemma2": True, "gemma3_text": True, "gemma3": True, "starcoder2": True, "gemma": True,
+                "cohere": True, "ernie4_5_moe": True, "smollm3": True}      # the classes' own defaults
+OUT_OF_REACH = {
+    "qwen3_next": "linear attention (Gated DeltaNet)",
+    "kimi_linear": "linear attention (Kimi Delta Attention)",
+    "minimax": "linear attention (lightning attention)",
+    "falcon_h1": "a Mamba-2 state-space mixer beside attention",
+    "deepseek_v32": "DeepSeek Sparse Attention (MLA whose keys a lightning indexer selects)",
+}
+
+
+def load(path: str | Path, name: str | None = None) -> ModelSpec:
+    """A model from a config.json file."""
+    path = Path(path)
+    config = jsonfile.read(path, "config")
+    default = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return from_dict(to_preset(config, name or default, str(path)), origin=repr(str(path)))
+
+
+def to_preset(config: Any, name: str, origin: str = "config") -> dict[str, Any]:
+    """The preset mapping of a config (validated by ``spec.from_dict`` afterwards)."""
+    if not isinstance(config, dict):
+        raise CostcalcError(f"config {origin}: expected a JSON object")
+    family = config.get("model_type")
+    if family in OUT_OF_REACH:
+        raise CostcalcError(f"config {origin}: model_type {family!r} is not supported: its layers use "
+                            f"{OUT_OF_REACH[family]}, a block kind costcalc does not model")
+    if family not in TABLES:
+        raise CostcalcError(f"config {origin}: model_type {family!r} is not supported; supported: "
+                            f"{', '.join(FAMILIES)}")
+    tied = None
+    if family in WRAPPERS:
+        outer = _reader(config, family, origin)
+        if not isinstance(config.get("text_config"), dict):
+            raise CostcalcError(f"config {origin}: {family} without a text_config")
+        tied = outer.flag("tie_word_embeddings", TIED_DEFAULT.get(family, False))   # the wrapper's flag ties
+        family = WRAPPERS[family]
+        config = {**config["text_config"], "model_type": family}
+    reader = _reader(config, family, origin)
+    layers = MAPPERS[family](reader)
+    preset: dict[str, Any] = {"name": name, "title": name, "d": reader.need("hidden_size"),
+                              "V": reader.need("vocab_size"), "layers": _groups(layers)}
+    preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings",
+                                                                          TIED_DEFAULT.get(family, False))
+    preset["source"] = {"config": origin, "model_type": family}
+    return _flatten(preset)
+
+
+def _reader(config: dict, family: str, origin: str) -> Reader:
+    """Every key with a value known to the family (a null says nothing), then a Reader."""
+    table = TABLES[family]
+    known = table.known()
+    for key, value in config.items():
+        if value is not None and key not in known:
+            raise CostcalcError(f"config {origin}: field {key!r} ({family}) is not understood and may change "
+                                f"the cost; costcalc does not guess -- remove it if it does not")
+    if config.get("is_encoder_decoder"):
+        raise CostcalcError(f"config {origin}: is_encoder_decoder is true: only decoder-only models are costed")
+    if config.get("per_layer_config"):
+        raise CostcalcError(f"config {origin}: per_layer_config gives layers their own sizes, which is not read")
+    return Reader(config, family, origin, table.aliases)
+
+
+def _groups(layers: list[Layer]) -> list[dict]:
+    """Layers -> groups of identical layers, in order of first appearance, with counts."""
+    groups: list[dict] = []
+    for layer in layers:
+        for group in groups:
+            if {k: v for k, v in group.items() if k != "count"} == layer:
+                group["count"] += 1
+                break
+        else:
+            groups.append({"count": 1, **layer})
+    return groups
+
+
+def _flatten(preset: dict) -> dict:
+    """Sizes shared by every group move to the top level; a single group becomes ``arch`` + ``L``."""
+    groups = preset["layers"]
+    shared_keys = set.intersection(*(set(g) for g in groups)) - {"count", "arch"}
+    common = {k: groups[0][k] for k in sorted(shared_keys) if all(g[k] == groups[0][k] for g in groups)}
+    preset.update(common)
+    preset["layers"] = [{k: v for k, v in g.items() if k not in common} for g in groups]
+    if len(groups) == 1:
+        group = preset.pop("layers")[0]
+        preset["arch"] = group.pop("arch")
+        preset["L"] = group.pop("count")
+        preset.update(group)
+    head = ["name", "title", "arch", "L", "d", "V"]
+    tail = ["layers", "tied_embeddings", "stated", "source"]
+    middle = [k for k in preset if k not in head and k not in tail]
+    return {k: preset[k] for k in head + middle + tail if k in preset}

@@ -1,0 +1,70 @@
+"""What transformers itself builds and runs for a config: its matrix parameters and the prefill FLOPs
+torch's FlopCounterMode counts (the optional HF test group; needs the ``hf`` extra).
+
+- Parameters: every parameter tensor with two or more dimensions whose name is not a bias, each
+  tensor once (tied ones once), built on the meta device. Cohere's QK LayerNorm weights are
+  [heads, d_h] matrices but not operands of a product: they are left out by name (``NOT_MATMUL``).
+- FLOPs: one forward of ``seq`` tokens, batch 1, logits at every position, eager attention (every
+  query times every key: the ``full`` convention), on the meta device (a 2-D attention mask of
+  ones is passed: without it the mask code reads a value). MoE experts run as ``batched_mm``: one
+  bmm over the k routed (token, expert) pairs, which the counter sees exactly (transformers'
+  default ``grouped_mm`` is not in torch 2.13's FLOP registry and would count 0).
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+warnings.filterwarnings("ignore")
+import transformers  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight")}   # per-head LayerNorm weights [h, d_h]
+WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+
+
+def rewrite(config: dict) -> dict:
+    """The config as transformers writes it: ``AutoConfig.for_model(...).save_pretrained``."""
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    with tempfile.TemporaryDirectory() as tmp:
+        AutoConfig.for_model(config["model_type"], **fields).save_pretrained(tmp)
+        return json.loads((Path(tmp) / "config.json").read_text())
+
+
+def build(config: dict, experts: bool):
+    """The causal LM transformers builds from a config dict (a wrapper: its text decoder), on meta."""
+    family = config["model_type"]
+    if family in WRAPPERS:
+        config, family = {**config["text_config"]}, WRAPPERS[family]
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    kwargs = {"attn_implementation": "eager"}
+    if experts:
+        kwargs["experts_implementation"] = "batched_mm"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), **kwargs)
+    return model.eval(), family
+
+
+def matrix_params(model, family: str) -> int:
+    skip = NOT_MATMUL.get(family, ())
+    total = 0
+    for name, p in model.named_parameters():          # a tied tensor once
+        if p.ndim >= 2 and "bias" not in name.rsplit(".", 1)[-1] and not name.endswith(skip):
+            total += p.numel()
+    return total
+
+
+def prefill_flops(model, seq: int) -> int:
+    ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
+    mask = torch.ones(1, seq, dtype=torch.long, device="meta")
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=0)
+    assert tuple(out.logits.shape[:2]) == (1, seq)
+    return counter.get_total_flops()

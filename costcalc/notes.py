@@ -18,8 +18,8 @@ CROSSOVER = ("FLOPs crossovers for one sequence, LM head excluded -- not time: a
              "dominate latency much earlier through KV-cache bandwidth. decode_t_equal = keys "
              "read per decode step (the step's own key included) at which attention equals linear "
              "FLOPs (exact, tokens); context = the cached tokens before that step, keys - 1, what "
-             "'decode --context' takes. Summed over layer groups; never = sliding windows keep "
-             "attention below the linear layers at every length.")
+             "'decode --context' takes. Summed over layer groups; never = sliding windows or "
+             "attention chunks keep attention below the linear layers at every length.")
 TRAIN = ("train = forward with logits at every position x 3 (forward + backward); "
          "rule_6p = 6 x (P_lin + d V) x tokens. Attention and the LM head are why they differ.")
 

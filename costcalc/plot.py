@@ -97,14 +97,14 @@ def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt:
     out = []
     if what == "prefill":
         at = rows["prefill_attention_equals_linear"]["tokens"]
-        if at is None:      # never: sliding windows keep attention below the linear layers
-            return [{"x": None, "label": "attention never reaches the linear layers (sliding windows)",
+        if at is None:      # never: windows or chunks keep attention below the linear layers
+            return [{"x": None, "label": "attention never reaches the linear layers (local attention)",
                      "convention": convention}]
         label = f"attention = linear at S = {at:,.0f}"
     else:
         t_equal = rows["decode_t_equal"]["tokens"]
         if t_equal is None:
-            return [{"x": None, "label": "T_equal: never (sliding windows)", "convention": convention}]
+            return [{"x": None, "label": "T_equal: never (local attention)", "convention": convention}]
         # The x axis of decode is the cached context T: the step reads T + 1 keys. Token j >= 2
         # of a generation comes from the step over S + j - 2 cached tokens (S + j - 1 keys).
         context = rows["decode_t_equal"]["context"]

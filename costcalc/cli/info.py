@@ -46,8 +46,9 @@ def formula(
     try:
         rows = [r for c in conventions(convention) for r in formula_rows(workload, arch, c, logits.value)]
     except (ValueError, ArithmeticError, NotImplementedError) as exc:
-        if parse(arch).attention == "window":
-            raise CostcalcError(f"formula {workload} --arch {arch}: a sliding window makes it piecewise; "
+        if parse(arch).attention in ("window", "chunk"):
+            local = "a sliding window" if parse(arch).attention == "window" else "an attention chunk"
+            raise CostcalcError(f"formula {workload} --arch {arch}: {local} makes it piecewise; "
                                 f"'costcalc crossover' solves it per model (it may be 'never')") from None
         raise CostcalcError(f"formula {workload} --arch {arch}: {' '.join(str(exc).split())}") from None
     if output_format(fmt, outputs.target(output)) != "table":

@@ -230,10 +230,14 @@ def train(
 
 def _decode_note(specs, cache: str = "whole") -> str:
     note = "A decode step reads T+1 keys (its own included)"
+    chunks = any(g.block.attention == "chunk" for spec in specs for g in spec.groups)
+    chunk_note = "; in a chunked layer causal counts those of its own chunk, (T mod W_c) + 1" if chunks else ""
     if any(spec.windows for spec in specs):
         if cache == "rolling":
             return note + ("; in a sliding-window layer with a rolling cache it holds only min(T+1, W) of "
-                           "them, under causal and full alike.")
+                           f"them, under causal and full alike{chunk_note}.")
         return note + ("; in a sliding-window layer causal counts min(T+1, W) of them, full all T+1 "
-                       "(the rectangle of the shapes; --window-cache rolling: min(T+1, W)).")
+                       f"(the rectangle of the shapes; --window-cache rolling: min(T+1, W)){chunk_note}.")
+    if chunks:
+        return note + f"{chunk_note}, full all T+1 (the rectangle of the shapes)."
     return note + ": causal and full agree."

@@ -3,7 +3,8 @@
 - Resident weights: every matrix (all experts, the embedding, an untied LM head) in the
   weight dtype, integer weights with their fp16 scales.
 - KV cache of B sequences of T tokens: per layer group, the tokens its cache keeps -- all T,
-  or ``min(T, W)`` in a sliding-window layer (a cache holds what its window reads) -- times the
+  or ``min(T, W)`` in a sliding-window layer (a cache holds what its window reads), ``min(T, W_c)``
+  in a chunked one (at most one chunk is ever read) -- times the
   K/V width per token (GQA ``2 h_kv d_h``; MLA its latent and RoPE key, ``r_kv + d_rope``,
   as serving stacks cache it), in the KV dtype.
 - ``fits`` leaves ``reserve`` of the device free (activations, workspace, fragmentation);
@@ -42,7 +43,7 @@ def cache_per_token(spec: ModelSpec, precision: Precision) -> list[tuple[int, Fr
         form = "absorbed" if group.block.attention == "mla" else "naive"
         elements = compiled.get("decode.bytes", group.block.with_form(form).key).evaluate(
             {**group.numbers(), "B": 1, "T": 1}, ["attention.kv_write"])["attention.kv_write"]
-        keep = group.sizes["W"] if group.block.attention == "window" else 0
+        keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
         out.append((keep, elements * precision.bits("kv") / 8))
     return out
 

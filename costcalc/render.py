@@ -218,11 +218,12 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
     return "\n".join(out) + "\n"
 
 
-# What a narrow table gives up, in order: the linear layers' parts (their sum ``linear`` stays),
+# What a narrow table gives up, in order (a model's title and vocabulary in the list of presets;
+# then) the linear layers' parts (their sum ``linear`` stays),
 # the 6P rule, the LM head; with bytes and time, the per-term bounds and the smaller byte and
 # time columns; then inputs that are the same on every row move to the header, the shares of
 # the total go, and last the weights' bytes and the linear sum.
-_NARROWER = ("formula", "title", "context_exact", "exact", "attn_proj_flops", "ffn_flops", "router_flops",
+_NARROWER = ("formula", "title", "V", "context_exact", "exact", "attn_proj_flops", "ffn_flops", "router_flops",
              "experts_flops", "shared_experts_flops", "rule_6p_flops", "lm_head_flops",
              *(f"{t}_bound" for t in ("attn_proj", "ffn", "router", "experts", "shared_experts", "attention",
                                       "lm_head")),

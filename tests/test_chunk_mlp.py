@@ -117,3 +117,20 @@ def test_crossovers_over_chunks_are_where_a_scan_finds_them():
                     assert row["exact"] == "never", (layers, size, name, conv)
                 else:
                     assert row["tokens"] is not None and found - 1 < row["tokens"] <= found, (layers, size, name, conv)
+
+
+def test_a_chunked_layer_caches_one_chunk_and_a_decode_step_loads_its_chunk():
+    from costcalc import memory, presets
+    from costcalc.roofline import Precision
+
+    spec = presets.load("llama-4-scout-17b-16e")          # 36 chunked (8192) + 12 global layers
+    per_layer = 2 * 8 * 128 * 2                           # K and V, h_kv d_h each, 2 bytes (bf16)
+    for context in (4096, 8192, 100_000):
+        expect = per_layer * (12 * context + 36 * min(context, 8192))
+        assert memory.kv_cache_bytes(spec, Precision(), 1, context) == expect
+    # a decode step's K/V read in a chunked layer: the keys of its own chunk (itself included)
+    point = {**UNIT, s.T: 10_000, s.W_c: 8192, s.d_kv: 1}
+    from costcalc.core.traffic import build
+
+    read = build("decode", "chunk.dense")["attention.kv_read"]
+    assert read.xreplace(point) == 2 * keys(10_001, 8192)

@@ -122,10 +122,16 @@ def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
 def _compact(spec) -> dict:
     params = calc.parameters(spec)
     return {"preset": spec.name, "title": spec.title,
-            "layers": "\n".join(f"{g.count} x {g.arch}" + (f" (W={g.sizes['W']})" if "W" in g.sizes else "")
-                                for g in spec.groups),
+            "layers": "\n".join(f"{g.count} x {g.arch}" + _local(g) for g in spec.groups),
             "d": spec["d"], "V": spec["V"], "total_params": units.params(params["total_params"]),
             "active_params": units.params(params["active_params"])}
+
+
+def _local(group) -> str:
+    """A window's or chunk's size, inline (W) or on a line of its own (W_c, which is longer)."""
+    if "W" in group.sizes:
+        return f" (W={group.sizes['W']})"
+    return f"\n  (W_c={group.sizes['W_c']})" if "W_c" in group.sizes else ""
 
 
 @presets_app.command("show")

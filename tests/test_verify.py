@@ -60,6 +60,12 @@ STRUCTURES = [
      "layers": [{"count": 1, "arch": "mla.dense", "h_q": 2, "r_kv": 6, "d_nope": 4, "d_rope": 2, "d_v": 3, "m": 20},
                 {"count": 1, "arch": "window.moe_shared_gate", "h_q": 4, "h_kv": 1, "d_h": 6, "W": 3,
                  "E": 5, "k": 2, "m_e": 8, "E_s": 1, "m_s": 20}]},
+    # chunked attention (Llama 4 pattern: a chunked MoE layer with a shared expert of the expert width, a
+    # global dense one of another width) and a non-gated MLP (GPT-NeoX, StarCoder2, Apertus)
+    {"name": "small-chunk-mlp", "d": 32, "V": 27, "h_q": 4, "h_kv": 2, "d_h": 8,
+     "layers": [{"count": 1, "arch": "chunk.moe_shared", "W_c": 7, "E": 4, "k": 1, "m_e": 8, "E_s": 1, "m_s": 8},
+                {"count": 1, "arch": "gqa.dense", "m": 40},
+                {"count": 1, "arch": "chunk.mlp", "W_c": 4, "m": 24}]},
 ]
 
 
@@ -137,6 +143,14 @@ def test_a_window_mask_reads_w_keys():
     mask = band(causal_mask(4, past=6), past=6, window=3)
     assert mask.sum(-1).tolist() == [3, 3, 3, 3]
     assert mask[0].nonzero().flatten().tolist() == [4, 5, 6]
+
+
+def test_a_chunk_mask_reads_the_own_chunk_up_to_itself():
+    from verify.model import band, causal_mask
+
+    mask = band(causal_mask(5, past=6), past=6, window=None, chunk=4)   # positions 6..10 (0-based)
+    assert mask.sum(-1).tolist() == [3, 4, 1, 2, 3]                    # (p mod 4) + 1
+    assert mask[2].nonzero().flatten().tolist() == [8]                 # a chunk starts at 8
 
 
 def test_tiled_area_matches_the_published_tile_counts():

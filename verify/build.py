@@ -124,7 +124,7 @@ def _pass_bytes(spec, b: int, c: int, k: int, elem: int, device: torch.device) -
             heads, width = z["h_q"], 2 * z["d_h"]
             scores = 0
         repeated = b * heads * k * width     # K and V repeated to every query head (or decompressed)
-        if g.block.ffn == "dense":
+        if g.block.ffn in ("dense", "mlp"):
             ffn = 3 * b * c * z["m"]
         else:
             ffn = b * c * (z["E"] + 3 * z["k"] * z["m_e"] + 3 * z.get("E_s", 0) * (z.get("m_s") or 0))

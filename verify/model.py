@@ -26,7 +26,8 @@ class LayerConfig:
     h_kv: int = 0
     d_h: int = 0
     W: Optional[int] = None          # sliding window (keys a query reads at most)
-    m: Optional[int] = None          # dense SwiGLU width
+    W_c: Optional[int] = None        # attention chunk (a query reads its own chunk up to itself)
+    m: Optional[int] = None          # dense FFN width (SwiGLU, or the non-gated MLP)
     E: Optional[int] = None          # MoE: experts, experts per token, expert width
     k: Optional[int] = None
     m_e: Optional[int] = None
@@ -120,9 +121,15 @@ class Attend(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
-def band(mask: torch.Tensor, past: int, window: Optional[int]) -> torch.Tensor:
+def band(mask: torch.Tensor, past: int, window: Optional[int], chunk: Optional[int] = None) -> torch.Tensor:
     """A causal mask [C, past + C] cut to a sliding window: query at position p reads keys
-    p - W + 1 .. p (W keys, itself included)."""
+    p - W + 1 .. p (W keys, itself included); or to an attention chunk: the keys of its own
+    chunk of W_c positions (chunks aligned at position 0) up to itself."""
+    if chunk is not None:
+        C, K = mask.shape[-2:]
+        rows = torch.arange(past, past + C, device=mask.device) // chunk      # 1-D: each row's chunk
+        cols = torch.arange(K, device=mask.device) // chunk
+        return mask & (rows[:, None] == cols[None, :])
     if window is None:
         return mask
     C, K = mask.shape[-2:]
@@ -173,7 +180,7 @@ class KVCache(nn.Module):
 
 
 class Attention(nn.Module):
-    """GQA, with a sliding window where the layer has one."""
+    """GQA, with a sliding window or an attention chunk where the layer has one."""
 
     def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
@@ -205,21 +212,22 @@ class Attention(nn.Module):
             mask = mask[..., past - kept:]                                 # the keys it still holds
         group = lc.h_q // lc.h_kv                                          # GQA: query head h reads KV head h // group
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = run_attention(self.attend, q, k, v, mask, min(past, kept), lc.W, offset=max(0, past - kept))
+        y = run_attention(self.attend, q, k, v, mask, min(past, kept), lc.W, offset=max(0, past - kept),
+                          chunk=lc.W_c)                            # a chunked layer keeps its whole cache
         return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * lc.d_h))
 
 
 def run_attention(attend: Attend, q, k, v, mask, past: int, window: Optional[int], scale: Optional[float] = None,
-                  offset: int = 0):
+                  offset: int = 0, chunk: Optional[int] = None):
     if isinstance(mask, Packed):   # varlen: one attention call per sequence, as varlen kernels do
         ys, start = [], 0
         for n in mask.lengths:
             part = slice(start, start + n)
             ys.append(attend(q[:, :, part], k[:, :, part], v[:, :, part],
-                             band(causal_mask(n, device=q.device), 0, window), scale))
+                             band(causal_mask(n, device=q.device), 0, window, chunk), scale))
             start += n
         return torch.cat(ys, dim=2)
-    return attend(q, k, v, band(mask, past, window), scale, offset)         # [B, H_q, C, Dv]
+    return attend(q, k, v, band(mask, past, window, chunk), scale, offset)  # [B, H_q, C, Dv]
 
 
 class Absorb(nn.Module):
@@ -328,6 +336,18 @@ class FeedForward(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class MLP(nn.Module):
+    """The non-gated MLP (GPT-NeoX, StarCoder2, Apertus): down(gelu(up(x)))."""
+
+    def __init__(self, d: int, width: int) -> None:
+        super().__init__()
+        self.up_proj = nn.Linear(d, width, bias=False)
+        self.down_proj = nn.Linear(width, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.gelu(self.up_proj(x)))
+
+
 class MoEFeedForward(nn.Module):
     """Router, top-k, each expert run on exactly the tokens routed to it; shared experts run
     on every token (with a sigmoid gate where the layer has one: Qwen2-MoE)."""
@@ -370,7 +390,7 @@ class Layer(nn.Module):
         self.attn_norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
         self.attn = MLAttention(c, lc) if lc.mla else Attention(c, lc)
         self.ffn_norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
-        self.ffn = MoEFeedForward(c, lc) if lc.moe else FeedForward(c.d, lc.m)
+        self.ffn = MoEFeedForward(c, lc) if lc.moe else (MLP if lc.block.ffn == "mlp" else FeedForward)(c.d, lc.m)
 
     def forward(self, x, positions, mask, cache, form="naive"):
         x = x + self.attn(self.attn_norm(x), positions, mask, cache, form)
@@ -398,7 +418,7 @@ class Decoder(nn.Module):
                 cache: Optional[list[KVCache]] = None, logits: str = "last",
                 rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None, form: str = "naive") -> Optional[torch.Tensor]:
         """tokens [B, C] after ``past`` cached ones; ``mask`` [C, past + C] (True = may attend)
-        or ``Packed(lengths)``; sliding-window layers cut it to their window.
+        or ``Packed(lengths)``; sliding-window and chunked layers cut it to their window or chunk.
 
         ``logits``: ``last`` -- the LM head on the positions ``rows`` = (batch index, position)
         (default: each sequence's last position), giving [R, V]; ``all`` -- every position,

@@ -240,6 +240,11 @@ SLOW_PRESETS = {
     "llama-2-7b", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "mistral-7b-v0.1", "mixtral-8x7b",
     "olmoe-1b-7b", "qwen1.5-moe-a2.7b", "qwen2.5-72b", "qwen2.5-7b", "qwen3-235b-a22b", "qwen3-30b-a3b",
     "qwen3-8b",
+    # the families added with transformers 5 (full-width layers, 3B parameters and up)
+    "apertus-8b-2509", "c4ai-command-r-v01", "ernie-4.5-21b-a3b-pt", "exaone-4.0-32b", "gemma-7b", "glm-4-9b-0414",
+    "glm-4.5-air", "granite-3.0-3b-a800m-base", "granite-3.1-8b-base", "llama-4-scout-17b-16e", "olmo-2-1124-7b",
+    "olmo-3-1025-7b", "phi-3-mini-4k-instruct", "phi-3.5-moe-instruct", "pythia-6.9b", "seed-oss-36b-instruct",
+    "smollm3-3b", "starcoder2-7b",
 }
 
 

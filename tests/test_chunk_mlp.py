@@ -134,3 +134,12 @@ def test_a_chunked_layer_caches_one_chunk_and_a_decode_step_loads_its_chunk():
 
     read = build("decode", "chunk.dense")["attention.kv_read"]
     assert read.xreplace(point) == 2 * keys(10_001, 8192)
+
+
+def test_compare_refuses_layer_kinds_its_recipes_do_not_model(capsys):
+    from costcalc.cli import main
+
+    for name, kind in (("pythia-6.9b", "gqa.mlp"), ("llama-4-scout-17b-16e", "chunk.moe_shared")):
+        assert main(["compare", "prefill", "--preset", name, "--seq", "64"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: compare:") and kind in err and "\n" not in err

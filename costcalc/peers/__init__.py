@@ -45,9 +45,21 @@ def tools(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _modelled(case: Case) -> None:
+    """The recipes follow the tools' code for GQA, window and MLA attention with SwiGLU and MoE
+    FFNs; a layer kind added since (chunked attention, the non-gated MLP) is refused, not
+    compared on a guess (transformers also runs Llama 4's experts all at once)."""
+    kinds = sorted({g.arch for g in case.spec.groups
+                    if g.block.attention == "chunk" or g.block.ffn == "mlp"})
+    if kinds:
+        raise CostcalcError(f"compare: {case.spec.name} has layers of kind {', '.join(kinds)}, which the "
+                            f"tools' recipes here do not model (attention gqa, window or mla; FFN SwiGLU or MoE)")
+
+
 def compare(case: Case, names: Sequence[str] = TOOLS, setup: Setup = Setup()) -> list[dict[str, Any]]:
     """One row per tool for the case (see the module docstring); costcalc's default first
     gives every row's ``ratio``."""
+    _modelled(case)
     cc = Costcalc(case)
     default = cc.total()
     config = ("causal, logits " + ("all" if case.workload == "train" else "last")

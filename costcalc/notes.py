@@ -39,6 +39,6 @@ TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expe
            "and out of each matmul, K/V loaded by a fused attention kernel and written for new tokens; "
            "time = sum over operators of max(FLOPs / peak, bytes / bandwidth) -- a roofline floor.")
 MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM head) in the weight dtype. KV "
-          "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W) x K/V width "
+          "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W, a chunked one W_c) x K/V width "
           "(MLA: latent + RoPE key) x batch, in the KV dtype. fits leaves --reserve of the device free; "
           "devices_needed splits weights and cache evenly (no parallelism overheads).")

@@ -1,4 +1,8 @@
-"""A Llama-style decoder, read top-down: config, KV cache, attention, feed-forwards, block, model.
+"""A Llama-style decoder, read top-down: config, KV cache, attention, feed-forwards, layer, model.
+
+One file, as gpt-fast's model.py is, so the decoder reads in one pass; it is longer (~450 lines)
+because it holds every block kind costcalc models -- GQA, sliding windows, chunked attention,
+MLA in three forms; SwiGLU, the non-gated MLP, MoE with shared experts -- each a short class.
 
 Every matmul is an ``nn.Linear`` entered through ``__call__`` (so the FLOP counter can name
 it) or one ``scaled_dot_product_attention`` call with an explicit boolean mask (so the

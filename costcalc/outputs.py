@@ -25,6 +25,10 @@ STDOUT = "-"
 _STREAM_ROOTS = ("/dev/", "/proc/")
 
 
+class ReaderGone(Exception):
+    """Standard output's reader closed the pipe (``| head``): stop quietly, as Unix tools do."""
+
+
 @dataclass(frozen=True)
 class Target:
     """A checked destination: ``kind`` is ``stdout``, ``stream`` (write in place) or ``file``
@@ -129,6 +133,8 @@ def write(dest: Target, fill: Callable[[IO[Any]], Any], binary: bool = False) ->
             _atomic(dest.path, fill, mode)
     except BrokenPipeError:
         _quiet_stdout()
+        if dest.kind == "stdout":   # `costcalc ... | head`: the reader has what it wanted
+            raise ReaderGone() from None
         raise CostcalcError(f"cannot write {dest.shown}: the reader closed the pipe") from None
     except OSError as exc:
         raise CostcalcError(f"cannot write {dest.shown!r}: {exc.strerror or exc}") from None

@@ -283,3 +283,16 @@ def test_a_narrow_table_says_what_it_left_out(capsys):
     assert "Columns left out to fit 80 characters: attn_proj, router, experts" in text
     _, wide, _ = run(capsys, "prefill", "-p", "mixtral-8x7b", "--seq", "4k", "--wide")
     assert "experts" in wide.splitlines()[2] and "left out" not in wide
+
+
+def test_a_reader_that_stops_early_ends_the_output_quietly():
+    """`costcalc ... | head -1`: no error, no traceback, as Unix tools behave."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "costcalc", "prefill", "-p", "toy", "--seq", "1:200000", "-f", "csv"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()                         # the reader goes away
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and first.startswith(b"preset,") and err == ""

@@ -12,6 +12,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import typer
 
     from ..errors import CostcalcError
+    from ..outputs import ReaderGone
     from .app import app
 
     # typer >= 0.28 vendors click; older typer re-exports click's classes. Find the
@@ -23,6 +24,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result = command.main(args=args, prog_name="costcalc", standalone_mode=False)
     except CostcalcError as exc:
         return _fail(str(exc))
+    except ReaderGone:
+        return 0
     except click_exception as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             print(exc.format_message(), file=sys.stderr)

@@ -9,7 +9,7 @@ from .. import devices as device_data, notes, units
 from ..errors import CostcalcError
 from ..vocab import Routing
 from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, emit, model, output_format,
+                      PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, emit, emit_listing, model, output_format,
                       traffic, write_text)
 from .. import outputs
 
@@ -25,15 +25,13 @@ def devices_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
     """
     if ctx.invoked_subcommand is not None:
         return
-    profiles = device_data.load_all()
-    if output_format(fmt, outputs.target(output)) == "table":
-        rows = [{"device": d.name, "title": d.title,
-                 "bf16": units.flops(d.peak_flops["bf16"], "FLOP/s") if "bf16" in d.peak_flops else "",
-                 "fp8": units.flops(d.peak_flops["fp8"], "FLOP/s") if "fp8" in d.peak_flops else "",
-                 "memory": units.nbytes(d.mem_bytes), "bandwidth": units.nbytes(d.mem_bw) + "/s"} for d in profiles]
-    else:
-        rows = [_flat(d) for d in profiles]
-    emit(rows, fmt, output, wide=wide)
+    emit_listing(device_data.load_all(), _line, _flat, fmt, output, wide)
+
+
+def _line(d) -> dict:
+    peak = {k: units.flops(d.peak_flops[k], "FLOP/s") if k in d.peak_flops else "" for k in ("bf16", "fp8")}
+    return {"device": d.name, "title": d.title, **peak, "memory": units.nbytes(d.mem_bytes),
+            "bandwidth": units.nbytes(d.mem_bw) + "/s"}
 
 
 @devices_app.command("show")

@@ -12,7 +12,7 @@ from ..core.registry import WORKLOADS
 from ..vocab import ARCHS
 from ..render import wrap
 from .options import (TABLE_WIDTH, output_format, write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
-                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, emit, model, models,
+                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, emit, emit_listing, model, models,
                       traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt, RoutingOpt)
 from ..vocab import Routing
 
@@ -111,12 +111,7 @@ def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
     """
     if ctx.invoked_subcommand is not None:
         return
-    specs = presets.load_all()
-    if output_format(fmt, outputs.target(output)) == "table":
-        rows = [_compact(spec) for spec in specs]     # the table: one readable line a model
-    else:
-        rows = [_summary(spec) for spec in specs]     # CSV / Markdown / JSON: every field
-    emit(rows, fmt, output, wide=wide)
+    emit_listing(presets.load_all(), _compact, _summary, fmt, output, wide)
 
 
 def _compact(spec) -> dict:

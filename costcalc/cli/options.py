@@ -282,6 +282,14 @@ def _efficiency(text: Optional[str]) -> tuple[float, float]:
     return parts[0], parts[-1]
 
 
+def emit_listing(items: Sequence[Any], compact, full, fmt: Optional[Format], output: Optional[str],
+                 wide: bool = False) -> None:
+    """A list of built-in things (presets, devices): a readable line each in a table
+    (``compact``), every field in CSV, Markdown or JSON (``full``)."""
+    shape = compact if output_format(fmt, outputs.target(output)) == "table" else full
+    emit([shape(item) for item in items], fmt, output, wide=wide)
+
+
 def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt: Optional[Format],
          output: Optional[str], notes: Sequence[str] = (), wide: bool = False) -> None:
     """Render rows (or columns) to standard output or ``output`` (never half a file, never

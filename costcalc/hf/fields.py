@@ -52,6 +52,11 @@ SHARED = {
     "auto_map": "remote-code class map", "cache_implementation": "generation cache type",
 }
 # The reason of a head_dim key on a family whose class has no such field but whose code reads it.
+# Fields most families' configuration classes share (the tables name them once).
+BASE = ("attention_dropout bos_token_id eos_token_id hidden_act initializer_range max_position_embeddings "
+        "pad_token_id rms_norm_eps rope_parameters use_cache")
+DENSE = "hidden_size intermediate_size num_attention_heads num_hidden_layers num_key_value_heads tie_word_embeddings vocab_size"
+ROUTER = "output_router_logits router_aux_loss_coef"
 HEAD_DIM_READ = "d_h: not a field, but the modelling code reads a head_dim key (absent: hidden_size // heads)"
 
 # Keys of every config: PreTrainedConfig's fields, what it writes or consumes on load.

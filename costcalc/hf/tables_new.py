@@ -5,12 +5,8 @@ Line numbers cite transformers 5.23's ``models/<family>/configuration_<family>.p
 """
 from __future__ import annotations
 
-from .fields import HEAD_DIM_READ, family
+from .fields import BASE as _BASE, DENSE as _DENSE, HEAD_DIM_READ, ROUTER as _ROUTER, family
 
-_BASE = ("attention_dropout bos_token_id eos_token_id hidden_act initializer_range max_position_embeddings "
-         "pad_token_id rms_norm_eps rope_parameters use_cache")
-_DENSE = "hidden_size intermediate_size num_attention_heads num_hidden_layers num_key_value_heads tie_word_embeddings vocab_size"
-_ROUTER = "output_router_logits router_aux_loss_coef"
 _SCALARS = dict(attention_multiplier="softmax scale", embedding_multiplier="scales the embeddings: elementwise",
                 logits_scaling="divides the logits: elementwise", residual_multiplier="scales residual branches")
 _EVERY_LAYER = "W on every layer (null: no window; M: one sliding mask for the model)"

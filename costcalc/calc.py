@@ -10,16 +10,17 @@ phases, and one ``<term>_flops`` exact ``int`` per breakdown term plus ``linear_
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from . import evaluate, roofline
+from . import evaluate
 from .core.registry import WORKLOADS, workload as find
-from .crossover import crossover, tiled_fraction
 from .errors import CostcalcError
 from .evaluate import SMALL, Options, Table, add, ints
 from .params import executed_linear_params, parameters, rule_6p
 from .ranges import check_rows
-from .roofline import Machine, Precision
+
+if TYPE_CHECKING:   # bytes and time load only when asked for (a FLOPs answer starts faster)
+    from .roofline import Machine, Precision
 from .render import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
 
@@ -54,7 +55,9 @@ def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: st
 def _traffic(spec: ModelSpec, wl, options: Options, logits: str, precision: Precision | None,
              machine: Machine | None, points: dict[str, list[int]], flops: list[int]) -> Table:
     """The labels and the bytes/time columns of rows (``costcalc.roofline``)."""
-    precision = precision or Precision()
+    from . import roofline
+
+    precision = precision or roofline.Precision()
     n = len(flops)
     check_rows(n * max(1, len(spec.groups)) * 8, "a bytes-and-time sweep (points x layer groups x 8)")
     labels = {**({"device": machine.device.name} if machine else {}), **precision.labels(spec)}
@@ -80,6 +83,27 @@ def operators(spec: ModelSpec, workload: str, convention: str = "causal", logits
 def operator_terms(spec: ModelSpec, workload: str = "prefill", mla: str = "auto") -> dict[str, str]:
     """The term each operator of a workload is charged to."""
     return evaluate.operator_terms(spec, workload, Options(mla=mla))
+
+
+def crossover(spec: ModelSpec, conventions=("causal", "full"), mla: str = "auto", precision=None,
+              batch: int = 1) -> list[Row]:
+    """T_equal, the prefill crossover per convention, and with dtypes the time crossover
+    (``costcalc.crossover``)."""
+    from . import crossover as solved
+
+    return solved.crossover(spec, conventions, mla, precision, batch)
+
+
+def tiled_fraction(seq: int, tile: tuple[int, int]):
+    """Tiled / full attention of one uncached prefill of ``seq`` (``costcalc.crossover``)."""
+    from . import crossover as solved
+
+    return solved.tiled_fraction(seq, tile)
+
+
+def intensity(flops: int, moved: int):
+    """FLOPs per byte moved, four decimals (None where nothing moves)."""
+    return round(flops / moved, 4) if moved else None
 
 
 def mla_form(workload: str, mla: str) -> str:
@@ -196,7 +220,7 @@ def _generation_traffic(spec: ModelSpec, options: Options, precision, machine, f
         if key.endswith("_bytes") or key.endswith("time_s"):
             total = add([a, b]) if key.endswith("_bytes") else [x + y for x, y in zip(a, b)]
         elif key == "intensity":
-            total = [roofline.intensity(f + g, x + y) for f, g, x, y in
+            total = [intensity(f + g, x + y) for f, g, x, y in
                      zip(first["total_flops"], steps["total_flops"], one["total_bytes"], many["total_bytes"])]
         elif key.endswith("bound"):
             total = [None] * n
@@ -309,7 +333,7 @@ def _sum_of(key: str, column: list, moved: dict[str, list], flops: list[int]):
     if key.endswith("_bytes") or key.endswith("time_s"):
         return sum(column)
     if key == "intensity":
-        return roofline.intensity(sum(flops), sum(moved["total_bytes"]))
+        return intensity(sum(flops), sum(moved["total_bytes"]))
     if key == "bound":
         return "memory" if sum(moved["memory_time_s"]) >= sum(moved["compute_time_s"]) else "compute"
     if key.endswith("_bound"):

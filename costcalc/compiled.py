@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import logging
 import operator
 import os
 import tempfile
@@ -27,7 +26,13 @@ _PACKAGE = Path(__file__).resolve().parent
 # The files whose content decides the generated code.
 SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "core/*.py")
 INT64_SAFE = 2**62  # bound below which every intermediate fits int64 with room to spare
-log = logging.getLogger("costcalc.compiled")
+
+
+def log(message: str, *args: Any) -> None:
+    """Say why a recipe is derived again (shown by ``costcalc --verbose``); logging loads only then."""
+    import logging
+
+    logging.getLogger("costcalc.compiled").info(message, *args)
 
 
 @lru_cache(maxsize=None)
@@ -233,7 +238,7 @@ def _store(path: Path, text: str) -> None:
             handle.write(text)
         os.replace(tmp, path)
     except OSError as exc:
-        log.info("could not cache %s: %s (derived again next time)", path, exc)
+        log("could not cache %s: %s (derived again next time)", path, exc)
 
 
 _LOADED: dict[tuple[str, str], Compiled] = {}   # recipes of this process, by cache folder and key
@@ -258,7 +263,7 @@ def get(recipe: str, block: str, convention: str = "causal", logits: str = "last
     if found is None:
         from . import codegen
 
-        log.info("deriving %s: %s", key, why)
+        log("deriving %s: %s", key, why)
         text = codegen.source(recipe, block_, str(convention), str(logits), stamp=f"core={core_hash()}")
         _store(path, text)
         namespace: dict[str, Any] = {}

@@ -158,7 +158,9 @@ def _whole(value: Fraction) -> int:
 
 
 def intensity(flops: int, moved: int) -> Optional[float]:
-    return round(flops / moved, 4) if moved else None
+    from .calc import intensity as ratio
+
+    return ratio(flops, moved)
 
 
 def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,

@@ -13,13 +13,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from ..errors import CostcalcError
     from ..outputs import ReaderGone
-    from .app import app
+    from .app import for_arguments
 
     # typer >= 0.28 vendors click; older typer re-exports click's classes. Find the
     # base of both kinds without importing click by name.
     click_exception = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-    command = typer.main.get_command(app)
     args = list(sys.argv[1:] if argv is None else argv)
+    command = typer.main.get_command(for_arguments(args))
     try:
         result = command.main(args=args, prog_name="costcalc", standalone_mode=False)
     except CostcalcError as exc:

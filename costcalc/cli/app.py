@@ -1,13 +1,12 @@
 """The typer application: thin commands over the library, registered in one place."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
-from . import compare_cmd, hardware, info, plot_cmd, verify_cmd, workloads
 
-app = typer.Typer(
+SETTINGS = dict(
     name="costcalc",
     help="Exact FLOPs of decoder LLM inference, derived symbolically (matrix products, 1 multiply-add = 2 FLOPs).",
     add_completion=False,
@@ -26,7 +25,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def costcalc(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
@@ -48,17 +46,54 @@ def costcalc(
         logger.setLevel(logging.INFO)
 
 
-app.command(short_help="B prompts of S tokens; varlen; over a cached prefix.")(workloads.prefill)
-app.command(short_help="A chunk schedule: every chunk, the total, unchunked.")(workloads.chunked)
-app.command(short_help="One decode step over T cached tokens, per token.")(workloads.decode)
-app.command(short_help="Prefill plus N-1 decode steps: a whole generation.")(workloads.generate)
-app.command(short_help="A training step (3 x forward) beside the 6P rule.")(workloads.train)
-app.command(short_help="The derived formula of a workload, term by term.")(info.formula)
-app.command(short_help="Where attention FLOPs equal the linear layers'.")(info.crossover)
-app.command(short_help="Other tools' numbers, reproduced and explained.")(compare_cmd.compare)
-app.command(short_help="MFU of a run under each convention and tool.")(compare_cmd.mfu)
-app.command(short_help="Does it fit: weights, KV cache, largest batch.")(hardware.memory)
-app.command(short_help="A figure: FLOPs by term against length.")(plot_cmd.plot)
-app.command(short_help="Hold the formulas to a real torch decoder's FLOPs.")(verify_cmd.verify)
-app.add_typer(info.presets_app, name="presets", short_help="Built-in models: list, show, import a config.")
-app.add_typer(hardware.devices_app, name="devices", short_help="Device profiles: peaks, bandwidth, memory.")
+# Every command once: name -> (module, function, the line the command list shows). A run
+# builds only the command it is asked for (typer's work grows with every option of every
+# command); help with no command lists them all.
+COMMANDS = {
+    "prefill": ("workloads", "prefill", "B prompts of S tokens; varlen; over a cached prefix."),
+    "chunked": ("workloads", "chunked", "A chunk schedule: every chunk, the total, unchunked."),
+    "decode": ("workloads", "decode", "One decode step over T cached tokens, per token."),
+    "generate": ("workloads", "generate", "Prefill plus N-1 decode steps: a whole generation."),
+    "train": ("workloads", "train", "A training step (3 x forward) beside the 6P rule."),
+    "formula": ("info", "formula", "The derived formula of a workload, term by term."),
+    "crossover": ("info", "crossover", "Where attention FLOPs equal the linear layers'."),
+    "compare": ("compare_cmd", "compare", "Other tools' numbers, reproduced and explained."),
+    "mfu": ("compare_cmd", "mfu", "MFU of a run under each convention and tool."),
+    "memory": ("hardware", "memory", "Does it fit: weights, KV cache, largest batch."),
+    "plot": ("plot_cmd", "plot", "A figure: FLOPs by term against length."),
+    "verify": ("verify_cmd", "verify", "Hold the formulas to a real torch decoder's FLOPs."),
+}
+GROUPS = {
+    "presets": ("info", "presets_app", "Built-in models: list, show, import a config."),
+    "devices": ("hardware", "devices_app", "Device profiles: peaks, bandwidth, memory."),
+}
+
+
+def build(only: Optional[str] = None) -> typer.Typer:
+    """The application with every command, or with ``only`` that one (for a run of it)."""
+    import importlib
+
+    def load(module: str, name: str):
+        return getattr(importlib.import_module(f".{module}", __package__), name)
+
+    built = typer.Typer(**SETTINGS)
+    built.callback()(costcalc)
+    for name, (module, function, short) in COMMANDS.items():
+        if only in (None, name):
+            built.command(name=name, short_help=short)(load(module, function))
+    for name, (module, group, short) in GROUPS.items():
+        if only in (None, name):
+            built.add_typer(load(module, group), name=name, short_help=short)
+    return built
+
+
+def for_arguments(args: list[str]) -> typer.Typer:
+    """The application a command line needs: its command alone when it names one."""
+    named = next((a for a in args if not a.startswith("-")), None)
+    return build(named if named in COMMANDS or named in GROUPS else None)
+
+
+def __getattr__(name: str):
+    if name == "app":          # the whole application, for whoever imports it
+        return build()
+    raise AttributeError(name)

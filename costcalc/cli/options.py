@@ -251,6 +251,10 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
             kv_dtype: Optional[Dtype], act_dtype: Optional[Dtype], group_size: int, routing: Routing,
             efficiency: Optional[str]):
     """(precision, machine) for calc: both None when no byte or device option is given (FLOPs only)."""
+    if not (device or device_file or weight_dtype or kv_dtype or act_dtype):
+        if efficiency is not None:
+            warn("--efficiency does nothing without --device")
+        return None, None
     from .. import devices
     from ..roofline import Machine, Precision
 

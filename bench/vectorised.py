@@ -40,7 +40,7 @@ def main() -> None:
     recipe = compiled.get("prefill", spec.arch, "causal", "last")
     base = {**spec.numbers(), "B": args.batch}
     t0 = time.perf_counter()
-    scalar_totals = [recipe.evaluate({**base, "S": q})["total"] for q in range(1, args.points + 1)]
+    scalar_totals = [recipe.evaluate({**base, "S": q}, ["total"])["total"] for q in range(1, args.points + 1)]
     scalar = time.perf_counter() - t0
 
     bd = w.prefill(spec.arch, "causal", "last")

@@ -214,19 +214,31 @@ def _monomial(powers: tuple, point: Mapping[str, int]) -> int:
     return value
 
 
+CHECK = "# checksum "   # the last line of a cached module: the sha256 of everything above it
+
+
+def _signed(text: str) -> str:
+    return f"{text}{CHECK}{hashlib.sha256(text.encode()).hexdigest()}\n"
+
+
 def _load(path: Path, key: str) -> tuple[Optional[Compiled], str]:
-    """The cached recipe, or None and why it could not be used."""
+    """The cached recipe, or None and why it could not be used. A file is used only if its
+    checksum holds (a partial, stale or hand-edited file is derived again); loading it may
+    fail in any way, and never becomes an error."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None, "not cached yet"
     except (OSError, UnicodeDecodeError) as exc:
         return None, f"unreadable ({exc})"
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    if not last.startswith(CHECK) or _signed(body + "\n") != text:
+        return None, "unusable (its checksum does not hold: partial, stale or edited)"
     try:
         namespace: dict[str, Any] = {}
         exec(compile(text, str(path), "exec"), namespace)
         return Compiled(key, namespace), ""
-    except (SyntaxError, NameError, KeyError, TypeError, ValueError) as exc:   # partial or stale
+    except Exception as exc:   # noqa: BLE001 -- whatever is wrong with a cache file, derive again
         return None, f"unusable ({type(exc).__name__}: {exc})"
 
 
@@ -235,7 +247,7 @@ def _store(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+            handle.write(_signed(text))
         os.replace(tmp, path)
     except OSError as exc:
         log("could not cache %s: %s (derived again next time)", path, exc)

@@ -157,6 +157,24 @@ def test_a_cache_that_cannot_load_says_why_under_verbose(tmp_path):
     assert first.returncode == 0 and "deriving decode-gqa.dense-causal-last: not cached yet" in first.stderr
     (tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.py").write_text("TERMS = (")
     again = run(code, tmp_path)
-    assert again.returncode == 0 and "unusable (SyntaxError" in again.stderr
+    assert again.returncode == 0 and "checksum does not hold" in again.stderr
     quiet = run(PROBE.format(args=["decode", "-p", "toy", "--context", "4"]), tmp_path)
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+@pytest.mark.parametrize("body", ["import nonexistent_module_xyz\n", "x = 1 / 0\n",
+                                  "TERMS = ()\nOUTPUTS = {'total': ()}\n"])
+def test_any_bad_cache_file_is_derived_again_even_a_well_formed_one(tmp_path, monkeypatch, body):
+    monkeypatch.setenv("COSTCALC_CACHE_DIR", str(tmp_path))
+    compiled.forget()
+    try:
+        good = compiled.get("decode", "dense", "causal", "last")
+        path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.py"
+        path.write_text(body)
+        compiled.forget()
+        again = compiled.get("decode", "dense", "causal", "last")
+        values = presets.load("llama-3.1-8b").numbers() | {"B": 3, "T": 999}
+        assert again.evaluate(values) == good.evaluate(values)
+        assert path.read_text().splitlines()[-1].startswith(compiled.CHECK)   # rewritten whole, signed
+    finally:
+        compiled.forget()

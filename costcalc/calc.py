@@ -25,6 +25,7 @@ from .render import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
 
 Row = dict[str, Any]
+MAX_TRAFFIC_POINTS = 50_000   # points x layer groups of one bytes-and-time table (about 15 s)
 
 __all__ = ["prefill", "cached_prefill", "varlen_prefill", "chunk_schedule", "chunked", "chunked_table", "decode",
            "generate", "generate_table", "train", "table", "rows", "mla_form", "parameters", "executed_linear_params",
@@ -59,7 +60,10 @@ def _traffic(spec: ModelSpec, wl, options: Options, logits: str, precision: Prec
 
     precision = precision or roofline.Precision()
     n = len(flops)
-    check_rows(n * max(1, len(spec.groups)) * 8, "a bytes-and-time sweep (points x layer groups x 8)")
+    if n * len(spec.groups) > MAX_TRAFFIC_POINTS:
+        raise CostcalcError(f"bytes and time are worked out point by point (~0.3 ms a point and layer group): "
+                            f"{n:,} points x {len(spec.groups)} group(s) is too many, at most "
+                            f"{MAX_TRAFFIC_POINTS:,}; narrow the ranges, or drop --device and the dtypes for FLOPs")
     labels = {**({"device": machine.device.name} if machine else {}), **precision.labels(spec)}
     out: Table = {key: [value] * n for key, value in labels.items()}
     out.update(roofline.columns(spec, wl, options, logits, precision, machine, points, flops))

@@ -102,6 +102,26 @@ def check_inputs(wl: Workload, inputs: dict[str, Sequence[int]]) -> int:
     return n
 
 
+MAX_TILE_STEPS = 5_000_000   # query tiles summed one by one (~3 us each) before a tiled sweep is refused
+
+
+def check_tile_work(wl: Workload, options: Options, inputs: dict[str, Sequence[int]], n: int) -> None:
+    """The tiled convention adds up its query tiles one by one (a sum over tiles has no closed
+    form): refuse a sweep whose tiles would run for minutes, before it starts."""
+    if options.tile is None:
+        return
+    column = {"prefill": "seq", "train": "seq", "cached_prefill": "chunk", "decode_phase": "new_tokens"}.get(wl.name)
+    if column is None:
+        return
+    values = inputs[column]
+    longest = int(values.max()) if hasattr(values, "max") else max(values)
+    per_point = longest if column == "new_tokens" else -(-longest // options.tile[0])
+    if per_point * n > MAX_TILE_STEPS:
+        raise CostcalcError(f"the tiled convention adds up query tiles one by one: this sweep has about "
+                            f"{per_point * n:,} (at most {MAX_TILE_STEPS:,}); use a larger --tile, fewer points, "
+                            f"or --convention causal/full")
+
+
 def _below(name: str, value: Any, minimum: int) -> None:
     kind = "a positive integer" if minimum == 1 else "a non-negative integer"
     raise CostcalcError(f"{name} must be {kind}, got {value!r}")
@@ -114,6 +134,7 @@ def table(spec: ModelSpec, name: str, options: Options, **inputs: Sequence[int])
     if not wl.compiled:
         raise CostcalcError(f"{wl.name} is assembled from other workloads; use costcalc.calc.{wl.name}")
     n = check_inputs(wl, inputs)
+    check_tile_work(wl, options, inputs, n)
     logits = wl.logits or options.logits
     point = {item.symbol: inputs[item.column] for item in wl.inputs}
     flops = columns(spec, wl, options, logits.value, point, n)

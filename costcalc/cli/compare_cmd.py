@@ -10,7 +10,7 @@ import typer
 from .. import outputs
 from ..errors import CostcalcError
 from ..ranges import check_rows
-from .options import (ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
+from .options import (MAX_TABLE_ROWS, TABLE_WIDTH, ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
                       PresetFileOpt, PresetOpt, WideOpt, axes, models, output_format, warn)
 
 
@@ -37,6 +37,9 @@ ExpertsOpt = Annotated[str, typer.Option(
     help="MoE experts of that model (transformers 5's default grouped_mm is counted by no tool).")]
 
 
+MAX_CASES = 10_000   # a recipe case takes ~2 ms: beyond this a comparison runs for minutes
+
+
 def _cases(workload: Workload, preset, preset_file, config, seq, context, new, batch):
     from ..peers.base import Case
 
@@ -50,10 +53,14 @@ def _cases(workload: Workload, preset, preset_file, config, seq, context, new, b
             raise CostcalcError(f"{workload.value} needs {flag}")
     name = {"prefill": "prefill", "train": "train", "decode": "decode", "generate": "generate"}[workload.value]
     columns = {"--seq": ("seq", seq), "--context": ("context", context), "--new": ("new_tokens", new)}
-    grid = axes(name, **{columns[f][0]: (columns[f][1], f) for f in wanted[workload.value]}, batch=(batch, "--batch"))
-    n = len(grid["batch"])
-    points = [{k: int(v[i]) for k, v in grid.items()} for i in range(n)]
     specs = models(preset, preset_file, config)
+    grid = axes(name, len(specs), **{columns[f][0]: (columns[f][1], f) for f in wanted[workload.value]},
+                batch=(batch, "--batch"))
+    n = len(grid["batch"])
+    if n * len(specs) > MAX_CASES:
+        raise CostcalcError(f"compare works each tool's recipe out case by case: {n * len(specs):,} cases "
+                            f"(presets x points) is too many, at most {MAX_CASES:,}")
+    points = [{k: int(v[i]) for k, v in grid.items()} for i in range(n)]
     return [Case(spec, workload.value, p["batch"], p.get("seq", 0), p.get("context", 0), p.get("new_tokens", 0))
             for spec in specs for p in points]
 
@@ -70,7 +77,10 @@ def _emit(rows: list[dict], text, fmt, output, wide: bool) -> None:
 
     dest = outputs.target(output)
     chosen = output_format(fmt, dest)
-    width = None if wide else 80
+    if chosen in ("table", "markdown") and len(rows) > MAX_TABLE_ROWS:
+        raise CostcalcError(f"{len(rows):,} rows are too many for a {chosen} (at most {MAX_TABLE_ROWS:,}); "
+                            f"write them with -f csv -o FILE or -f json -o FILE")
+    width = None if wide else TABLE_WIDTH
     if chosen == "table":
         body = "\n".join(text(group, width or 10_000) for group in _groups(rows))
         outputs.write(dest, lambda handle: handle.write(body))

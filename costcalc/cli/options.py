@@ -118,13 +118,20 @@ def conventions(choice: Convention) -> list[str]:
     return [choice.value]
 
 
-def axes(workload: str, **given: tuple[Optional[str], str]) -> dict[str, Sequence[int]]:
+def axes(workload: str, copies: int = 1, **given: tuple[Optional[str], str]) -> dict[str, Sequence[int]]:
     """The grid of a workload's inputs from option texts (``column=(text, "--flag")``, the
-    first outermost), each checked against the minimum the workload registry declares."""
+    first outermost), each checked against the minimum the workload registry declares.
+    ``copies``: rows each point makes in the whole command (presets x conventions x phases),
+    checked against the row cap before the grid is built."""
     from ..core.registry import workload as find
 
     minimum = {item.column: item.minimum for item in find(workload).inputs}
-    return ranges.grid(**{column: ranges.parse(text, flag, minimum[column]) for column, (text, flag) in given.items()})
+    values = {column: ranges.parse(text, flag, minimum[column]) for column, (text, flag) in given.items()}
+    points = 1
+    for column in values.values():
+        points *= len(column)
+    ranges.check_rows(points * copies, "the command")
+    return ranges.grid(**values)
 
 
 def int_list(text: Optional[str], option: str, minimum: int = 1) -> list[int]:

@@ -68,11 +68,12 @@ def prefill(
     if padded:
         raise CostcalcError("--padded applies only with --lengths")
     if cached_prefix is None:
-        points = axes("prefill", seq=(seq, "--seq"), batch=(batch, "--batch"))
+        points = axes("prefill", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
         tables = [interleave([calc.table(spec, "prefill", c, logits.value, chosen, mla, precision, machine, **points)
                               for c in kinds]) for spec in specs]
     else:
-        points = axes("cached_prefill", chunk=(seq, "--seq"), prefix=(cached_prefix, "--cached-prefix"),
+        points = axes("cached_prefill", len(specs) * len(kinds), chunk=(seq, "--seq"),
+                      prefix=(cached_prefix, "--cached-prefix"),
                       batch=(batch, "--batch"))
         tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, precision, machine,
                                          cache, **points) for c in kinds]) for spec in specs]
@@ -164,7 +165,8 @@ def decode(
     mla = mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, conventions(convention))
     precision, machine = traffic
-    points = axes("decode", context=(context, "--context"), batch=(batch, "--batch"))
+    points = axes("decode", len(specs) * len(conventions(convention)), context=(context, "--context"),
+                  batch=(batch, "--batch"))
     emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, precision=precision, machine=machine,
                                         window_cache=cache, **points)
                              for c in conventions(convention)])
@@ -198,7 +200,8 @@ def generate(
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = traffic
-    points = axes("generate", seq=(prompt, "--prompt"), new_tokens=(new, "--new"), batch=(batch, "--batch"))
+    points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
+                  batch=(batch, "--batch"))
     emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, precision, machine,
                                                  window_cache=cache, **points)
                              for c in conventions(convention)], block=3) for spec in specs]), fmt, output, wide=wide)
@@ -223,7 +226,7 @@ def train(
     """
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
-    points = axes("train", seq=(seq, "--seq"), batch=(batch, "--batch"))
+    points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
     emit(concat([interleave([calc.table(spec, "train", c, "all", chosen, mla, **points)
                              for c in conventions(convention)]) for spec in specs]), fmt, output, [notes.TRAIN], wide)
 

@@ -65,6 +65,8 @@ def _traffic(spec: ModelSpec, wl, options: Options, logits: str, precision: Prec
                             f"{n:,} points x {len(spec.groups)} group(s) is too many, at most "
                             f"{MAX_TRAFFIC_POINTS:,}; narrow the ranges, or drop --device and the dtypes for FLOPs")
     labels = {**({"device": machine.device.name} if machine else {}), **precision.labels(spec)}
+    if machine is not None and (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
+        labels.update(compute_efficiency=machine.compute_efficiency, memory_efficiency=machine.memory_efficiency)
     out: Table = {key: [value] * n for key, value in labels.items()}
     out.update(roofline.columns(spec, wl, options, logits, precision, machine, points, flops))
     return out

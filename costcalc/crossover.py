@@ -38,6 +38,7 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
         root = time_root(spec, precision, batch, mla)
         rows[0]["t_equal"] = rows[0]["tokens"]
         rows[0]["batch"] = batch
+        rows[0].update(precision.labels(spec))   # the time crossover depends on the dtypes, not the device
         rows[0]["t_equal_time"] = None if root is None else round(root.value(), 2)
         rows[0]["t_equal_time_exact"] = "never" if root is None else (
             root.text() if len(root.text()) <= 40 else f"{root.value():.6f} (a rational: expected routing)")

@@ -24,10 +24,18 @@ TRAIN = ("train = forward with logits at every position x 3 (forward + backward)
          "rule_6p = 6 x (P_lin + d V) x tokens. Attention and the LM head are why they differ.")
 
 
-def footer(conventions: set[str], logits: set[str]) -> list[str]:
+def footer(conventions: set[str], logits: set[str], columns: set[str] = frozenset()) -> list[str]:
+    """The notes a table of these columns needs: what the FLOPs count, the conventions, and
+    what bytes, time and a generation's rates mean where they appear."""
     lines = [COUNTED, NOT_COUNTED]
     lines += [CONVENTIONS[c] for c in sorted(conventions) if c in CONVENTIONS]
     lines += [LOGITS[x] for x in sorted(logits) if x in LOGITS]
+    if any(c.endswith("_bytes") for c in columns):
+        lines.append(TRAFFIC)
+    if "ttft_s" in columns:
+        lines.append(RATES)
+    if "compute_efficiency" in columns:
+        lines.append(EFFICIENCY)
     return lines
 TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
           "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
@@ -35,9 +43,15 @@ TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal 
 TIME_CROSSOVER = ("t_equal_time = keys read by a decode step of the given batch at which reading the K/V cache "
                   "moves as many bytes as reading the weights (LM head included): where a memory-bound step's "
                   "time turns from weights to cache. t_equal = the FLOPs crossover, beside it.")
-TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expert touched), activations in "
-           "and out of each matmul, K/V loaded by a fused attention kernel and written for new tokens; "
-           "time = sum over operators of max(FLOPs / peak, bytes / bandwidth) -- a roofline floor.")
+TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expert touched; integer weights "
+           "with an fp16 scale per group), activations in and out of each matmul, K/V loaded by a fused attention "
+           "kernel and written for new tokens (an integer KV cache without scales); time = sum over operators of "
+           "max(FLOPs / peak, bytes / bandwidth), dense peaks -- a roofline floor. GB = 10^9 bytes (token counts "
+           "use k = 1024).")
+RATES = ("ttft = time to first token (the prefill); tpot = time per output token (the N-1 decode steps / "
+         "(N-1)); tok/s/seq = N / (prefill + decode time), per sequence; tok/s = the batch's B x N over the same.")
+EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "
+              "the times assume (--efficiency).")
 MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM head) in the weight dtype. KV "
           "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W, a chunked one W_c) x K/V width "
           "(MLA: latent + RoPE key) x batch, in the KV dtype. fits leaves --reserve of the device free; "

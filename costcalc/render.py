@@ -204,12 +204,15 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
             shown.remove(step)
             dropped.append(step.removesuffix("_flops"))
         lines = _grid(rows, shown, shares)
+    while width is not None and len(shown) > 2 and max(map(len, lines), default=0) > width:
+        dropped.append(shown.pop().removesuffix("_flops"))    # last resort: from the right
+        lines = _grid(rows, shown, shares)
     if width is not None and len(rows) == 1 and (not shown or max(map(len, lines), default=0) > width):
         return _listing(rows[0], extra_notes, width)      # one row that no table fits: a field per line
     out = ([*_wrap_header(header, width), ""] if header else []) + lines
     conventions = {str(r.get("convention")) for r in rows}
     logits = {str(r.get("logits")) for r in rows if "logits" in r}
-    footer = notes.footer(conventions, logits) if any(c.endswith("_flops") for c in cols) else []
+    footer = notes.footer(conventions, logits, set(cols)) if any(c.endswith("_flops") for c in cols) else []
     if dropped or not shares:
         cut = ", ".join(dropped) + (" and the shares of the total" if not shares else "")
         footer = [f"Columns left out to fit {width} characters: {cut.removeprefix(', ')} "
@@ -223,20 +226,22 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
 # the 6P rule, the LM head; with bytes and time, the per-term bounds and the smaller byte and
 # time columns; then inputs that are the same on every row move to the header, the shares of
 # the total go, and last the weights' bytes and the linear sum.
-_NARROWER = ("formula", "title", "V", "context_exact", "exact", "attn_proj_flops", "ffn_flops", "router_flops",
+_NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_exact", "tflops_per_s_causal",
+             "tflops_per_s_full", "peak_fraction", "exact", "attn_proj_flops", "ffn_flops", "router_flops",
              "experts_flops", "shared_experts_flops", "rule_6p_flops", "lm_head_flops",
              *(f"{t}_bound" for t in ("attn_proj", "ffn", "router", "experts", "shared_experts", "attention",
                                       "lm_head")),
              "kv_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
              "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
-             "total_flops_per_token", "tile", "mla", "logits", "attention_flops", "kv_read_bytes")
+             "total_flops_per_token", "tile", "mla", "logits", "attention_flops", "kv_read_bytes",
+             "weight_dtype", "kv_dtype", "act_dtype", "group_size", "routing", "batch", "convention")
 
 
 def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int) -> str:
     keys = [k for k in row if row[k] is not None]
     pad = max(map(len, keys))
     lines = [f"{k:<{pad}}  {_cell(row, k, True)}" for k in keys]
-    footer = notes.footer({str(row.get("convention"))}, {str(row["logits"])} if "logits" in row else set()) \
+    footer = notes.footer({str(row.get("convention"))}, {str(row["logits"])} if "logits" in row else set(), set(row)) \
         if any(k.endswith("_flops") for k in row) else []
     return "\n".join(lines + [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]) + "\n"
 

@@ -58,5 +58,9 @@ def share(part: int, whole: int) -> str:
     if pct < 0.01:
         return "<0.01%"
     if pct >= 10:
-        return f"{pct:.0f}%" if pct >= 99.5 or pct == int(pct) else f"{pct:.1f}%"
+        if pct == int(pct):
+            return f"{pct:.0f}%"
+        return ">99.9%" if pct > 99.95 else f"{pct:.1f}%"     # never 100% for less than the whole
+    if pct >= 1:
+        return f"{pct:.1f}%"
     return f"{pct:.2g}%"

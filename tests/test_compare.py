@@ -393,3 +393,13 @@ def test_csv_and_markdown_carry_exact_numbers_and_the_differences(capsys):
     assert rows["fvcore"]["differences"] == "MACs not FLOPs x0.5 -8,578,662,400"
     assert main(["compare", "decode", "-p", "llama-3.1-8b", "-t", "4096", "--tools", "vllm", "-f", "markdown"]) == 0
     assert "| 17157324800 " in capsys.readouterr().out
+
+
+def test_mfu_above_one_hundred_percent_is_called_out(capsys):
+    assert main(["mfu", "prefill", "-p", "llama-3.1-8b", "-s", "8192", "--time", "0.001", "--peak", "1000T",
+                 "--tools", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "MFU above 100% (costcalc causal" in out and "vllm" in out
+    assert main(["mfu", "prefill", "-p", "llama-3.1-8b", "-s", "8192", "--time", "10", "--peak", "1000T",
+                 "--tools", "vllm"]) == 0
+    assert "MFU above 100%" not in capsys.readouterr().out

@@ -57,3 +57,11 @@ def test_a_wide_row_without_flops_keeps_a_grid_and_claims_nothing_left_out():
     grid = [l for l in lines[1:] if l.strip()]
     assert grid[0].split() == ["seq", "causal_s", "full_s", "measured_ratio", "tile_model_ratio", "triangle_ratio"]
     assert grid[2].split()[:3] == ["1024", "8.051", "ms"] and max(map(len, lines)) <= 80   # seconds in units
+
+
+def test_shares_keep_a_decimal_at_every_size():
+    from costcalc.units import share
+
+    assert [share(p, 1000) for p in (0, 1000, 999, 420, 100, 10, 12, 3, 0)] == \
+        ["0%", "100%", "99.9%", "42%", "10%", "1.0%", "1.2%", "0.3%", "0%"]
+    assert share(1, 10**6) == "<0.01%" and share(1, 0) == "-" and share(99_999, 100_000) == ">99.9%"

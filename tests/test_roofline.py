@@ -206,6 +206,8 @@ def test_every_built_in_device_has_a_source_and_dense_peaks():
     (["memory", "-p", "toy", "--context", "4"], "memory needs a device"),
     (["memory", "-p", "toy", "--context", "4", "--device", "h100", "--reserve", "1"], "reserve must be"),
     (["devices", "show", "nope"], "unknown device 'nope'"),
+    (["decode", "-p", "toy", "--context", "4", "--device", ""], "--device: the name is empty"),
+    (["decode", "-p", "toy", "--context", "4", "--device-file", " "], "--device-file: the path is empty"),
     (["prefill", "-p", "toy", "--lengths", "3,4", "--device", "h100"], "uniform prompts"),
 ])
 def test_bad_device_input_is_one_line(args, message, capsys):
@@ -223,3 +225,24 @@ def test_a_device_file_of_ones_own(tmp_path, capsys):
     path.write_text(json.dumps({"name": "mine", "peak_flops": {"bf16": -1}, "mem_bw": 1e12, "mem_bytes": 10**11}))
     code, _, err = run(capsys, "decode", "-p", "toy", "--context", "4", "--device-file", str(path))
     assert code == 2 and "peak_flops.bf16" in err
+
+
+def test_a_profile_with_one_peak_computes_in_its_dtype(tmp_path, capsys):
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps({"name": "measured", "peak_flops": {"fp32": 1e12}, "mem_bw": 1e10, "mem_bytes": 10**10}))
+    code, out, err = run(capsys, "decode", "-p", "toy", "--context", "4", "--device-file", str(path), "-f", "json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["act_dtype"] == "fp32" and "computing in fp32" in err
+    code, _, err = run(capsys, "decode", "-p", "toy", "--context", "4", "--device-file", str(path),
+                       "--act-dtype", "bf16")
+    assert code == 2 and "no bf16 peak" in err
+
+
+def test_tables_with_bytes_time_and_rates_say_what_they_mean(capsys):
+    code, out, _ = run(capsys, "decode", "-p", "llama-3.1-8b", "--context", "4k", "--device", "h100")
+    assert code == 0 and "a roofline floor" in out and "ttft" not in out and "compute_efficiency" not in out
+    code, out, _ = run(capsys, "generate", "-p", "llama-3.1-8b", "--prompt", "1k", "--new", "64",
+                       "--device", "h100", "--efficiency", "0.5,0.8")
+    assert code == 0 and "time per output token" in out and "--efficiency" in out
+    code, out, _ = run(capsys, "decode", "-p", "llama-3.1-8b", "--context", "4k")
+    assert code == 0 and "roofline" not in out

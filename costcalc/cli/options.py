@@ -258,6 +258,9 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
             kv_dtype: Optional[Dtype], act_dtype: Optional[Dtype], group_size: int, routing: Routing,
             efficiency: Optional[str]):
     """(precision, machine) for calc: both None when no byte or device option is given (FLOPs only)."""
+    for flag, value in (("--device", device), ("--device-file", device_file)):
+        if value is not None and not value.strip():
+            raise CostcalcError(f"{flag}: the {'name' if flag == '--device' else 'path'} is empty")
     if not (device or device_file or weight_dtype or kv_dtype or act_dtype):
         if efficiency is not None:
             warn("--efficiency does nothing without --device")
@@ -276,6 +279,11 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
     given = (weight_dtype, kv_dtype, act_dtype)
     if machine is None and all(d is None for d in given):
         return None, None
+    if machine is not None and act_dtype is None and "bf16" not in machine.device.peak_flops:
+        own = [d for d in machine.device.peak_flops if d in Dtype.__members__]
+        if len(own) == 1:   # a measured profile (verify --save-profile) has its run's dtype only
+            act_dtype = Dtype(own[0])
+            warn(f"device {machine.device.name}'s only peak is {own[0]}: computing in {own[0]} (--act-dtype {own[0]})")
     precision = Precision(weight_dtype or Dtype.bf16, kv_dtype or Dtype.bf16, act_dtype or Dtype.bf16,
                           group_size, routing)
     return precision, machine

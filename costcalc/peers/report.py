@@ -97,10 +97,19 @@ def mfu_text(rows: Sequence[dict], width: int = 80) -> str:
         for diff in row.get("differences", ()):
             out += _line(diff["term"], f"{points(float(Fraction(diff['flops'])) / scale * 100)} pts", width)
     if cannot:
-        out += ["", "Cannot answer: " + ", ".join(r["tool"] for r in cannot) + " (compare says why)."]
+        out += [""] + wrap("Cannot answer: " + ", ".join(r["tool"] for r in cannot) + " (compare says why).", width)
+    above = [r for r in rows if r.get("mfu") is not None and r["mfu"] > 1]
+    if above:
+        out += [""] + wrap(f"MFU above 100% ({', '.join(_name(r) for r in above)}): the time is below what the "
+                           f"peak allows for these FLOPs -- a wrong time or peak, or a count above the work done.",
+                           width)
     out += [""] + wrap(f"MFU = FLOPs / (time x peak). A tool's terms are its differences from costcalc's default "
                        f"({first.get('costcalc_config', 'causal')}), in MFU points.", width)
     return "\n".join(out) + "\n"
+
+
+def _name(row: dict) -> str:
+    return f"costcalc {row['convention']}" if "convention" in row else row["tool"]
 
 
 def points(value: float) -> str:

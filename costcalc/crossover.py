@@ -42,6 +42,8 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
         rows[0]["t_equal_time"] = None if root is None else round(root.value(), 2)
         rows[0]["t_equal_time_exact"] = "never" if root is None else (
             root.text() if len(root.text()) <= 40 else f"{root.value():.6f} (a rational: expected routing)")
+        first = ("preset", "workload", "quantity", "convention", "mla", "exact", "tokens", "t_equal_time")
+        rows[0] = {**{k: rows[0][k] for k in first if k in rows[0]}, **rows[0]}   # the answer before its details
     for convention in conventions:
         options = Options(convention, mla=mla)
         if options.convention == "tiled":
@@ -69,8 +71,7 @@ def _row(spec: ModelSpec, quantity: str, options: Options, name: str) -> dict:
 def _formula(spec: ModelSpec, options: Options, quantity: str) -> str:
     if not spec.uniform or spec.windows or any(g.block.attention == "chunk" for g in spec.groups):
         return "piecewise over layer groups"
-    block = spec.groups[0].block.with_form(options.form(workload("decode" if quantity == "decode_t_equal"
-                                                                  else "prefill")))
+    block = options.block(spec.groups[0], workload("decode" if quantity == "decode_t_equal" else "prefill"))
     texts = compiled.get("crossover", block.key, "causal", "last").constants
     return texts["decode_t_equal" if quantity == "decode_t_equal" else f"prefill_{options.convention.value}"]
 
@@ -81,10 +82,10 @@ def first_root(spec: ModelSpec, options: Options, name: str) -> Optional["Root"]
     """The first length >= 1 where attention - linear of workload ``name`` (decode: keys read)
     reaches 0, or None."""
     windowed = options.convention == "causal" or name == "decode"
-    form = options.form(workload(name))
+    wl = workload(name)
 
     def gap_of(index: int, group: Group):
-        recipe = compiled.get(name, group.block.with_form(form).key, options.convention.value, "last")
+        recipe = compiled.get(name, options.block(group, wl).key, options.convention.value, "last")
         base = {**group.numbers(), **options.values(), "B": 1}
 
         def gap(x: int) -> int:
@@ -99,16 +100,15 @@ def time_root(spec: ModelSpec, precision, batch: int, mla: str = "auto") -> Opti
     """Keys read by a decode step of ``batch`` sequences at which reading the K/V cache moves as
     many bytes as reading the weights (LM head included) -- the time crossover of a memory-bound
     step, whatever the device."""
-    from .roofline import experts_touched
+    from .roofline import group_experts_touched
 
-    form = Options(mla=mla).form(workload("decode"))
+    options, wl = Options(mla=mla), workload("decode")
 
     def gap_of(index: int, group: Group):
-        recipe = compiled.get("decode.bytes", group.block.with_form(form).key)
+        recipe = compiled.get("decode.bytes", options.block(group, wl).key)
         names = [n for n in recipe.outputs if n.endswith(".weight") and (index == 0 or not n.startswith("lm_head"))]
         base = {**group.numbers(), "B": batch}
-        touched = experts_touched(group.sizes["E"], group.sizes["k"], batch, precision.routing) \
-            if group.block.ffn == "moe" else 1
+        touched = group_experts_touched(group, batch, precision)
         weights = sum(v * (touched if n.startswith("experts.") else 1)
                       for n, v in recipe.evaluate({**base, "T": 0}, names).items()) * precision.bits("weight")
 

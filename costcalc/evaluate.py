@@ -15,10 +15,9 @@ from . import compiled
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .spec import ModelSpec
-from .vocab import LINEAR_PARTS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
+from .vocab import DEFAULT_TILE, LINEAR_PARTS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
 
 Table = dict[str, list]    # columns of equal length, in row order
-DEFAULT_TILE = (128, 128)
 SMALL = 256   # up to this many points a sweep is evaluated point by point (no numpy import)
 
 
@@ -225,7 +224,7 @@ def operator_terms(spec: ModelSpec, name: str, options: Options) -> dict[str, st
     wl = find(name)
     out: dict[str, str] = {}
     for group in spec.groups:
-        out.update(compiled.get(wl.name, group.block.with_form(options.form(wl)).key, options.convention.value,
+        out.update(compiled.get(wl.name, options.block(group, wl).key, options.convention.value,
                                 (wl.logits or options.logits).value).term_of)
     return out
 

@@ -27,11 +27,26 @@ def read(path: Union[str, Path], what: str) -> Any:
     except UnicodeDecodeError as exc:
         raise _error(f"{what} {text!r}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")
     try:
-        return json.loads(decoded)
+        return json.loads(decoded, object_pairs_hook=_unique)
+    except _Duplicate as exc:
+        raise _error(f"{what} {text!r}: field {exc.args[0]!r} appears twice in one object (which one is meant?)")
     except json.JSONDecodeError as exc:
         raise _error(f"{what} {text!r}: not valid JSON ({exc.msg} at line {exc.lineno})")
     except RecursionError:
         raise _error(f"{what} {text!r}: nested too deeply")
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique(pairs: list) -> dict:
+    """A JSON object whose keys are each given once (json keeps the last silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        raise _Duplicate(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
 
 
 def built_in(folder, name: str, kind: str, listing: str):

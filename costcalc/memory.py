@@ -2,14 +2,18 @@
 
 - Resident weights: every matrix (all experts, the embedding, an untied LM head) in the
   weight dtype, integer weights with their fp16 scales.
-- KV cache of B sequences of T tokens: per layer group, the tokens its cache keeps -- all T,
-  or ``min(T, W)`` in a sliding-window layer (a cache holds what its window reads), ``min(T, W_c)``
-  in a chunked one (at most one chunk is ever read) -- times the
-  K/V width per token (GQA ``2 h_kv d_h``; MLA its latent and RoPE key, ``r_kv + d_rope``,
-  as serving stacks cache it), in the KV dtype.
+- KV cache of B sequences of T tokens: per layer group, the tokens its cache keeps -- with
+  a ``rolling`` window cache (the default here: what serving caches keep, vLLM's hybrid
+  cache and Hugging Face's sliding and chunked cache layers) ``min(T, W)`` in a
+  sliding-window layer (what its window reads), ``min(T, W_c)`` in a chunked one (at most one
+  chunk is ever read), all T elsewhere; with a ``whole`` one all T everywhere -- times
+  the K/V width per token as the decode step writes it (GQA ``2 h_kv d_h``; MLA under
+  ``--mla auto`` its latent and RoPE key, ``r_kv + d_rope``, as serving stacks cache it), in
+  the KV dtype.
 - ``fits`` leaves ``reserve`` of the device free (activations, workspace, fragmentation);
-  ``max_batch`` at this context, ``max_context`` at this batch, and ``devices_needed`` for
-  weights and cache split evenly (an estimate: no parallelism overheads).
+  ``max_batch`` at this context, ``max_context`` at this batch (what memory allows: the
+  model's trained context length is not modelled), and ``devices_needed`` for weights and
+  cache split evenly (an estimate: no parallelism overheads).
 """
 from __future__ import annotations
 
@@ -20,13 +24,15 @@ from typing import Any
 from . import compiled
 from .devices import Device
 from .errors import CostcalcError
-from .evaluate import positive
+from .core.registry import WORKLOADS
+from .evaluate import Options, positive
 from .params import parameters
 from .ranges import MAX_VALUE
 from .roofline import Precision
 from .spec import ModelSpec
 
 DEFAULT_RESERVE = 0.1
+SERVING = Options(window_cache="rolling")   # what a serving cache keeps: windows and chunks only theirs
 
 
 def weight_bytes(spec: ModelSpec, precision: Precision) -> int:
@@ -36,55 +42,71 @@ def weight_bytes(spec: ModelSpec, precision: Precision) -> int:
     return round(matrices * precision.bits("weight") / 8)
 
 
-def cache_per_token(spec: ModelSpec, precision: Precision) -> list[tuple[int, Fraction]]:
-    """Per layer group: (tokens its cache keeps at most, or 0 for all; bytes per token)."""
+def cache_per_token(spec: ModelSpec, precision: Precision, options: Options = SERVING) -> list[tuple[int, Fraction]]:
+    """Per layer group: (tokens its cache keeps at most, or 0 for all; bytes per token) --
+    the K/V a decode step writes per token, in the block the step runs (``options.block``)."""
     out = []
     for group in spec.groups:
-        form = "absorbed" if group.block.attention == "mla" else "naive"
-        elements = compiled.get("decode.bytes", group.block.with_form(form).key).evaluate(
+        block = options.block(group, WORKLOADS["decode"])
+        elements = compiled.get("decode.bytes", block.key).evaluate(
             {**group.numbers(), "B": 1, "T": 1}, ["attention.kv_write"])["attention.kv_write"]
         keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
-        out.append((keep, elements * precision.bits("kv") / 8))
+        out.append((keep if options.window_cache == "rolling" else 0, elements * precision.bits("kv") / 8))
     return out
 
 
-def kv_cache_bytes(spec: ModelSpec, precision: Precision, batch: int, context: int) -> int:
-    return round(sum(batch * (min(context, keep) if keep else context) * per for keep, per in
-                     cache_per_token(spec, precision)))
+def kv_cache_bytes(spec: ModelSpec, precision: Precision, batch: int, context: int,
+                   options: Options = SERVING) -> int:
+    return _cache_bytes(cache_per_token(spec, precision, options), batch, context)
+
+
+def _cache_bytes(per_token: list[tuple[int, Fraction]], batch: int, context: int) -> int:
+    return round(sum(batch * (min(context, keep) if keep else context) * per for keep, per in per_token))
 
 
 def fit(spec: ModelSpec, device: Device, precision: Precision, batch: int, context: int,
-        reserve: float = DEFAULT_RESERVE) -> dict[str, Any]:
-    """The ``memory`` row: resident weights, KV cache, whether they fit, and the limits."""
+        reserve: float = DEFAULT_RESERVE, options: Options = SERVING) -> dict[str, Any]:
+    """The ``memory`` row: resident weights, KV cache, whether they fit, and the limits.
+    ``options``: the MLA form (``auto``: the absorbed latent, as decode runs) and the window
+    cache (``rolling``, the default: windows and chunks keep only theirs; ``whole``: every
+    layer keeps every token)."""
     batch, context = positive("batch", batch), positive("context", context)
     if not 0 <= reserve < 1:
         raise CostcalcError(f"reserve must be a fraction in [0, 1), got {reserve}")
     weights = weight_bytes(spec, precision)
-    cache = kv_cache_bytes(spec, precision, batch, context)
+    per_token = cache_per_token(spec, precision, options)
+    cache = _cache_bytes(per_token, batch, context)
     usable = math.floor(device.mem_bytes * (1 - reserve))
-    per_sequence = kv_cache_bytes(spec, precision, 1, context)
+    per_sequence = _cache_bytes(per_token, 1, context)
     room = usable - weights
     max_batch = room // per_sequence if room > 0 and per_sequence else 0
-    row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context,
+    labels = {**({"mla": options.form(WORKLOADS["decode"])} if spec.has_mla else {}),
+              **({"window_cache": options.window_cache.value} if _bounded(spec) else {})}
+    row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,
            "weight_dtype": precision.weight.value, "kv_dtype": precision.kv.value, "reserve": reserve,
            "weight_bytes_resident": weights, "kv_cache_bytes": cache, "total_bytes": weights + cache,
            "device_bytes": device.mem_bytes, "usable_bytes": usable, "fits": weights + cache <= usable,
-           "max_batch": max_batch, "max_context": _max_context(spec, precision, batch, room),
+           "max_batch": max_batch, "max_context": _max_context(per_token, batch, room),
            "devices_needed": math.ceil((weights + cache) / usable) if usable else None}
     return row
 
 
-def _max_context(spec: ModelSpec, precision: Precision, batch: int, room: int):
+def _bounded(spec: ModelSpec) -> bool:
+    """Whether a rolling cache would keep fewer tokens in some layer (windows or chunks)."""
+    return any(g.block.attention in ("window", "chunk") for g in spec.groups)
+
+
+def _max_context(per_token: list[tuple[int, Fraction]], batch: int, room: int):
     """The longest context whose cache for ``batch`` sequences fits in ``room`` bytes; every
     context if windows bound the cache below it ("unbounded"), 0 if not even one token fits."""
-    if room <= 0 or kv_cache_bytes(spec, precision, batch, 1) > room:
+    if room <= 0 or _cache_bytes(per_token, batch, 1) > room:
         return 0
-    if kv_cache_bytes(spec, precision, batch, MAX_VALUE) <= room:
+    if _cache_bytes(per_token, batch, MAX_VALUE) <= room:
         return "unbounded"
     lo, hi = 1, MAX_VALUE            # the cache grows with the context: bisect
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if kv_cache_bytes(spec, precision, batch, mid) <= room:
+        if _cache_bytes(per_token, batch, mid) <= room:
             lo = mid
         else:
             hi = mid - 1

@@ -53,6 +53,8 @@ RATES = ("ttft = time to first token (the prefill); tpot = time per output token
 EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "
               "the times assume (--efficiency).")
 MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM head) in the weight dtype. KV "
-          "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W, a chunked one W_c) x K/V width "
-          "(MLA: latent + RoPE key) x batch, in the KV dtype. fits leaves --reserve of the device free; "
-          "devices_needed splits weights and cache evenly (no parallelism overheads).")
+          "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W, a chunked one "
+          "W_c, as serving caches keep them; every token with --window-cache whole) x K/V width (MLA absorbed: latent + RoPE key) x "
+          "batch, in the KV dtype. fits leaves --reserve of the device free; devices_needed splits weights and "
+          "cache evenly (no parallelism overheads); max_context is what memory allows, not the model's "
+          "trained context length.")

@@ -149,23 +149,28 @@ def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str
     xs = sorted(set(int(x) for x in xs))
     if len(xs) < 2:
         raise CostcalcError("plot: give at least two x values (a list or a range)")
-    pixels = (size[0] * len(specs) * dpi, size[1] * dpi)
+    columns = min(len(specs), MAX_COLUMNS)
+    rows = -(-len(specs) // columns)
+    pixels = (size[0] * columns * dpi, size[1] * rows * dpi)
     if not 10 <= dpi <= MAX_DPI or max(pixels) > MAX_PIXELS_SIDE:
         raise CostcalcError(f"plot: {len(specs)} panel(s) of {size[0]:g}x{size[1]:g} inches at {dpi} dpi is "
                             f"{pixels[0]:,.0f} x {pixels[1]:,.0f} pixels; at most {MAX_PIXELS_SIDE:,} a side "
                             f"and {MAX_DPI} dpi")
     plt = _pyplot()
     drawn = Drawn(Path(dest.shown))
-    fig, axes = plt.subplots(1, len(specs), figsize=(size[0] * len(specs), size[1]), sharey=True,
+    fig, axes = plt.subplots(rows, columns, figsize=(size[0] * columns, size[1] * rows), sharey=True,
                              squeeze=False)
-    for ax, spec in zip(axes[0], specs):
+    cells = [ax for row in axes for ax in row]
+    for ax, spec in zip(cells, specs):
         panel = _panel(ax, spec, what, xs, list(conventions), batch, prompt, logits, tile, style, traffic)
         drawn.panels.append(panel)
-    axes[0][0].set_ylabel(("time of one decode step" if traffic else
+    for ax in cells[len(specs):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel(("time of one decode step" if traffic else
                            {"prefill": "FLOPs of the prefill", "decode": "FLOPs of one decode step",
                             "generate": "FLOPs of the token"}[what]) + (f" (batch {batch})" if batch > 1 else ""))
-    fig.suptitle(title or (f"Decode-step time by term on {traffic[1].device.name} ({conventions[0]}; "
-                           f"max(FLOPs/peak, bytes/bandwidth) per operator)" if traffic
+    fig.suptitle(title or (_time_title(traffic, batch, conventions[0], specs) if traffic
                            else _title(what, batch, prompt, conventions)), fontsize=11)
     fig.tight_layout()
     kind = Path(dest.shown).suffix.lower().lstrip(".")
@@ -179,6 +184,7 @@ def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str
 
 
 MAX_DPI = 1200
+MAX_COLUMNS = 3            # panels a row; more models wrap onto further rows
 MAX_PIXELS_SIDE = 20_000   # a figure side beyond this is refused (memory), whatever the dpi
 
 
@@ -188,6 +194,21 @@ def check_output(output: str | Path) -> "outputs.Target":
     if Path(dest.shown).suffix.lower() not in (".png", ".svg"):
         raise CostcalcError(f"plot: --output must name a .png or .svg file, got {dest.shown!r}")
     return dest
+
+
+def _time_title(traffic, batch: int, convention: str, specs: Sequence[ModelSpec]) -> str:
+    """Two lines: the device and batch, then every dtype and fraction the times depend on."""
+    precision, machine = traffic
+    labels = {}
+    for spec in specs:
+        labels.update(precision.labels(spec))
+    dtypes = f"weights {labels['weight_dtype']}" + (f" (groups of {labels['group_size']})" if "group_size" in labels
+                                                     else "") + f", KV {labels['kv_dtype']}, compute {labels['act_dtype']}"
+    dtypes += f", {labels['routing']} routing" if "routing" in labels else ""
+    if (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
+        dtypes += f", efficiency {machine.compute_efficiency:g}/{machine.memory_efficiency:g}"
+    return (f"Decode-step time by term on {machine.device.name}, batch {batch}, {convention}\n{dtypes}\n"
+            f"time = sum over operators of max(FLOPs/peak, bytes/bandwidth)")
 
 
 def _title(what: str, batch: int, prompt: int, conventions: Sequence[str]) -> str:
@@ -259,7 +280,7 @@ def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str]
     from matplotlib.ticker import FuncFormatter
 
     if traffic:
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.seconds(v) if v > 0 else "0"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.seconds(v, short=True) if v > 0 else "0"))
     else:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.flops(v, short=True) if v > 0 else "0"))
     ax.set_title(spec.title or spec.name, fontsize=10)

@@ -28,7 +28,7 @@ def names() -> list[str]:
 
 def load(name: str) -> ModelSpec:
     """A built-in preset by name; an unknown name suggests the nearest ones."""
-    spec = from_dict(jsonfile.built_in(_root(), name, "preset", "costcalc presets"), origin=f"{name!r}")
+    spec = from_dict(jsonfile.built_in(_root(), name, "preset", "costcalc presets"), origin=f"preset {name!r}")
     if spec.name != name:
         raise CostcalcError(f"preset {name!r}: field 'name' is {spec.name!r}, expected the file name")
     return spec
@@ -36,7 +36,7 @@ def load(name: str) -> ModelSpec:
 
 def load_file(path: str | Path) -> ModelSpec:
     """A preset from a user's JSON file."""
-    return from_dict(jsonfile.read(path, "preset file"), origin=repr(str(path)))
+    return from_dict(jsonfile.read(path, "preset file"), origin=f"preset file {str(path)!r}")
 
 
 def load_all() -> list[ModelSpec]:

@@ -200,8 +200,8 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
                 same = _fewest_to_fit(rows, shown, shares, width)   # from the right, while it is too wide
             header = " | ".join([header] * bool(header) + [f"{c} {_cell(rows[0], c)}" for c in same])
             shown = [c for c in shown if c not in same]
-        elif step in shown:
-            shown.remove(step)
+        elif step in shown and not (step in _AXES and len({r.get(step) for r in rows} - {None}) > 1):
+            shown.remove(step)     # an input that varies over the rows is what the table is about: kept
             dropped.append(step.removesuffix("_flops"))
         lines = _grid(rows, shown, shares)
     while width is not None and len(shown) > 2 and max(map(len, lines), default=0) > width:
@@ -234,7 +234,9 @@ _NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_
              "kv_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
              "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
              "total_flops_per_token", "tile", "mla", "logits", "attention_flops", "kv_read_bytes",
-             "weight_dtype", "kv_dtype", "act_dtype", "group_size", "routing", "batch", "convention")
+             "weight_dtype", "kv_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
+             "context", "batch")
+_AXES = ("batch", "seq", "context", "chunk", "prefix", "new_tokens")   # inputs: dropped only when constant
 
 
 def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int) -> str:

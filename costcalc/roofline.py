@@ -52,7 +52,8 @@ class Precision:
         except ValueError as exc:
             raise CostcalcError(str(exc)) from None
         if self.act == Dtype.int4:
-            raise CostcalcError("act dtype int4 is not a compute dtype; use bf16, fp16, fp8 or int8")
+            raise CostcalcError("act dtype int4 is not a compute dtype; use one of "
+                                + ", ".join(d.value for d in Dtype if d != Dtype.int4))
         positive("group size", self.group_size)
 
     def bits(self, kind: str) -> Fraction:
@@ -121,7 +122,7 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
         operators = {k.rsplit(".", 1)[0] for k in elements}
         flops = flops_recipe.evaluate(base, operators)
         term_of = flops_recipe.term_of
-        touched = _touched(group, routed, precision) if group.block.ffn == "moe" else 1
+        touched = group_experts_touched(group, routed, precision)
         for op in operators:
             moved = Fraction(0)
             for kind in TRAFFIC:
@@ -149,7 +150,11 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
     return out
 
 
-def _touched(group: Group, routed: int, precision: Precision) -> Fraction:
+def group_experts_touched(group: Group, routed: int, precision: Precision) -> Fraction:
+    """The routed experts whose weights a forward of ``routed`` tokens reads in a layer of
+    ``group``: ``experts_touched`` for a MoE layer; 1 (the weight counted once) otherwise."""
+    if group.block.ffn != "moe":
+        return Fraction(1)
     return experts_touched(group.sizes["E"], group.sizes["k"], routed, precision.routing)
 
 

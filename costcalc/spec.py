@@ -98,7 +98,7 @@ class ModelSpec:
         if "L" in changes and "layers" in data:
             data["layers"] = _take(data["layers"], changes.pop("L"))
         data.update(changes)
-        return from_dict(data, origin=f"{self.name} (modified)")
+        return from_dict(data, origin=f"preset {self.name} (modified)")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -148,63 +148,64 @@ def check_name(name: Any, where: str) -> str:
 
 def _positive(origin: str, key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise CostcalcError(f"preset {origin}: field {key!r} must be a positive integer, got {value!r}")
+        raise CostcalcError(f"{origin}: field {key!r} must be a positive integer, got {value!r}")
     return value
 
 
 def _block(origin: str, where: str, arch: Any) -> blocks.Block:
     if arch is None:
-        raise CostcalcError(f"preset {origin}: {where}missing field 'arch'")
+        raise CostcalcError(f"{origin}: {where}missing field 'arch'")
     if not isinstance(arch, str):
-        raise CostcalcError(f"preset {origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
+        raise CostcalcError(f"{origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
                             f"kind like window.dense, got {arch!r}")
     try:
         return blocks.parse(arch)
     except ValueError as exc:
-        raise CostcalcError(f"preset {origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
+        raise CostcalcError(f"{origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
                             f"kind ATTENTION.FFN like window.dense or mla_q.moe_shared, got {arch!r} ({exc})") from None
 
 
 def _check_group(origin: str, where: str, block: blocks.Block, sizes: dict[str, int]) -> None:
     for key in MODEL_KEYS + block.sizes():
         if key not in sizes:
-            raise CostcalcError(f"preset {origin}: {where}missing field {key!r} ({vocab.meaning(key)})")
+            raise CostcalcError(f"{origin}: {where}missing field {key!r} ({vocab.meaning(key)})")
     if "h_kv" in block.sizes() and sizes["h_q"] % sizes["h_kv"]:
-        raise CostcalcError(f"preset {origin}: {where}h_q={sizes['h_q']} is not divisible by h_kv={sizes['h_kv']}")
+        raise CostcalcError(f"{origin}: {where}h_q={sizes['h_q']} is not divisible by h_kv={sizes['h_kv']}")
     if block.ffn == "moe" and sizes["k"] > sizes["E"]:
-        raise CostcalcError(f"preset {origin}: {where}k={sizes['k']} experts per token exceeds E={sizes['E']} experts")
+        raise CostcalcError(f"{origin}: {where}k={sizes['k']} experts per token exceeds E={sizes['E']} experts")
 
 
 def from_dict(data: Any, origin: str) -> ModelSpec:
-    """Validate a preset mapping; every error names the preset (``origin``) and the field."""
+    """Validate a preset mapping; every error names its source (``origin``: "preset 'x'",
+    "preset file '...'", "config '...'") and the field."""
     if not isinstance(data, dict):
-        raise CostcalcError(f"preset {origin}: expected a JSON object, got {type(data).__name__}")
+        raise CostcalcError(f"{origin}: expected a JSON object, got {type(data).__name__}")
     if "name" not in data:
-        raise CostcalcError(f"preset {origin}: missing field 'name'")
-    name = check_name(data["name"], f"preset {origin}: field 'name'")
+        raise CostcalcError(f"{origin}: missing field 'name'")
+    name = check_name(data["name"], f"{origin}: field 'name'")
     for key in data:
         if key not in META_KEYS and key not in SIZE_KEYS:
-            raise CostcalcError(f"preset {origin}: unknown field {key!r}")
+            raise CostcalcError(f"{origin}: unknown field {key!r}")
     top = {key: _positive(origin, key, data[key]) for key in SIZE_KEYS if key in data}
     if "layers" in data:
         for key in ("arch", "L"):
             if key in data:
-                raise CostcalcError(f"preset {origin}: field {key!r} conflicts with 'layers' (give it per group)")
+                raise CostcalcError(f"{origin}: field {key!r} conflicts with 'layers' (give it per group)")
         groups = _groups(origin, data["layers"], top)
         kinds = {g.arch for g in groups}
         arch = kinds.pop() if len(kinds) == 1 else "hybrid"
         used = {k for g in groups for k in MODEL_KEYS + g.block.sizes()}
     else:
         if "arch" not in data:
-            raise CostcalcError(f"preset {origin}: missing field 'arch' (the block kind: {', '.join(ARCHS)} "
+            raise CostcalcError(f"{origin}: missing field 'arch' (the block kind: {', '.join(ARCHS)} "
                                 f"or ATTENTION.FFN like window.dense), or 'layers'")
         arch = data.get("arch")
         if not isinstance(arch, str):
-            raise CostcalcError(f"preset {origin}: field 'arch' must be one of {', '.join(ARCHS)} "
+            raise CostcalcError(f"{origin}: field 'arch' must be one of {', '.join(ARCHS)} "
                                 f"or a block kind like window.dense, got {arch!r}")
         block = _block(origin, "", arch)
         if "L" not in top:
-            raise CostcalcError(f"preset {origin}: missing field 'L' ({vocab.meaning('L')})")
+            raise CostcalcError(f"{origin}: missing field 'L' ({vocab.meaning('L')})")
         _check_group(origin, "", block, top)
         groups = (Group(top["L"], block, {k: top[k] for k in MODEL_KEYS + block.sizes()}),)
         used = set(MODEL_KEYS + block.sizes()) | {"L"}
@@ -213,41 +214,41 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
             hint = ""
             if arch in ("dense", "moe") and key in ("m", "E", "k", "m_e"):
                 hint = f" (only for arch {'moe' if arch == 'dense' else 'dense'})"
-            raise CostcalcError(f"preset {origin}: unknown field {key!r}{hint}")
+            raise CostcalcError(f"{origin}: unknown field {key!r}{hint}")
     sizes = {**top, "L": sum(g.count for g in groups)}
     source = data.get("source", {})
     if not isinstance(source, dict):
-        raise CostcalcError(f"preset {origin}: field 'source' must be an object")
+        raise CostcalcError(f"{origin}: field 'source' must be an object")
     title = data.get("title", "")
     if not isinstance(title, str):
-        raise CostcalcError(f"preset {origin}: field 'title' must be a string")
+        raise CostcalcError(f"{origin}: field 'title' must be a string")
     tied = data.get("tied_embeddings", False)
     if not isinstance(tied, bool):
-        raise CostcalcError(f"preset {origin}: field 'tied_embeddings' must be true or false")
+        raise CostcalcError(f"{origin}: field 'tied_embeddings' must be true or false")
     stated = data.get("stated", {})
     if not isinstance(stated, dict):
-        raise CostcalcError(f"preset {origin}: field 'stated' must be an object")
+        raise CostcalcError(f"{origin}: field 'stated' must be an object")
     return ModelSpec(name=name, arch=arch, sizes=sizes, title=title, source=source, groups=tuple(groups),
                      tied_embeddings=tied, stated=stated)
 
 
 def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:
     if not isinstance(layers, list) or not layers:
-        raise CostcalcError(f"preset {origin}: field 'layers' must be a non-empty list of groups")
+        raise CostcalcError(f"{origin}: field 'layers' must be a non-empty list of groups")
     out = []
     for index, group in enumerate(layers, start=1):
         where = f"layers[{index}]: "
         if not isinstance(group, dict):
-            raise CostcalcError(f"preset {origin}: {where}expected an object")
+            raise CostcalcError(f"{origin}: {where}expected an object")
         for key in group:
             if key not in ("count", "arch") + SIZE_KEYS or key in MODEL_KEYS + ("L",):
-                raise CostcalcError(f"preset {origin}: {where}unknown field {key!r}")
+                raise CostcalcError(f"{origin}: {where}unknown field {key!r}")
         count = _positive(origin, f"layers[{index}].count", group.get("count"))
         block = _block(origin, where, group.get("arch"))
         own = {k: _positive(origin, f"layers[{index}].{k}", v) for k, v in group.items() if k in SIZE_KEYS}
         for key in own:
             if key not in block.sizes():
-                raise CostcalcError(f"preset {origin}: {where}field {key!r} is not used by arch {block.key}")
+                raise CostcalcError(f"{origin}: {where}field {key!r} is not used by arch {block.key}")
         sizes = {**top, **own}
         _check_group(origin, where, block, sizes)
         out.append(Group(count, block, {k: sizes[k] for k in MODEL_KEYS + block.sizes()}))

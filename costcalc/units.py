@@ -28,13 +28,16 @@ def nbytes(value: int | float) -> str:
     return flops(value, "B")
 
 
-def seconds(value: float) -> str:
-    """``0.004642`` -> ``'4.643 ms'``; four significant digits."""
+def seconds(value: float, short: bool = False) -> str:
+    """``0.004642`` -> ``'4.643 ms'``; four significant digits (``short``: up to three,
+    trailing zeros dropped, for axis ticks: ``'3.5 ms'``, ``'500 us'``)."""
     if value == 0:
         return "0 s"
     for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
         if abs(value) >= scale * 0.99995 or unit == "ns":
             scaled = value / scale
+            if short:
+                return f"{scaled:.3g} {unit}"
             digits = max(4 - len(str(int(abs(scaled)))), 0)
             return f"{scaled:.{digits}f} {unit}"
     return f"{value:.4g} s"

@@ -111,10 +111,9 @@ class WindowCache(Choice):
     rolling = "rolling"     # it keeps the last W-1 keys only (Hugging Face, vLLM)
 
 
+DEFAULT_TILE = (128, 128)   # the tiled convention's query x key tile when --tile is not given
 CONVENTIONS = tuple(c.value for c in Convention)
 LOGITS = tuple(x.value for x in Logits)
-MLA_FORMS = tuple(f.value for f in MlaForm)
-WINDOW_CACHES = tuple(c.value for c in WindowCache)
 
 
 # --- terms -----------------------------------------------------------------------------

@@ -210,3 +210,17 @@ def test_crossover_of_several_presets_says_never_where_it_is(capsys):
     rows = json.loads(out)
     assert [r["preset"] for r in rows] == ["llama-3.1-8b"] * 3 + ["mistral-7b-v0.1"] * 3
     assert rows[0]["exact"] == "26624" and rows[3]["exact"] == "never" and rows[3]["tokens"] is None
+
+
+def test_decode_takes_the_tile_of_the_tiled_convention(capsys):
+    """A decode step is one query tile: only where a window starts mid-tile does the tile matter."""
+    spec = presets.load("gemma-3-12b")
+    got = {}
+    for size in (64, 1000):
+        code, out, _ = run(capsys, "decode", "-p", "gemma-3-12b", "-t", "10000", "--convention", "tiled",
+                           "--tile", str(size), "-f", "json")
+        row = json.loads(out)[0]
+        assert code == 0 and row["tile"] == f"{size}x{size}"
+        assert row["attention_flops"] == calc.decode(spec, 10000, convention="tiled", tile=(size, size))["attention_flops"]
+        got[size] = row["attention_flops"]
+    assert got[64] < got[1000]

@@ -132,3 +132,23 @@ def test_a_hybrid_and_an_all_windowed_model_side_by_side(tmp_path):
     assert "shared_experts" in mla["series"] and mla["markers"][0]["x"] > 0
     text = (tmp_path / "h.svg").read_text()
     assert "never reaches" in text and "shared experts" in text
+
+
+def test_many_models_wrap_into_rows(tmp_path):
+    specs = [presets.load(n) for n in ("llama-3.1-8b", "gemma-3-12b", "gpt-oss-20b", "mixtral-8x7b")]
+    drawn = plot.figure("decode", specs, [1024, 4096], tmp_path / "m.png", size=(4, 3), dpi=50)
+    assert len(drawn.panels) == 4 and png_size(tmp_path / "m.png") == (3 * 200, 2 * 150)
+
+
+def test_a_time_plot_says_the_dtypes_its_times_depend_on(tmp_path):
+    from costcalc import devices
+    from costcalc.roofline import Machine, Precision
+    from costcalc.vocab import Dtype
+
+    precision = Precision(Dtype.int4, Dtype.fp8, Dtype.bf16, 64)
+    plot.figure("decode", [presets.load("mixtral-8x7b")], [1024, 4096], tmp_path / "t.svg",
+                traffic=(precision, Machine(devices.load("h100"), 0.5, 0.8)))
+    text = (tmp_path / "t.svg").read_text()
+    for words in ("weights int4 (groups of 64)", "KV fp8", "compute bf16", "expected routing", "efficiency 0.5/0.8",
+                  "on h100, batch 1"):
+        assert words in text, words

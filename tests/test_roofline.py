@@ -82,11 +82,14 @@ def test_a_chunked_schedule_moves_the_unchunked_bytes_plus_its_re_reads():
     assert total["activation_bytes"] == single["activation_bytes"]   # the LM head runs once either way
 
 
-@pytest.mark.parametrize("name", ["llama-3.1-70b", "gemma-3-12b", "deepseek-v3", "gpt-oss-120b"])
-def test_memory_is_weights_plus_the_cache_of_every_group(name):
+@pytest.mark.parametrize("name", ["llama-3.1-70b", "gemma-3-12b", "deepseek-v3", "gpt-oss-120b", "llama-4-scout-17b-16e"])
+@pytest.mark.parametrize("window_cache", ["whole", "rolling"])
+def test_memory_is_weights_plus_the_cache_of_every_group(name, window_cache):
+    from costcalc.evaluate import Options
+
     spec = presets.load(name)
     batch, context = 4, 50_000
-    row = memory.fit(spec, devices.load("h200"), BF16, batch, context)
+    row = memory.fit(spec, devices.load("h200"), BF16, batch, context, options=Options(window_cache=window_cache))
     counts = calc.parameters(spec)
     resident = counts["block_params"] + counts["embedding_params"] + (0 if spec.tied_embeddings else
                                                                        counts["lm_head_params"])
@@ -95,11 +98,28 @@ def test_memory_is_weights_plus_the_cache_of_every_group(name):
     for g in spec.groups:           # by hand: K/V (GQA) or the latent (MLA) per token and layer
         per_token = g.sizes["r_kv"] + g.sizes["d_rope"] if g.block.attention == "mla" else \
             2 * g.sizes["h_kv"] * g.sizes["d_h"]
-        kept = min(context, g.sizes["W"]) if g.block.attention == "window" else context
+        bound = {"window": g.sizes.get("W"), "chunk": g.sizes.get("W_c")}.get(g.block.attention)
+        kept = min(context, bound) if bound and window_cache == "rolling" else context
         cache += g.count * per_token * kept * 2 * batch
     assert row["kv_cache_bytes"] == cache
     assert row["total_bytes"] == row["weight_bytes_resident"] + row["kv_cache_bytes"]
     assert row["fits"] == (row["total_bytes"] <= row["usable_bytes"])
+    assert row.get("window_cache") == (window_cache if name in ("gemma-3-12b", "gpt-oss-120b", "llama-4-scout-17b-16e")
+                                       else None)
+
+
+def test_memory_of_mla_under_each_form(capsys):
+    code, out, _ = run(capsys, "memory", "-p", "deepseek-v3", "--context", "4k", "--device", "h200", "-f", "json")
+    absorbed = json.loads(out)[0]
+    code2, out, _ = run(capsys, "memory", "-p", "deepseek-v3", "--context", "4k", "--device", "h200", "-f", "json",
+                        "--mla", "naive")
+    naive = json.loads(out)[0]
+    assert code == code2 == 0 and absorbed["mla"] == "absorbed" and naive["mla"] == "naive"
+    spec = presets.load("deepseek-v3")
+    z = spec.groups[0].sizes
+    layers = sum(g.count for g in spec.groups)
+    assert absorbed["kv_cache_bytes"] == layers * 4096 * (z["r_kv"] + z["d_rope"]) * 2
+    assert naive["kv_cache_bytes"] == layers * 4096 * z["h_q"] * (z["d_nope"] + z["d_rope"] + z["d_v"]) * 2
 
 
 def test_memory_limits_are_the_largest_that_fit():
@@ -246,3 +266,36 @@ def test_tables_with_bytes_time_and_rates_say_what_they_mean(capsys):
     assert code == 0 and "time per output token" in out and "--efficiency" in out
     code, out, _ = run(capsys, "decode", "-p", "llama-3.1-8b", "--context", "4k")
     assert code == 0 and "roofline" not in out
+
+
+@pytest.mark.parametrize("key", ["gqa.dense", "window.dense", "window-rolling.dense", "chunk.dense",
+                                 "mla_q-absorbed.moe_shared", "mla.dense"])
+@pytest.mark.parametrize("convention", ["causal", "full", "tiled"])
+def test_one_query_loads_the_keys_it_reads(key, convention):
+    """The decode phase's bytes sum keys_read over its steps; a step's bytes use keys_loaded:
+    for one query the two rules must be one number, at every past length."""
+    import sympy as sp
+
+    from costcalc import symbols as s
+    from costcalc.blocks import parse
+    from costcalc.core.attention import keys_loaded, keys_read
+    from costcalc.vocab import Convention
+
+    block, conv = parse(key), Convention(convention)
+    loaded = keys_loaded(conv, block, s.T, sp.Integer(1))
+    read = keys_read(conv, block, s.T + 1, s.T, sp.Integer(1))
+    values = {s.W: 5, s.W_c: 4, s.b_q: 3, s.b_k: 2}
+    for past in range(0, 13):
+        point = {**values, s.T: past}
+        assert loaded.subs(point) == read.subs(point), (key, convention, past)
+
+
+def test_memory_keeps_what_serving_caches_keep_unless_told(capsys):
+    rows = {}
+    for cache in (None, "whole"):
+        args = ["memory", "-p", "gemma-3-12b", "--context", "128k", "--device", "h200", "-f", "json"]
+        code, out, _ = run(capsys, *args, *(["--window-cache", cache] if cache else []))
+        assert code == 0
+        rows[cache] = json.loads(out)[0]
+    assert rows[None]["window_cache"] == "rolling" and rows["whole"]["window_cache"] == "whole"
+    assert rows[None]["kv_cache_bytes"] < rows["whole"]["kv_cache_bytes"]

@@ -177,12 +177,25 @@ def test_cli_verify_writes_a_report(tmp_path, capsys):
     # every file written whole, moved into place: no temporary file is left beside them
     assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == [
         "attention.csv", "checks.csv", "report.md", "timings.csv"]
+    # a second run into the same folder with fewer sections leaves none of the first run's behind
+    assert main(["verify", "--preset", "toy", "--device", "cpu", "--seq", "6", "--repeats", "0",
+                 "--workloads", "decode", "--report", str(tmp_path / "rep"), "-o", str(tmp_path / "c.json")]) == 0
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == ["checks.csv", "report.md"]
+    assert "timings" not in (tmp_path / "rep" / "report.md").read_text().lower().split("files:")[1].split("\n")[0]
+
+
+def test_verify_names_every_job():
+    from costcalc.cli.verify_cmd import WORKLOADS
+    from verify.jobs import JOBS
+
+    assert WORKLOADS.split(",") == list(JOBS)
 
 
 @pytest.mark.parametrize("args, message", [
     (["--device", "tpu"], "unknown device 'tpu'"),
     (["--dtype", "int3"], "unknown dtype 'int3'"),
     (["--workloads", "prefill,bake"], "unknown workload 'bake'"),
+    (["--report", ""], "--report: the path is empty"),
 ] + ([(["--device", "cuda"], "torch sees no CUDA device")] if not torch.cuda.is_available() else []))
 def test_verify_bad_input(args, message, capsys):
     code = main(["verify", "--preset", "toy", "--repeats", "0", *args])

@@ -80,6 +80,10 @@ class Outcome:
 
 
 def progress(i: int, n: int, label: str) -> None:
+    """A progress bar on a terminal's stderr; nothing where stderr is a file or a pipe (a log
+    keeps only what it needs: an error stays one line)."""
+    if not sys.stderr.isatty():
+        return
     width = 24
     filled = width * i // n
     sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {i}/{n} {label:<40}")

@@ -46,10 +46,12 @@ def write(outcome: Outcome, dests: dict[str, outputs.Target], title: str) -> lis
         raise CostcalcError(f"--report: cannot create {str(folder)!r}: {exc.strerror or exc}") from None
     written = []
     for name, _ in SECTIONS:
-        rows = getattr(outcome, name)
+        rows, dest = getattr(outcome, name), dests[f"{name}.csv"]
         if rows:
-            outputs.write_text(dests[f"{name}.csv"], render(rows, "csv"))
-            written.append(dests[f"{name}.csv"].path)
+            outputs.write_text(dest, render(rows, "csv"))
+            written.append(dest.path)
+        elif dest.path.is_file():    # an earlier run's section this run did not make: not left to mislead
+            dest.path.unlink()
     lines = [f"# {title}", "",
              f"{outcome.summary}: "
              + ("every term and convention matches the formulas exactly." if outcome.ok else "SEE BELOW."), "",

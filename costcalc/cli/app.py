@@ -8,7 +8,8 @@ import typer
 
 SETTINGS = dict(
     name="costcalc",
-    help="Exact FLOPs of decoder LLM inference, derived symbolically (matrix products, 1 multiply-add = 2 FLOPs).",
+    help=("Exact FLOPs of decoder LLM inference, derived symbolically (matrix products, 1 multiply-add = 2 "
+          "FLOPs); with --device, the bytes moved, a roofline time and whether it fits."),
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -32,9 +33,10 @@ def costcalc(
                                           help="Say what happens behind a number (e.g. formulas derived "
                                                "again, and why) on stderr.")] = False,
 ) -> None:
-    """Exact FLOPs of decoder LLM inference, derived symbolically (matrix products, 1 multiply-add = 2 FLOPs).
+    """Exact FLOPs of decoder LLM inference, derived symbolically (matrix products, 1 multiply-add
+    = 2 FLOPs); with --device, the bytes moved, a roofline time and whether it fits.
 
-    Example: costcalc prefill --preset llama-3.1-8b --seq 4096
+    Example: costcalc prefill --preset llama-3.1-8b --seq 4096 --device h100
     """
     if verbose:
         import logging

@@ -9,6 +9,7 @@ import typer
 
 from .. import outputs
 from ..errors import CostcalcError
+from ..peers import TOOLS
 from ..ranges import check_rows
 from .options import (MAX_TABLE_ROWS, TABLE_WIDTH, ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
                       PresetFileOpt, PresetOpt, WideOpt, axes, models, output_format, warn)
@@ -28,7 +29,8 @@ ContextOpt = Annotated[Optional[str], typer.Option(
     "--context", "-t", metavar="T", help="Tokens T already cached (decode).")]
 NewOpt = Annotated[Optional[str], typer.Option("--new", "-n", metavar="N", help="Output tokens N (generate).")]
 ToolsOpt = Annotated[str, typer.Option(
-    "--tools", metavar="all|a,b", help="Tools to compare: all, or a comma list (see docs/conventions.md).")]
+    "--tools", metavar="all|a,b", help=f"Tools to compare: all, or a comma list of {', '.join(TOOLS)} "
+                                       "(see docs/conventions.md).")]
 AttentionOpt = Annotated[str, typer.Option(
     "--hf-attention", metavar="eager|sdpa",
     help="Attention of the Hugging Face model the executed counters run (transformers' default is sdpa).")]

@@ -7,10 +7,10 @@ import typer
 
 from .. import devices as device_data, notes, units
 from ..errors import CostcalcError
-from ..vocab import Routing
-from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, emit, emit_listing, model, output_format,
-                      traffic, write_text)
+from ..vocab import Routing, WindowCache
+from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, Mla, MlaOpt,
+                      OutputOpt, PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, axes, emit,
+                      emit_listing, mla_form, models, output_format, traffic, write_text)
 from .. import outputs
 
 devices_app = typer.Typer(help="Device profiles: peaks per dtype, memory bandwidth and size, with sources.",
@@ -72,9 +72,11 @@ def memory(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
-    batch: Annotated[int, typer.Option("--batch", "-b", metavar="B", help="Sequences held at once.")] = 1,
+    batch: Annotated[str, typer.Option("--batch", "-b", metavar="B",
+                                       help="Sequences held at once; a list or range sweeps (8,32 or 1:64:x2).")] = "1",
     context: Annotated[str, typer.Option("--context", "-t", metavar="T",
-                                         help="Tokens each sequence holds in its KV cache (e.g. 128k).")] = ...,
+                                         help="Tokens each sequence holds in its KV cache (e.g. 128k); a list or "
+                                              "range sweeps.")] = ...,
     device: DeviceOpt = None,
     device_file: DeviceFileOpt = None,
     weight_dtype: WeightDtypeOpt = None,
@@ -83,6 +85,11 @@ def memory(
     routing: RoutingOpt = Routing.expected,
     reserve: Annotated[float, typer.Option(help="Fraction of the device's memory kept free "
                                                 "(activations, workspace).")] = 0.1,
+    mla: MlaOpt = Mla.auto,
+    window_cache: Annotated[WindowCache, typer.Option(
+        "--window-cache", help="rolling: a sliding-window layer keeps its last W tokens and a chunked one its "
+                               "chunk, as serving caches do (vLLM, Hugging Face); whole: every layer keeps "
+                               "every token.")] = WindowCache.rolling,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -91,12 +98,15 @@ def memory(
 
     Example: costcalc memory --preset llama-3.1-70b --batch 32 --context 8k --device h100
     """
+    from ..evaluate import Options
     from ..memory import fit
-    from ..ranges import number
 
     if not (device or device_file):
         raise CostcalcError("memory needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
-    spec = model(preset, preset_file, config)
+    specs = models(preset, preset_file, config)
     precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None)
-    row = fit(spec, machine.device, precision, batch, number(context, "--context"), reserve)
-    emit([row], fmt, output, [notes.MEMORY], wide)
+    points = axes("decode", len(specs), batch=(batch, "--batch"), context=(context, "--context"))
+    options = Options(mla=mla_form(mla, specs), window_cache=window_cache)
+    rows = [fit(spec, machine.device, precision, int(b), int(t), reserve, options)
+            for spec in specs for b, t in zip(points["batch"], points["context"])]
+    emit(rows, fmt, output, [notes.MEMORY], wide)

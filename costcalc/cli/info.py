@@ -9,6 +9,7 @@ import typer
 from .. import calc, notes, outputs, presets, units
 from ..errors import CostcalcError
 from ..core.registry import WORKLOADS
+from ..blocks import ATTENTIONS, FFNS, FORMS
 from ..vocab import ARCHS
 from ..render import wrap
 from .options import (TABLE_WIDTH, output_format, write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
@@ -22,8 +23,10 @@ FORMULA_WORKLOADS = [name for name in WORKLOADS if name != "decode_phase"] + ["c
 def formula(
     workload: Annotated[str, typer.Argument(help=f"One of: {', '.join(FORMULA_WORKLOADS)}.")],
     arch: Annotated[str, typer.Option(help=f"Block kind: {' or '.join(ARCHS)}, or ATTENTION.FFN with attention "
-                                           "gqa, window, mla, mla_q (+ -absorbed) and FFN dense, moe, "
-                                           "moe_shared, moe_shared_gate (e.g. window.moe, mla_q-absorbed.moe_shared).")] = "dense",
+                                           f"{', '.join(ATTENTIONS)} (mla_q: with a low-rank query; mla or mla_q + "
+                                           f"{' or '.join('-' + f for f in FORMS[1:])}; window + -rolling) and FFN "
+                                           f"{', '.join(FFNS)} (moe + _shared, _shared_gate), e.g. window.moe, "
+                                           "mla_q-absorbed.moe_shared.")] = "dense",
     convention: ConventionOpt = Convention.causal,
     logits: LogitsOpt = Logits.last,
     latex: Annotated[bool, typer.Option("--latex", help="Print LaTeX instead of plain text.")] = False,
@@ -129,7 +132,7 @@ def _local(group) -> str:
     return f"\n  (W_c={group.sizes['W_c']})" if "W_c" in group.sizes else ""
 
 
-@presets_app.command("show")
+@presets_app.command("show", short_help="Every field of one preset, with its provenance.")
 def presets_show(
     name: Annotated[Optional[str], typer.Argument(help="Preset name (or give --preset, --preset-file or --config).")] = None,
     preset: PresetOpt = None,
@@ -159,7 +162,7 @@ def presets_show(
     emit([row], fmt, output)
 
 
-@presets_app.command("import")
+@presets_app.command("import", short_help="Write a preset file from a Hugging Face config.json.")
 def presets_import(
     config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.", metavar="CONFIG")],
     name: Annotated[str, typer.Option("--name", metavar="NAME",
@@ -187,7 +190,7 @@ def presets_import(
     data = spec.to_dict()
     if title:
         data["title"] = title
-    from_dict(data, origin=name)   # what is written loads back
+    from_dict(data, origin=f"preset {name!r}")   # what is written loads back
     outputs.write_text(dest, json.dumps(data, indent=2) + "\n")
     typer.echo(f"wrote {dest.shown} ({spec.arch}, {len(spec.groups)} layer group{'s' if len(spec.groups) > 1 else ''}, "
                f"{units.params(calc.parameters(spec)['total_params'])} parameters)", err=True)

@@ -11,7 +11,7 @@ from .. import outputs, presets, ranges
 from ..errors import CostcalcError
 from ..render import FORMATS, SUFFIXES, Columns, length, write
 from ..spec import ModelSpec
-from ..vocab import TERM_ORDER, Dtype, Logits, MlaForm, Routing, WindowCache
+from ..vocab import DEFAULT_TILE, TERM_ORDER, Dtype, Logits, MlaForm, Routing, WindowCache
 
 
 MAX_TABLE_ROWS = 10_000   # a terminal table or Markdown longer than this is refused
@@ -86,7 +86,8 @@ ConventionOpt = Annotated[Convention, typer.Option(
     help="Attention convention: causal (legal pairs), full (rectangle), tiled (blocks a "
          "tile kernel visits), both (causal+full) or all three.")]
 TileOpt = Annotated[Optional[str], typer.Option(
-    metavar="QxK", help="Tile of the tiled convention: queries x keys, e.g. 128 or 128x64.  (default: 128)")]
+    metavar="QxK", help="Tile of the tiled convention: queries x keys, e.g. 128 or 128x64.  "
+                      f"(default: {DEFAULT_TILE[0]}x{DEFAULT_TILE[1]})")]
 LogitsOpt = Annotated[Logits, typer.Option(
     help="LM head on the last position of each sequence, or on all positions.")]
 BatchOpt = Annotated[str, typer.Option(
@@ -189,15 +190,13 @@ def concat(tables: Sequence[Mapping[str, Sequence[Any]]]) -> Columns:
     return out
 
 
-DEFAULT_TILE = "128"
-
-
 def tile(text: Optional[str], kinds: Sequence[str] = ("tiled",)) -> tuple[int, int]:
     """``"128"`` -> (128, 128); ``"128x64"`` -> (128, 64) (queries x keys). A tile given
     where no tiled convention is asked for does nothing: a warning says so."""
     if text is not None and "tiled" not in kinds:
         warn(f"--tile {text} does nothing under --convention {'+'.join(kinds)} (only tiled uses it)")
-    text = DEFAULT_TILE if text is None else text
+    if text is None:
+        return DEFAULT_TILE
     parts = text.lower().split("x")
     if len(parts) > 2 or any("," in p for p in parts):
         raise CostcalcError(f"--tile: {text!r} is not N or NxM")
@@ -331,6 +330,9 @@ def output_format(fmt: Optional[Format], dest: outputs.Target) -> str:
     that contradicts the suffix is written as asked, with a warning."""
     by_suffix = SUFFIXES.get(dest.suffix)
     if fmt is None:
+        if by_suffix is None and dest.kind == "file" and dest.suffix:
+            warn(f"{dest.shown!r}: {dest.suffix} names no format ({', '.join(SUFFIXES)}); writing a table "
+                 f"(give --format)")
         return by_suffix or "table"
     if by_suffix and by_suffix != fmt.value:
         warn(f"--format {fmt.value} but {dest.shown!r} ends in {dest.suffix}; writing {fmt.value}")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -15,7 +14,7 @@ from .options import window_cache as cache_choice
 from ..vocab import WindowCache
 from .options import tile as parse_tile
 
-WORKLOADS = "prefill,varlen_prefill,cached_prefill,chunked,decode,generate"   # verify.jobs.JOBS
+WORKLOADS = "prefill,varlen_prefill,cached_prefill,chunked,decode,generate"   # verify.jobs.JOBS (a test holds it)
 
 
 VerifyPresetOpt = Annotated[Optional[str], typer.Option(
@@ -48,7 +47,7 @@ def verify(
     save_profile: Annotated[Optional[str], typer.Option(
         "--save-profile", metavar="FILE", help="Write the device profile this run measures (GEMM peak, memory "
                                                "bandwidth) as JSON, for --device-file.")] = None,
-    report: Annotated[Optional[Path], typer.Option(
+    report: Annotated[Optional[str], typer.Option(
         metavar="DIR", help="Write report.md and the CSVs of checks, timings and attention to DIR.")] = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,

@@ -150,6 +150,7 @@ def decode(
         "--context", "-t", metavar="T", help=f"Tokens T already cached; {RANGE_HELP}.")] = ...,
     batch: BatchOpt = "1",
     convention: ConventionOpt = Convention.causal,
+    tile: TileOpt = None,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
     traffic: tuple = (None, None),
@@ -161,15 +162,14 @@ def decode(
 
     Example: costcalc decode --preset llama-3.1-405b --context 128k --batch 64
     """
-    specs = models(preset, preset_file, config)
-    mla = mla_form(mla, specs)
-    cache = cache_choice(window_cache, specs, conventions(convention))
+    specs, kinds = models(preset, preset_file, config), conventions(convention)
+    chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
+    cache = cache_choice(window_cache, specs, kinds)
     precision, machine = traffic
-    points = axes("decode", len(specs) * len(conventions(convention)), context=(context, "--context"),
-                  batch=(batch, "--batch"))
-    emit(concat([interleave([calc.table(spec, "decode", c, mla=mla, precision=precision, machine=machine,
-                                        window_cache=cache, **points)
-                             for c in conventions(convention)])
+    points = axes("decode", len(specs) * len(kinds), context=(context, "--context"), batch=(batch, "--batch"))
+    emit(concat([interleave([calc.table(spec, "decode", c, tile=chosen, mla=mla, precision=precision,
+                                        machine=machine, window_cache=cache, **points)
+                             for c in kinds])
                  for spec in specs]),
          fmt, output, [_decode_note(specs, cache)], wide)
 

@@ -65,19 +65,22 @@ def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, ne
 
 
 def build(workload: str, arch: "str | Block", convention: str = "causal", logits: str = "last") -> dict[str, sp.Expr]:
-    """The element counts of a compiled workload (its name in ``core.registry``)."""
+    """The element counts of a compiled workload: the forward its registry entry names
+    (``traffic``), or for ``steps`` the decode step summed over the N-1 steps after a prefill of S."""
     from .attention import steps_sum
+    from .registry import workload as entry
 
-    block = coerce(arch)
-    steps = {"prefill": (sp.Integer(0), s.S), "cached_prefill": (s.T, s.C), "decode": (s.T, sp.Integer(1))}
-    if workload in steps:
-        past, new = steps[workload]
-        return forward(block, convention, "last" if workload == "decode" else logits, past, new)
-    if workload != "decode_phase":
+    w, block = entry(workload), coerce(arch)
+    if not w.traffic:
         raise ValueError(f"no traffic model for workload {workload!r}")
-    step = forward(block, convention, "last", s.T, sp.Integer(1))
+    logits = w.logits.value if w.logits else logits
+    if w.traffic != "steps":
+        past, new = (sp.Integer(int(x)) if x.isdigit() else getattr(s, x) for x in w.traffic.split(","))
+        return forward(block, convention, logits, past, new)
+    step = forward(block, convention, logits, s.T, sp.Integer(1))
     out = {k: sp.expand(sp.summation(v.subs(s.T, s.S + s.j - 1), (s.j, 1, s.N - 1)))
            for k, v in step.items() if k != "attention.kv_read"}
+    # keys loaded by one step's one query = the keys it reads (tests/test_roofline.py holds this)
     keys = steps_sum(Convention.parse(convention, "convention"), block, s.S + 1, s.S + s.N - 1)
     out["attention.kv_read"] = s.L * s.B * kv_width(block) * keys
     return {k: out[k] for k in step}

@@ -42,7 +42,7 @@ def load(path: str | Path, name: str | None = None) -> ModelSpec:
     path = Path(path)
     config = jsonfile.read(path, "config")
     default = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return from_dict(to_preset(config, name or default, str(path)), origin=repr(str(path)))
+    return from_dict(to_preset(config, name or default, str(path)), origin=f"config {str(path)!r}")
 
 
 def to_preset(config: Any, name: str, origin: str = "config") -> dict[str, Any]:

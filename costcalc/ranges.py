@@ -19,7 +19,7 @@ from typing import Sequence
 from .errors import CostcalcError
 
 SUFFIX = {"": 1, "k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2, "g": 1024**3, "G": 1024**3}
-MAX_ROWS = 10_000_000     # no command builds more rows than this (about 5 GB of exact integers)
+MAX_ROWS = 10_000_000     # rows one command may build (presets x conventions x points), checked before any
 MAX_VALUE = 2**40         # a trillion tokens: anything larger is a typo
 _NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgG]?)$")
 

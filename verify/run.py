@@ -20,6 +20,8 @@ from .harness import Outcome, attention_time_ratio, run_jobs, set_peak
 # torch's CPU flash kernel (k tile 512; q tile 256/64/32 by length, which does not change
 # the ratio when it divides 512) and a FlashAttention-2 style 128 x 128 tile on CUDA.
 KERNEL_TILE = {"cpu": (64, 512), "cuda": (128, 128)}
+PEAK_SQUARE = {"cpu": 2048, "cuda": 8192}          # the n of the n^3 product the GEMM peak is measured on
+COPY_BYTES = {"cpu": 256 << 20, "cuda": 1 << 30}   # the copy the memory bandwidth is measured on
 
 
 def jobs_for(spec: ModelSpec, names: Sequence[str], seqs: Sequence[int], batch: int, tile, device,
@@ -97,17 +99,19 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
     outcome.title = title(spec, checked, seed_toy, dev, torch_dtype)
     # The peak is measured after the workloads, on a warm device (a cold CPU core under-reports it).
     if repeats:
-        square = peak_n or (8192 if dev.type == "cuda" else 2048)
+        square = peak_n or PEAK_SQUARE.get(dev.type, PEAK_SQUARE["cuda"])
+        copy = COPY_BYTES.get(dev.type, COPY_BYTES["cuda"])
         widest = max(g.sizes.get(k, 0) for g in checked.groups for k in ("m", "m_e", "m_s", "d_h")) or checked["d"]
         tokens = min(max([j.passes[-1][0] * j.passes[-1][1] for j in todo] + [1]), square)
-        peak = roofline.gemm_peak(torch_dtype, dev, [(square, square, square), (tokens, checked["d"], widest)])
+        shapes = [(square, square, square), (tokens, checked["d"], widest)]
+        peak = roofline.gemm_peak(torch_dtype, dev, shapes)
         outcome.profile = roofline.profile(f"measured-{dev.type}", torch_dtype, peak,
-                                           roofline.memory_bandwidth(dev, (1 << 30) if dev.type == "cuda" else
-                                                                     (256 << 20)), dev)
+                                           roofline.memory_bandwidth(dev, copy), dev)
         outcome.extras.append(notes.TIMING)
         set_peak(outcome.timings, peak)
-        outcome.extras.append(f"measured {torch_dtype} GEMM peak on {dev.type}: {peak / 1e12:.3f} TFLOP/s; "
-                              f"memory bandwidth {outcome.profile.mem_bw / 1e9:.1f} GB/s")
+        outcome.extras.append(f"measured {torch_dtype} GEMM peak on {dev.type}: {peak / 1e12:.3f} TFLOP/s (the "
+                              f"fastest of {' and '.join('x'.join(map(str, s)) for s in shapes)}); memory "
+                              f"bandwidth {outcome.profile.mem_bw / 1e9:.1f} GB/s (a copy of {copy >> 20} MiB)")
         if outcome.timings:
             outcome.extras += roofline.predict(outcome, Machine(outcome.profile), torch_dtype)
     if "generate" in names:

@@ -7,12 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import outputs
 from ..errors import CostcalcError
 from ..peers import TOOLS
 from ..ranges import check_rows
-from .options import (MAX_TABLE_ROWS, TABLE_WIDTH, ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, WideOpt, axes, models, output_format, warn)
+from .options import (ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
+                      PresetFileOpt, PresetOpt, WideOpt, axes, emit, models, warn)
 
 
 class Workload(str, enum.Enum):
@@ -74,32 +73,27 @@ def _setup(attention: str, experts: str):
 
 
 def _emit(rows: list[dict], text, fmt, output, wide: bool) -> None:
+    """The rows through the shared ``emit``: a table of case blocks (``text``), JSON with each
+    row's own keys (a convention row has no tool), Markdown with numbers as text (exact, and
+    as the tool printed them); CSV the shared way."""
     from ..peers import report
-    from ..render import write
 
-    dest = outputs.target(output)
-    chosen = output_format(fmt, dest)
-    if chosen in ("table", "markdown") and len(rows) > MAX_TABLE_ROWS:
-        raise CostcalcError(f"{len(rows):,} rows are too many for a {chosen} (at most {MAX_TABLE_ROWS:,}); "
-                            f"write them with -f csv -o FILE or -f json -o FILE")
-    width = None if wide else TABLE_WIDTH
-    if chosen == "table":
-        body = "\n".join(text(group, width or 10_000) for group in _groups(rows))
-        outputs.write(dest, lambda handle: handle.write(body))
-    elif chosen == "json":        # each row its own keys (a convention row has no tool)
-        import json
+    def own(chosen: str, width):
+        if chosen == "table":
+            body = "\n".join(text(group, width or 10_000) for group in _groups(rows))
+        elif chosen == "json":
+            import json
 
-        text = json.dumps(report.jsonable(rows), indent=2) + "\n"
-        outputs.write(dest, lambda handle: handle.write(text))
-    elif chosen == "markdown":    # numbers as text: exact, and as the tool printed them
-        from ..render import frame
+            body = json.dumps(report.jsonable(rows), indent=2) + "\n"
+        elif chosen == "markdown":
+            from ..render import frame
 
-        text = frame(report.flat(rows)).to_markdown(index=False, disable_numparse=True) + "\n"
-        outputs.write(dest, lambda handle: handle.write(text))
-    else:
-        outputs.write(dest, lambda handle: write(report.flat(rows), chosen, handle))
-    if dest.kind != "stdout":
-        typer.echo(f"wrote {len(rows)} rows ({chosen}) to {dest.shown}", err=True)
+            body = frame(report.flat(rows)).to_markdown(index=False, disable_numparse=True) + "\n"
+        else:
+            return None
+        return lambda handle: handle.write(body)
+
+    emit(report.flat(rows), fmt, output, wide=wide, own=own)
 
 
 def _groups(rows: list[dict]) -> list[list[dict]]:

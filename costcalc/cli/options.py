@@ -309,10 +309,12 @@ def emit_listing(items: Sequence[Any], compact, full, fmt: Optional[Format], out
 
 
 def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt: Optional[Format],
-         output: Optional[str], notes: Sequence[str] = (), wide: bool = False) -> None:
+         output: Optional[str], notes: Sequence[str] = (), wide: bool = False, own=None) -> None:
     """Render rows (or columns) to standard output or ``output`` (never half a file, never
     replacing what is not a regular file). Tables and Markdown are refused past
-    ``MAX_TABLE_ROWS`` rows; CSV and JSON stream."""
+    ``MAX_TABLE_ROWS`` rows; CSV and JSON are not (their rows are built whole first: the
+    row cap of ``ranges`` bounds them). ``own(format, width)``: a command's own writer for a
+    format (a function of the handle), or None for the shared one."""
     dest = outputs.target(output)
     chosen = output_format(fmt, dest)
     count = length(rows)
@@ -320,7 +322,8 @@ def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt
         raise CostcalcError(f"{count:,} rows are too many for a {chosen} (at most {MAX_TABLE_ROWS:,}); "
                             f"write them with -f csv -o FILE or -f json -o FILE")
     width = None if wide else TABLE_WIDTH
-    outputs.write(dest, lambda handle: write(rows, chosen, handle, notes, width))
+    writer = own(chosen, width) if own is not None else None
+    outputs.write(dest, writer or (lambda handle: write(rows, chosen, handle, notes, width)))
     if dest.kind != "stdout":
         typer.echo(f"wrote {count} row{'' if count == 1 else 's'} ({chosen}) to {dest.shown}", err=True)
 

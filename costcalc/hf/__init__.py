@@ -1,8 +1,8 @@
 """Hugging Face ``config.json`` -> a costcalc preset, field by field, per model family.
 
 A config is read as transformers 5.23 reads it (``docs/hf-import.md``): every key is one the
-family's configuration class defines (``tables.py``, ``tables_new.py``, each held against the
-class by ``tests/test_hf_fields.py``) or an alias, legacy spelling or published extra the family
+family's configuration class defines (``tables.py``, held against the class by
+``tests/test_hf_transformers.py``) or an alias, legacy spelling or published extra the family
 accepts -- used to size the layers and decide their kinds, or ignored with its reason. Any other
 key stops the import with an error naming it: a cost calculator must not guess. Families whose
 layers costcalc does not model (linear attention, state-space mixers, sparse attention) are
@@ -19,10 +19,8 @@ from ..spec import ModelSpec, from_dict
 from .families import MAPPERS as _OLD
 from .families_new import MAPPERS as _NEW
 from .reader import Layer, Reader
-from .tables import TABLES as _OLD_TABLES
-from .tables_new import TABLES as _NEW_TABLES
+from .tables import TABLES
 
-TABLES = {**_OLD_TABLES, **_NEW_TABLES}
 MAPPERS = {**_OLD, **_NEW}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}     # multimodal: the text decoder is what costs
 FAMILIES = tuple(MAPPERS) + tuple(WRAPPERS)

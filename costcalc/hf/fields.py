@@ -1,14 +1,15 @@
 """The fields a Hugging Face config may carry, family by family, each used or ignored with its reason.
 
-One table per family (``tables.py``, ``tables_new.py``): every key the family's transformers 5.x
-configuration class defines -- its dataclass fields under the names ``save_pretrained`` writes,
-and the keys its ``__post_init__`` derives and writes -- is ``used`` (it changes a size or which
-layers are which) or ``ignored`` (with the reason it changes no matmul). ``tests/test_hf_fields.py``
-holds each table against the class itself when transformers is installed. Besides the class's
-keys a family accepts ``extra`` keys: its attribute_map aliases, legacy spellings its class
-still reads, and keys published configs carry that the class does not define (each with its
-reason). ``COMMON`` are the keys of every config (``PreTrainedConfig``'s own fields, the keys it
-always writes or consumes). Any other key is an error: costcalc does not guess.
+One table per family (``tables.py``): every key the family's transformers 5.x configuration
+class defines -- its dataclass fields under the names ``save_pretrained`` writes, and the keys its
+``__post_init__`` derives and writes -- is ``used`` (it changes a size or which layers are which)
+or ``ignored`` (with the reason it changes no matmul). ``test_each_table_holds_its_configuration_class``
+in ``tests/test_hf_transformers.py`` holds each table against the class itself when transformers
+is installed. Besides the class's keys a family accepts ``extra`` keys: its attribute_map
+aliases, legacy spellings its class still reads, and keys published configs carry that the class
+does not define (each with its reason). ``COMMON`` are the keys of every config
+(``PreTrainedConfig``'s own fields, the keys it always writes or consumes). Any other key is an
+error: costcalc does not guess.
 """
 from __future__ import annotations
 
@@ -51,12 +52,12 @@ SHARED = {
     "partial_rotary_factor": "legacy RoPE fraction (folded into rope_parameters): elementwise",
     "auto_map": "remote-code class map", "cache_implementation": "generation cache type",
 }
-# The reason of a head_dim key on a family whose class has no such field but whose code reads it.
 # Fields most families' configuration classes share (the tables name them once).
 BASE = ("attention_dropout bos_token_id eos_token_id hidden_act initializer_range max_position_embeddings "
         "pad_token_id rms_norm_eps rope_parameters use_cache")
 DENSE = "hidden_size intermediate_size num_attention_heads num_hidden_layers num_key_value_heads tie_word_embeddings vocab_size"
 ROUTER = "output_router_logits router_aux_loss_coef"
+# The reason of a head_dim key on a family whose class has no such field but whose code reads it.
 HEAD_DIM_READ = "d_h: not a field, but the modelling code reads a head_dim key (absent: hidden_size // heads)"
 
 # Keys of every config: PreTrainedConfig's fields, what it writes or consumes on load.
@@ -121,3 +122,19 @@ def family(used: str, ignored: str, extra_used: str = "", extra_ignored: str = "
     for alias, target in aliases.items():
         extra[alias] = Row(rows.get(target, Row(IGNORED, "")).role, f"alias of {target}")
     return Table(rows, extra, dict(aliases))
+
+
+def wrapper(decoder: str, tied: bool, ignored: str = "", **why: str) -> Table:
+    """A multimodal wrapper's table: its ``text_config`` is the decoder costed (read as family
+    ``decoder``), its own ``tie_word_embeddings`` (class default ``tied``) ties the LM head, and its
+    image token ids and vision tower cost nothing here. ``ignored``, ``why``: the wrapper's other keys."""
+    return family(
+        used="text_config tie_word_embeddings",
+        ignored="boi_token_index eoi_token_index image_token_index vision_config " + ignored,
+        extra_ignored="bos_token_id eos_token_id pad_token_id",
+        aliases={"image_token_id": "image_token_index", "boi_token_id": "boi_token_index",
+                 "eoi_token_id": "eoi_token_index"},
+        text_config=f"the decoder that is costed (read as {decoder})",
+        tie_word_embeddings=f"whether the LM head is tied (the wrapper's flag decides; default {str(tied).lower()})",
+        boi_token_index="token id", eoi_token_index="token id", image_token_index="token id",
+        vision_config="the vision tower: not part of the text decoder costed here", **why)

@@ -13,6 +13,9 @@ from . import hf
 from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
 from .deepspeed import ELEMENTWISE, elementwise
 
+# Why HF's routed experts read 0 (eager experts run F.linear, which is counted).
+_MISSED_EXPERTS = {"batched_mm": "torch.bmm not patched", "grouped_mm": "torch._grouped_mm not patched"}
+
 
 class Calflops(Recipe):
     name = "calflops"
@@ -21,18 +24,12 @@ class Calflops(Recipe):
     source = "calflops 0.3.2 calflops/pytorch_ops.py, flops_counter.py, on transformers 5.23 models"
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
-        eager, counts_experts = setup.attention == "eager", setup.experts == "eager"
+        eager = setup.attention == "eager"
         m = hf.macs(case, hf.run(case, logits_all=case.workload != "generate"))
-        flops = 2 * (m["linear"] + m["attention"] * eager + m["experts"] * counts_experts)
-        flops += m["silu"] + m["router_softmax"] + (m["softmax"] if eager else 0)
+        macs, extras = hf.counted(m, cc, attention=None if eager else "F.scaled_dot_product_attention not patched",
+                                  experts=_MISSED_EXPERTS.get(setup.experts))
+        flops = 2 * macs + m["silu"] + m["router_softmax"] + (m["softmax"] if eager else 0)
         times = 3 if case.workload == "train" else 1
-        extras = []
-        if not eager:
-            extras.append(("attention not counted (F.scaled_dot_product_attention not patched)",
-                           lambda c: -cc.term("attention", c)))
-        if not counts_experts:
-            why = "torch.bmm not patched" if setup.experts == "batched_mm" else "torch._grouped_mm not patched"
-            extras.append((f"routed experts not counted ({why})", lambda c: -cc.term("experts", c)))
         extras += [(name, times * value) for name, value in elementwise(m, eager)]
         note = hf.SETUP.format(**vars(setup)) + f"; {ELEMENTWISE}"
         if case.workload == "decode":

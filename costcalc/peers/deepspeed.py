@@ -36,12 +36,11 @@ class DeepSpeed(Recipe):
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         if case.workload not in self.workloads:
             return super().answer(case, cc, setup)
-        eager, counts_experts = setup.attention == "eager", setup.experts != "grouped_mm"
+        eager = setup.attention == "eager"
         m = hf.macs(case, hf.run(case, logits_all=case.workload != "generate"))
-        flops = 2 * (m["linear"] + m["attention"] + m["experts"] * counts_experts)
-        flops += m["silu"] + m["router_softmax"] + (m["softmax"] if eager else 0)
-        extras = [] if counts_experts else [("routed experts not counted (torch._grouped_mm not patched)",
-                                             lambda c: -cc.term("experts", c))]
+        missed = "torch._grouped_mm not patched" if setup.experts == "grouped_mm" else None
+        macs, extras = hf.counted(m, cc, experts=missed)        # matmul and SDPA are patched: attention counted
+        flops = 2 * macs + m["silu"] + m["router_softmax"] + (m["softmax"] if eager else 0)
         note = hf.SETUP.format(**vars(setup)) + f"; {ELEMENTWISE}"
         if case.workload == "decode":
             note += "; FlopsProfiler on one step (get_model_profile's warm-up would add a key)"

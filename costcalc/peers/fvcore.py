@@ -28,16 +28,10 @@ class Fvcore(Recipe):
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         if case.workload not in self.workloads:
             return super().answer(case, cc, setup)
-        eager, counts_experts = setup.attention == "eager", setup.experts != "grouped_mm"
         m = hf.macs(case, hf.run(case))
-        macs = m["linear"] + m["attention"] * eager + m["experts"] * counts_experts
-        extras = []
-        if not eager:
-            extras.append(("attention not counted (aten::scaled_dot_product_attention unsupported)",
-                           lambda c: -cc.term("attention", c)))
-        if not counts_experts:
-            extras.append(("routed experts not counted (aten::_grouped_mm unsupported)",
-                           lambda c: -cc.term("experts", c)))
+        macs, extras = hf.counted(
+            m, cc, attention=None if setup.attention == "eager" else "aten::scaled_dot_product_attention unsupported",
+            experts="aten::_grouped_mm unsupported" if setup.experts == "grouped_mm" else None)
         extras.append(("MACs not FLOPs x0.5", HALF))
         note = hf.SETUP.format(**vars(setup)) + "; one multiply-add counted as one flop"
         if case.workload == "decode":

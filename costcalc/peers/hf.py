@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Case
+from .base import Case, Costcalc, Extra
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,19 @@ def macs(case: Case, r: Run) -> dict[str, int]:
             out["linear"] += L * r.tokens * z["E_s"] * 3 * d * z["m_s"] + (L * r.tokens * d if b.shared_gate else 0)
             out["silu"] += L * r.tokens * z["E_s"] * z["m_s"]
     return out
+
+
+def counted(m: dict[str, int], cc: Costcalc, attention: str | None = None,
+            experts: str | None = None) -> tuple[int, list[Extra]]:
+    """What an executed counter sees of ``macs``: every nn.Linear, plus the attention products and
+    the routed experts unless the tool misses them -- ``attention`` / ``experts`` say why it does
+    (None: it counts them). Returns those multiply-adds and, for each term missed, the difference
+    ``<term> not counted (<why>)`` (costcalc's term at the path's end, taken away)."""
+    missed = {"attention": ("attention", attention), "experts": ("routed experts", experts)}
+    seen = m["linear"] + sum(m[term] for term, (_, why) in missed.items() if why is None)
+    extras = [(f"{name} not counted ({why})", lambda c, term=term: -cc.term(term, c))
+              for term, (name, why) in missed.items() if why is not None]
+    return seen, extras
 
 
 def sdpa_falls_back(case: Case) -> bool:

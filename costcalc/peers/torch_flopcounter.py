@@ -21,17 +21,11 @@ class TorchFlopCounter(Recipe):
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         counts_attention = setup.attention == "eager" or hf.sdpa_falls_back(case)
-        counts_experts = setup.experts != "grouped_mm"
         m = hf.macs(case, hf.run(case, logits_all=case.workload != "generate"))
-        flops = 2 * (m["linear"] + m["experts"] * counts_experts + m["attention"] * counts_attention)
-        extras = []
+        macs, extras = hf.counted(m, cc, attention=None if counts_attention else "CPU SDPA kernel has no formula",
+                                  experts="_grouped_mm has no formula" if setup.experts == "grouped_mm" else None)
+        flops = 2 * macs
         times = 3 if case.workload == "train" else 1
-        if not counts_attention:
-            extras.append(("attention not counted (CPU SDPA kernel has no formula)",
-                           lambda c: -cc.term("attention", c)))
-        if not counts_experts:
-            extras.append(("routed experts not counted (_grouped_mm has no formula)",
-                           lambda c: -cc.term("experts", c)))
         note = hf.SETUP.format(**vars(setup)) + "; CPU"
         if setup.attention == "sdpa":
             note += " (on CUDA, SDPA is counted as the full rectangle, as eager is)"

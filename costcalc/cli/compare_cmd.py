@@ -11,7 +11,7 @@ from ..errors import CostcalcError
 from ..peers import TOOLS
 from ..ranges import check_rows
 from .options import (ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, WideOpt, axes, emit, models, warn)
+                      PresetFileOpt, PresetOpt, WideOpt, axes, bundled, emit, models, warn)
 
 
 class Workload(str, enum.Enum):
@@ -105,18 +105,27 @@ def _groups(rows: list[dict]) -> list[list[dict]]:
     return list(out.values())
 
 
+CASE_OPTIONS = {   # name: (annotation, default) -- what compare and mfu are asked about
+    "preset": (PresetOpt, None), "preset_file": (PresetFileOpt, None), "config": (ConfigOpt, None),
+    "seq": (SeqOpt, None), "context": (ContextOpt, None), "new": (NewOpt, None), "batch": (BatchOpt, "1"),
+}
+COUNTER_OPTIONS = {   # the tools, and the Hugging Face model their executed counters run
+    "tools": (ToolsOpt, "all"), "hf_attention": (AttentionOpt, "eager"), "hf_experts": (ExpertsOpt, "batched_mm"),
+}
+
+
+def _counters(tools: str, hf_attention: str, hf_experts: str):
+    from .. import peers
+
+    return peers.tools(tools), _setup(hf_attention, hf_experts)
+
+
+@bundled("case", CASE_OPTIONS, dict)
+@bundled("counters", COUNTER_OPTIONS, _counters)
 def compare(
     workload: WorkloadArg,
-    preset: PresetOpt = None,
-    preset_file: PresetFileOpt = None,
-    config: ConfigOpt = None,
-    seq: SeqOpt = None,
-    context: ContextOpt = None,
-    new: NewOpt = None,
-    batch: BatchOpt = "1",
-    tools: ToolsOpt = "all",
-    hf_attention: AttentionOpt = "eager",
-    hf_experts: ExpertsOpt = "batched_mm",
+    case: dict = None,
+    counters: tuple = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -128,22 +137,18 @@ def compare(
     from .. import peers
     from ..peers import report
 
-    names, setup = peers.tools(tools), _setup(hf_attention, hf_experts)
-    cases = _cases(workload, preset, preset_file, config, seq, context, new, batch)
+    names, setup = counters
+    cases = _cases(workload, **case)
     check_rows(len(cases) * len(names), "the comparison (cases x tools)")
     rows = [row for case in cases for row in peers.compare(case, names, setup)]
     _emit(rows, report.compare_text, fmt, output, wide)
 
 
+@bundled("case", CASE_OPTIONS, dict)
+@bundled("counters", COUNTER_OPTIONS, _counters)
 def mfu(
     workload: WorkloadArg,
-    preset: PresetOpt = None,
-    preset_file: PresetFileOpt = None,
-    config: ConfigOpt = None,
-    seq: SeqOpt = None,
-    context: ContextOpt = None,
-    new: NewOpt = None,
-    batch: BatchOpt = "1",
+    case: dict = None,
     time: Annotated[Optional[float], typer.Option("--time", metavar="SECONDS", help="Measured time of the run.")] = None,
     tokens_per_s: Annotated[Optional[float], typer.Option(
         "--tokens-per-s", metavar="N", help="Measured rate: tokens processed (prefill, train: B x S), "
@@ -153,9 +158,7 @@ def mfu(
     device: DeviceOpt = None,
     device_file: DeviceFileOpt = None,
     act_dtype: ActDtypeOpt = None,
-    tools: ToolsOpt = "all",
-    hf_attention: AttentionOpt = "eager",
-    hf_experts: ExpertsOpt = "batched_mm",
+    counters: tuple = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -164,12 +167,11 @@ def mfu(
 
     Example: costcalc mfu prefill -p llama-3.1-8b -s 8192 --time 0.2 --device h100
     """
-    from .. import peers
     from ..peers import mfu as model_flops, report
 
-    names, setup = peers.tools(tools), _setup(hf_attention, hf_experts)
+    names, setup = counters
     flops_per_s, peak_from = _peak(peak, device, device_file, act_dtype)
-    cases = _cases(workload, preset, preset_file, config, seq, context, new, batch)
+    cases = _cases(workload, **case)
     check_rows(len(cases) * (len(names) + 3), "the MFU table (cases x rows)")
     rows = [row for case in cases for row in model_flops.utilisation(
         case, model_flops.seconds(case, time, tokens_per_s), flops_per_s, names, setup, peak_from)]

@@ -219,26 +219,35 @@ TRAFFIC_OPTIONS = {   # name: (annotation, default) -- the byte and time options
 }
 
 
-def with_traffic(command):
-    """Give a command the byte and time options (declared once, in ``TRAFFIC_OPTIONS``); the
-    command receives them as one argument, ``traffic`` = (precision, machine) or (None, None)."""
+def bundled(name: str, options: Mapping[str, tuple[Any, Any]], build):
+    """A decorator giving a command the options of ``options`` (name: (annotation, default)),
+    declared once, in the place of its parameter ``name``; the command receives
+    ``build(**their values)`` as ``name``."""
     import functools
     import inspect
 
-    signature = inspect.signature(command, eval_str=True)
-    params = [p for p in signature.parameters.values() if p.name != "traffic"]
-    at = next(i for i, p in enumerate(params) if p.name == "fmt")
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-             for name, (annotation, default) in TRAFFIC_OPTIONS.items()]
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    def decorate(command):
+        signature = inspect.signature(command, eval_str=True)
+        params = list(signature.parameters.values())
+        at = next(i for i, p in enumerate(params) if p.name == name)
+        rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params if p.name != name]
+        added = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+                 for key, (annotation, default) in options.items()]
 
-    @functools.wraps(command)
-    def wrapper(**kwargs):
-        kwargs["traffic"] = traffic(**{name: kwargs.pop(name) for name in TRAFFIC_OPTIONS})
-        return command(**kwargs)
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            kwargs[name] = build(**{key: kwargs.pop(key) for key in options})
+            return command(**kwargs)
 
-    wrapper.__signature__ = signature.replace(parameters=params[:at] + added + params[at:])
-    return wrapper
+        wrapper.__signature__ = signature.replace(parameters=rest[:at] + added + rest[at:])
+        return wrapper
+    return decorate
+
+
+def with_traffic(command):
+    """The byte and time options (``TRAFFIC_OPTIONS``), received as ``traffic`` = (precision,
+    machine), or (None, None) for FLOPs only."""
+    return bundled("traffic", TRAFFIC_OPTIONS, traffic)(command)
 
 
 def window_cache(choice: Union[WindowCache, str], specs: Sequence[ModelSpec], kinds: Sequence[str]) -> str:

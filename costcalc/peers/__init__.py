@@ -38,6 +38,8 @@ def tools(text: str) -> list[str]:
     if text.strip() == "all":
         return list(TOOLS)
     names = [t.strip() for t in text.split(",")]
+    if "all" in names:
+        raise CostcalcError(f"--tools: 'all' stands alone, not in a list ({text!r})")
     unknown = [t for t in names if t not in RECIPES]
     if unknown or not all(names):
         raise CostcalcError(f"--tools: unknown tool {', '.join(repr(t) for t in unknown) or 'name (empty)'}; "

@@ -11,7 +11,8 @@ from ..errors import CostcalcError
 from ..peers import TOOLS
 from ..ranges import check_rows
 from .options import (ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
-                      PresetFileOpt, PresetOpt, WideOpt, axes, bundled, emit, models, warn)
+                      PresetFileOpt, PresetOpt, WideOpt, axes, bundled, models, warn)
+from .emit import emit
 
 
 class Workload(str, enum.Enum):

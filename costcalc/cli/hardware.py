@@ -9,8 +9,9 @@ from .. import devices as device_data, notes, units
 from ..errors import CostcalcError
 from ..vocab import Routing, WindowCache
 from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, Mla, MlaOpt,
-                      OutputOpt, PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, axes, emit,
-                      emit_listing, mla_form, models, output_format, traffic, write_text)
+                      OutputOpt, PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, axes,
+                      mla_form, models, traffic)
+from .emit import emit, emit_listing, output_format, write_text
 from .. import outputs
 
 devices_app = typer.Typer(help="Device profiles: peaks per dtype, memory bandwidth and size, with sources.",

@@ -11,10 +11,12 @@ from ..errors import CostcalcError
 from ..core.registry import WORKLOADS
 from ..blocks import ATTENTIONS, FFNS, FORMS
 from ..vocab import ARCHS
-from ..render import wrap
-from .options import (TABLE_WIDTH, output_format, write_text, Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
-                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, emit, emit_listing, model, models,
-                      traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt, RoutingOpt)
+from ..terminal import wrap
+from .options import (Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
+                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, model, models,
+                      traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt,
+                      RoutingOpt)
+from .emit import TABLE_WIDTH, emit, emit_listing, output_format, write_text
 from ..vocab import Routing
 
 FORMULA_WORKLOADS = [name for name in WORKLOADS if name != "decode_phase"] + ["crossover"]

@@ -8,8 +8,9 @@ import typer
 
 from .. import outputs
 from ..errors import CostcalcError
-from .options import (TABLE_WIDTH, ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt,
-                      WindowCacheOpt, emit, int_list, mla_form, model, output_format, warn)
+from .options import (ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, WindowCacheOpt, int_list,
+                      mla_form, model, warn)
+from .emit import TABLE_WIDTH, emit, output_format
 from .options import window_cache as cache_choice
 from ..vocab import WindowCache
 from .options import tile as parse_tile

@@ -9,9 +9,10 @@ from .. import calc, notes
 from ..errors import CostcalcError
 from ..ranges import check_rows
 from ..vocab import WindowCache
-from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla,
-                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, WideOpt, WindowCacheOpt, axes, concat,
-                      conventions, emit, int_list, interleave, mla_form, models, warn, with_traffic)
+from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits,
+                      LogitsOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, WideOpt,
+                      WindowCacheOpt, axes, conventions, int_list, mla_form, models, warn, with_traffic)
+from .emit import concat, emit, interleave
 from .options import window_cache as cache_choice
 from .options import tile as parse_tile
 

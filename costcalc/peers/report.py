@@ -7,7 +7,7 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from .. import units
-from ..render import wrap
+from ..terminal import wrap
 
 LEFT = 20          # tool column
 

@@ -1,0 +1,166 @@
+"""The terminal table: readable units, shares of the total, the conventions stated beneath,
+and narrowed to the terminal's width -- the breakdown's parts go first, then constants move
+to a header line, then the shares, and an input that varies over the rows stays."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import notes, units
+from .render import columns
+
+_SHARED = ("linear_flops", "attention_flops", "lm_head_flops")  # columns shown with a share
+_HEADER_KEYS = ("workload", "preset", "convention", "logits", "mla", "window_cache", "tile")
+
+
+def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width: int | None = None) -> str:
+    """Readable units and shares; columns constant over the rows go to a header line. With
+    ``width``, the breakdown's parts are dropped (then the shares) until the table fits, and
+    a note says so; notes are wrapped to the width."""
+    cols = columns(rows)
+    constant = [c for c in _HEADER_KEYS if c in cols and len({str(r.get(c)) for r in rows}) == 1]
+    header = " | ".join(f"{c} {rows[0][c]}" for c in constant)
+    shown = [c for c in cols if c not in constant]
+    dropped: list[str] = []
+    shares = True
+    lines = _grid(rows, shown, shares)
+    for step in _NARROWER:
+        if width is None or max(map(len, lines), default=0) <= width:
+            break
+        if step == "shares":
+            shares = not any(c in _SHARED for c in shown)   # a table without shares has none to give up
+        elif step == "constants":
+            same = [c for c in shown if not _is_flops(c) and c not in _NEVER_HEADER
+                    and len({str(r.get(c)) for r in rows}) == 1]
+            if len(same) == len(shown):   # a table of one row
+                if len(shown) > LISTED:
+                    return _listing(rows[0], extra_notes, width)
+                same = _fewest_to_fit(rows, shown, shares, width)   # from the right, while it is too wide
+            header = " | ".join([header] * bool(header) + [f"{c} {_cell(rows[0], c)}" for c in same])
+            shown = [c for c in shown if c not in same]
+        elif step in shown and not (step in _AXES and len({r.get(step) for r in rows} - {None}) > 1):
+            shown.remove(step)     # an input that varies over the rows is what the table is about: kept
+            dropped.append(step.removesuffix("_flops"))
+        lines = _grid(rows, shown, shares)
+    while width is not None and len(shown) > 2 and max(map(len, lines), default=0) > width:
+        dropped.append(shown.pop().removesuffix("_flops"))    # last resort: from the right
+        lines = _grid(rows, shown, shares)
+    if width is not None and len(rows) == 1 and (not shown or max(map(len, lines), default=0) > width):
+        return _listing(rows[0], extra_notes, width)      # one row that no table fits: a field per line
+    out = ([*_wrap_header(header, width), ""] if header else []) + lines
+    conventions = {str(r.get("convention")) for r in rows}
+    logits = {str(r.get("logits")) for r in rows if "logits" in r}
+    footer = notes.footer(conventions, logits, set(cols)) if any(c.endswith("_flops") for c in cols) else []
+    if dropped or not shares:
+        cut = ", ".join(dropped) + (" and the shares of the total" if not shares else "")
+        footer = [f"Columns left out to fit {width} characters: {cut.removeprefix(', ')} "
+                  f"(--wide or -f csv shows them)."] + footer
+    out += [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]
+    return "\n".join(out) + "\n"
+
+
+# What a narrow table gives up, in order (a model's title and vocabulary in the list of presets;
+# then) the linear layers' parts (their sum ``linear`` stays),
+# the 6P rule, the LM head; with bytes and time, the per-term bounds and the smaller byte and
+# time columns; then inputs that are the same on every row move to the header, the shares of
+# the total go, and last the weights' bytes and the linear sum.
+_NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_exact", "tflops_per_s_causal",
+             "tflops_per_s_full", "peak_fraction", "exact", "attn_proj_flops", "ffn_flops", "router_flops",
+             "experts_flops", "shared_experts_flops", "rule_6p_flops", "lm_head_flops",
+             *(f"{t}_bound" for t in ("attn_proj", "ffn", "router", "experts", "shared_experts", "attention",
+                                      "lm_head")),
+             "kv_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
+             "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
+             "total_flops_per_token", "tile", "mla", "logits", "attention_flops", "kv_read_bytes",
+             "weight_dtype", "kv_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
+             "context", "batch")
+_AXES = ("batch", "seq", "context", "chunk", "prefix", "new_tokens")   # inputs: dropped only when constant
+
+
+def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int) -> str:
+    keys = [k for k in row if row[k] is not None]
+    pad = max(map(len, keys))
+    lines = [f"{k:<{pad}}  {_cell(row, k, True)}" for k in keys]
+    footer = notes.footer({str(row.get("convention"))}, {str(row["logits"])} if "logits" in row else set(), set(row)) \
+        if any(k.endswith("_flops") for k in row) else []
+    return "\n".join(lines + [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]) + "\n"
+
+
+def _wrap_header(header: str, width: int | None) -> list[str]:
+    """The header's ``key value`` fields, as many to a line as fit."""
+    if width is None or len(header) <= width:
+        return [header]
+    lines: list[str] = []
+    for field in header.split(" | "):
+        if lines and len(lines[-1]) + 3 + len(field) <= width:
+            lines[-1] += " | " + field
+        else:
+            lines.append(field)
+    return lines
+
+
+LISTED = 10   # a single row of more columns than this that does not fit is listed a field per line
+
+
+def _fewest_to_fit(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool, width: int) -> list[str]:
+    """The last columns of ``shown`` (never its first) whose move to the header makes it fit."""
+    for n in range(1, len(shown)):
+        if max(map(len, _grid(rows, shown[:-n], shares)), default=0) <= width:
+            return shown[-n:]
+    return shown[1:]
+
+
+def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> list[str]:
+    """The table's lines; a cell holding several lines (a model's layer groups) spans them."""
+    if not shown:
+        return []
+    cells = [[_cell(row, c, shares).split("\n") for c in shown] for row in rows]
+    titles = [_TITLES.get(c, c.removesuffix("_flops")) for c in shown]
+    widths = [max(len(t), *(len(part) for r in cells for part in r[i])) for i, t in enumerate(titles)]
+    right = [_is_flops(c) or c in _NUMERIC or c.endswith(("_bytes", "_s", "intensity")) for c in shown]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)).rstrip()
+
+    out = [line(titles), line(["-" * w for w in widths])]
+    for row in cells:
+        depth = max(map(len, row))
+        out += [line([c[k] if k < len(c) else "" for c in row]) for k in range(depth)]
+    return out
+
+
+_TITLES = {"total_flops_per_token": "per_token", "total_params": "params", "active_params": "active",
+           "total_bytes": "bytes", "kv_read_bytes": "kv_read", "time_s": "time", "ttft_s": "ttft", "tpot_s": "tpot",
+           "tokens_per_s": "tok/s/seq", "batch_tokens_per_s": "tok/s"}
+_NEVER_HEADER = ("phase",)   # a single row keeps its phase in the table
+_NUMERIC = ("batch", "seq", "context", "prefix", "chunk", "new_tokens", "ratio_to_6p")
+
+
+def wrap(text: str, width: int | None) -> list[str]:
+    """A note as lines of at most ``width`` characters (None: one line)."""
+    if width is None or len(text) <= width:
+        return [text]
+    import textwrap
+
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+
+
+def _is_flops(col: str) -> bool:
+    return col.endswith("_flops") or col.endswith("_flops_per_token")
+
+
+def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
+    value = row.get(col)
+    if value is None:
+        return ""
+    if "_bytes" in col and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return units.nbytes(value)
+    if col.endswith("_s") and not col.endswith("per_s") and isinstance(value, float):
+        return units.seconds(value)
+    if isinstance(value, float) and col.endswith(("intensity", "per_s")):
+        return f"{value:.4g}"
+    if _is_flops(col) and isinstance(value, int):
+        text = units.flops(value)
+        if shares and col in _SHARED and row.get("total_flops"):
+            text += f" {units.share(value, row['total_flops']):>5}"
+        return text
+    return str(value)

@@ -16,12 +16,10 @@ from typing import Any
 from .. import jsonfile
 from ..errors import CostcalcError
 from ..spec import ModelSpec, from_dict
-from .families import MAPPERS as _OLD
-from .families_new import MAPPERS as _NEW
+from .families import MAPPERS
 from .reader import Layer, Reader
 from .tables import TABLES
 
-MAPPERS = {**_OLD, **_NEW}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}     # multimodal: the text decoder is what costs
 FAMILIES = tuple(MAPPERS) + tuple(WRAPPERS)
 TIED_DEFAULT = {"gemma2": True, "gemma3_text": True, "gemma3": True, "starcoder2": True, "gemma": True,

@@ -48,6 +48,13 @@ def test_a_missing_or_bad_model_type_is_one_line_naming_the_field(change, messag
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_llama4_no_rope_layers_must_be_a_list():
+    config = json.loads((CONFIGS / "llama-4-scout-17b-16e.json").read_text())
+    for bad in (1, True, "1110"):
+        with pytest.raises(CostcalcError, match="field 'no_rope_layers' must be a list of integers"):
+            hf.to_preset({**config, "text_config": {**config["text_config"], "no_rope_layers": bad}}, "x")
+
+
 def test_an_unknown_field_is_named():
     with pytest.raises(CostcalcError, match="field 'mamba_d_state' .phi3. is not understood"):
         hf.to_preset({"model_type": "phi3", "num_hidden_layers": 2, "mamba_d_state": 16, **BASE}, "x")

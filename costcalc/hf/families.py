@@ -233,7 +233,7 @@ def _llama4_text(r: Reader) -> list[Layer]:
     every expert on every token and zeroes the unselected ones; costcalc counts the k routed."""
     n = r.layer_count()
     interval = r.count("no_rope_layer_interval", 4, minimum=1)
-    rope = r.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+    rope = r.indices("no_rope_layers", []) or [int((i + 1) % interval != 0) for i in range(n)]
     if len(rope) != n:
         raise r.error("'no_rope_layers' must list one flag per layer")
     local = r.windowed([bool(x) for x in rope], ("no_rope_layers",) if r.get("no_rope_layers") else (), CHUNKED)

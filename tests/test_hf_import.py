@@ -35,6 +35,26 @@ def test_families_out_of_reach_are_one_line_errors_naming_the_block_kind(family,
     assert "not supported" in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("change, message", [
+    ({}, "config: missing field 'model_type' (the model family; supported: llama, "),
+    ({"model_type": None}, "config: missing field 'model_type' (the model family; supported: llama, "),
+    ({"model_type": 3}, "config: field 'model_type' must be a string (the model family), got 3"),
+    ({"model_type": ["llama"]}, "field 'model_type' must be a string (the model family), got ['llama']"),
+    ({"model_type": {"name": "llama"}}, "field 'model_type' must be a string"),
+])
+def test_a_missing_or_bad_model_type_is_one_line_naming_the_field(change, message):
+    with pytest.raises(CostcalcError) as err:
+        hf.to_preset({"num_hidden_layers": 2, **BASE, **change}, "x")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_llama4_no_rope_layers_must_be_a_list():
+    config = json.loads((CONFIGS / "llama-4-scout-17b-16e.json").read_text())
+    for bad in (1, True, "1110"):
+        with pytest.raises(CostcalcError, match="field 'no_rope_layers' must be a list of integers"):
+            hf.to_preset({**config, "text_config": {**config["text_config"], "no_rope_layers": bad}}, "x")
+
+
 def test_an_unknown_field_is_named():
     with pytest.raises(CostcalcError, match="field 'mamba_d_state' .phi3. is not understood"):
         hf.to_preset({"model_type": "phi3", "num_hidden_layers": 2, "mamba_d_state": 16, **BASE}, "x")
@@ -173,3 +193,14 @@ def test_the_cli_refuses_an_out_of_reach_family_in_one_line(tmp_path, capsys):
     assert main(["prefill", "--config", str(path), "--seq", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "linear attention (Gated DeltaNet)" in err and "\n" not in err
+
+
+def test_the_cli_says_a_config_without_model_type_misses_the_field(tmp_path, capsys):
+    from costcalc.cli import main
+
+    path = tmp_path / "cfg.json"
+    path.write_text("{}")
+    assert main(["prefill", "--config", str(path), "-s", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: config {str(path)!r}: missing field 'model_type' (the model family; supported: ")
+    assert all(family in err for family in hf.FAMILIES) and "\n" not in err

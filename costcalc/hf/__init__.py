@@ -16,12 +16,10 @@ from typing import Any
 from .. import jsonfile
 from ..errors import CostcalcError
 from ..spec import ModelSpec, from_dict
-from .families import MAPPERS as _OLD
-from .families_new import MAPPERS as _NEW
+from .families import MAPPERS
 from .reader import Layer, Reader
 from .tables import TABLES
 
-MAPPERS = {**_OLD, **_NEW}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}     # multimodal: the text decoder is what costs
 FAMILIES = tuple(MAPPERS) + tuple(WRAPPERS)
 TIED_DEFAULT = {"gemma2": True, "gemma3_text": True, "gemma3": True, "starcoder2": True, "gemma": True,
@@ -43,48 +41,56 @@ def load(path: str | Path, name: str | None = None) -> ModelSpec:
     return from_dict(to_preset(config, name or default, str(path)), origin=f"config {str(path)!r}")
 
 
-def to_preset(config: Any, name: str, origin: str = "config") -> dict[str, Any]:
-    """The preset mapping of a config (validated by ``spec.from_dict`` afterwards)."""
+def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, Any]:
+    """The preset mapping of a config (validated by ``spec.from_dict`` afterwards); ``origin`` is
+    its file's path (None: a config built in memory), named in errors and in ``source``."""
+    where = "config" if origin is None else f"config {origin!r}"
     if not isinstance(config, dict):
-        raise CostcalcError(f"config {origin}: expected a JSON object")
+        raise CostcalcError(f"{where}: expected a JSON object")
     family = config.get("model_type")
+    if family is None:
+        raise CostcalcError(f"{where}: missing field 'model_type' (the model family; supported: "
+                            f"{', '.join(FAMILIES)})")
+    if not isinstance(family, str):
+        raise CostcalcError(f"{where}: field 'model_type' must be a string (the model family), got {family!r}")
     if family in OUT_OF_REACH:
-        raise CostcalcError(f"config {origin}: model_type {family!r} is not supported: its layers use "
+        raise CostcalcError(f"{where}: model_type {family!r} is not supported: its layers use "
                             f"{OUT_OF_REACH[family]}, a block kind costcalc does not model")
     if family not in TABLES:
-        raise CostcalcError(f"config {origin}: model_type {family!r} is not supported; supported: "
+        raise CostcalcError(f"{where}: model_type {family!r} is not supported; supported: "
                             f"{', '.join(FAMILIES)}")
     tied = None
     if family in WRAPPERS:
-        outer = _reader(config, family, origin)
+        outer = _reader(config, family, where)
         if not isinstance(config.get("text_config"), dict):
-            raise CostcalcError(f"config {origin}: {family} without a text_config")
+            raise CostcalcError(f"{where}: {family} without a text_config")
         tied = outer.flag("tie_word_embeddings", TIED_DEFAULT.get(family, False))   # the wrapper's flag ties
         family = WRAPPERS[family]
         config = {**config["text_config"], "model_type": family}
-    reader = _reader(config, family, origin)
+    reader = _reader(config, family, where)
     layers = MAPPERS[family](reader)
     preset: dict[str, Any] = {"name": name, "title": name, "d": reader.need("hidden_size"),
                               "V": reader.need("vocab_size"), "layers": _groups(layers)}
     preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings",
                                                                           TIED_DEFAULT.get(family, False))
-    preset["source"] = {"config": origin, "model_type": family}
+    preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
     return _flatten(preset)
 
 
-def _reader(config: dict, family: str, origin: str) -> Reader:
-    """Every key with a value known to the family (a null says nothing), then a Reader."""
+def _reader(config: dict, family: str, where: str) -> Reader:
+    """Every key with a value known to the family (a null says nothing), then a Reader (``where``:
+    the config as errors name it)."""
     table = TABLES[family]
     known = table.known()
     for key, value in config.items():
         if value is not None and key not in known:
-            raise CostcalcError(f"config {origin}: field {key!r} ({family}) is not understood and may change "
+            raise CostcalcError(f"{where}: field {key!r} ({family}) is not understood and may change "
                                 f"the cost; costcalc does not guess -- remove it if it does not")
     if config.get("is_encoder_decoder"):
-        raise CostcalcError(f"config {origin}: is_encoder_decoder is true: only decoder-only models are costed")
+        raise CostcalcError(f"{where}: is_encoder_decoder is true: only decoder-only models are costed")
     if config.get("per_layer_config"):
-        raise CostcalcError(f"config {origin}: per_layer_config gives layers their own sizes, which is not read")
-    return Reader(config, family, origin, table.aliases)
+        raise CostcalcError(f"{where}: per_layer_config gives layers their own sizes, which is not read")
+    return Reader(config, family, where, table.aliases)
 
 
 def _groups(layers: list[Layer]) -> list[dict]:

@@ -20,8 +20,9 @@ Layer = dict   # one layer: {"arch": ..., sizes...}
 class Reader:
     """Field access for one config of one family (aliases already folded into their targets)."""
 
-    def __init__(self, config: dict, family: str, origin: str, aliases: dict[str, str]) -> None:
-        self.config, self.family, self.origin = dict(config), family, origin
+    def __init__(self, config: dict, family: str, where: str, aliases: dict[str, str]) -> None:
+        """``where``: the config as errors name it ("config 'path/config.json'")."""
+        self.config, self.family, self.where = dict(config), family, where
         for alias, target in aliases.items():
             if self.has(alias):
                 if self.has(target) and self.config[target] != self.config[alias]:
@@ -31,7 +32,7 @@ class Reader:
             self.config.pop(alias, None)
 
     def error(self, message: str) -> CostcalcError:
-        return CostcalcError(f"config {self.origin}: {self.family}: {message}")
+        return CostcalcError(f"{self.where}: {self.family}: {message}")
 
     def has(self, key: str) -> bool:
         return self.config.get(key) is not None
@@ -39,14 +40,14 @@ class Reader:
     def need(self, key: str) -> int:
         """A size the config must state: a positive integer."""
         if not self.has(key):
-            raise CostcalcError(f"config {self.origin}: {self.family} needs field {key!r}")
+            raise CostcalcError(f"{self.where}: {self.family} needs field {key!r}")
         return self.int(key)
 
     def int(self, key: str, minimum: int = 1) -> int:
         value = self.config[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise CostcalcError(f"config {self.origin}: field {key!r} must be {kind}, got {value!r}")
+            raise CostcalcError(f"{self.where}: field {key!r} must be {kind}, got {value!r}")
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -60,13 +61,13 @@ class Reader:
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)
         if not isinstance(value, bool):
-            raise CostcalcError(f"config {self.origin}: field {key!r} must be true or false, got {value!r}")
+            raise CostcalcError(f"{self.where}: field {key!r} must be true or false, got {value!r}")
         return value
 
     def indices(self, key: str, default: list[int]) -> list[int]:
         value = self.get(key, default)
         if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-            raise CostcalcError(f"config {self.origin}: field {key!r} must be a list of integers, got {value!r}")
+            raise CostcalcError(f"{self.where}: field {key!r} must be a list of integers, got {value!r}")
         return value
 
     def same(self, key: str, expected: Any, why: str) -> None:

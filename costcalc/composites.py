@@ -90,8 +90,8 @@ def _generation_traffic(spec: ModelSpec, options: Options, precision, machine, f
     many = _traffic(spec, find("decode_phase"), options, "last", precision, machine,
                     {"B": first["batch"], "S": first["seq"], "N": new}, steps["total_flops"])
     out: Table = {}
-    for key in one:
-        a, b = one[key], many[key]
+    for key in dict.fromkeys([*one, *many]):   # a one-token generation has no decode steps: no decode terms
+        a, b = one.get(key, [None] * n), many.get(key, [None] * n)
         if key.endswith("_bytes") or key.endswith("time_s"):
             total = add([a, b]) if key.endswith("_bytes") else [x + y for x, y in zip(a, b)]
         elif key == "intensity":

@@ -144,7 +144,7 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
     out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in TRAFFIC)
     if machine is not None:
         out.update(compute_time_s=compute, memory_time_s=memory, time_s=total,
-                   bound="memory" if memory >= compute else "compute")
+                   bound=None if not (compute or memory) else "memory" if memory >= compute else "compute")
         out.update({f"{t}_bound": "memory" if m >= c else "compute" for t, (c, m, _) in term_times.items() if c or m})
         out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
     return out
@@ -175,7 +175,7 @@ def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precis
     n = len(flops)
     rows = [point(spec, wl, options, logits, precision, machine, {k: int(v[i]) for k, v in points.items()})
             for i in range(n)]
-    names = list(rows[0])
+    names = list(dict.fromkeys(name for r in rows for name in r))   # a term may be absent at some points
     out = {name: [r.get(name) for r in rows] for name in names if not name.endswith("_bound") or name == "bound"}
     names = [name for name in names if not name.endswith("_time_s") or name in ("compute_time_s", "memory_time_s")]
     out_order = [f"{kind}_bytes" for kind in TRAFFIC] + ["total_bytes"]
@@ -196,5 +196,5 @@ def term_times(spec: ModelSpec, wl: Workload, options: Options, logits: str, pre
     n = len(next(iter(points.values())))
     rows = [point(spec, wl, options, logits, precision, machine, {k: int(v[i]) for k, v in points.items()})
             for i in range(n)]
-    names = [f"{t.name}_time_s" for t in TERMS if f"{t.name}_time_s" in rows[0]]
-    return {name.removesuffix("_time_s"): [r[name] for r in rows] for name in names}
+    names = [f"{t.name}_time_s" for t in TERMS if any(f"{t.name}_time_s" in r for r in rows)]
+    return {name.removesuffix("_time_s"): [r.get(name, 0.0) for r in rows] for name in names}

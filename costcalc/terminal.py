@@ -35,7 +35,8 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
                 if len(shown) > LISTED:
                     return _listing(rows[0], extra_notes, width)
                 same = _fewest_to_fit(rows, shown, shares, width)   # from the right, while it is too wide
-            header = " | ".join([header] * bool(header) + [f"{c} {_cell(rows[0], c)}" for c in same])
+            header = " | ".join([header] * bool(header) + [f"{c} {_cell(rows[0], c)}" for c in same
+                                                            if rows[0].get(c) is not None])   # empty: nothing to say
             shown = [c for c in shown if c not in same]
         elif step in shown and not (step in _AXES and len({r.get(step) for r in rows} - {None}) > 1):
             shown.remove(step)     # an input that varies over the rows is what the table is about: kept

@@ -173,6 +173,28 @@ def test_generation_times(capsys):
     assert total["batch_tokens_per_s"] == pytest.approx(8 * 101 / total["time_s"])
 
 
+
+def test_a_one_token_generation_is_its_prefill(capsys):
+    """--new 1 has no decode steps: the decode row moves nothing and takes no time; a sweep
+    holding 1 gives the same rows as the one-token point alone."""
+    code, out, err = run(capsys, "generate", "-p", "mixtral-8x7b", "--prompt", "64", "--new", "1:3",
+                         "--device", "h100", "-f", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    prefill, decode, total = rows[:3]
+    assert decode["total_bytes"] == 0 and decode["time_s"] == 0 and decode["bound"] is None
+    assert total["time_s"] == prefill["time_s"] == total["ttft_s"] and total["tpot_s"] is None
+    assert all(decode.get(f"{t}_bound") is None for t in ("attn_proj", "experts", "attention"))
+    assert rows[4]["experts_bound"] in ("memory", "compute")        # the two-token point has a step
+    code, out, err = run(capsys, "generate", "-p", "mixtral-8x7b", "--prompt", "64", "--new", "1",
+                         "--device", "h100", "-f", "json")
+    assert code == 0, err
+    assert [{k: v for k, v in r.items() if v is not None} for r in json.loads(out)] == \
+           [{k: v for k, v in r.items() if v is not None} for r in rows[:3]]
+    code, out, err = run(capsys, "generate", "-p", "toy", "--prompt", "4", "--new", "1", "--device", "h100")
+    assert code == 0 and "tpot_s" not in out, err     # nothing to say is not said
+
+
 INTERFACE = ["weight_bytes", "kv_read_bytes", "kv_write_bytes", "activation_bytes", "total_bytes", "intensity",
              "compute_time_s", "memory_time_s", "time_s", "bound"]
 

@@ -333,6 +333,33 @@ def test_rolling_window_tools_and_unanswerable_shapes():
     assert got["torch-flopcounter"]["equals"] == "full/all"
 
 
+def test_newer_layer_kinds_are_answered_or_refused_row_by_row():
+    """A non-gated MLP (GPT-NeoX) or chunked attention (Llama 4) is a row that cannot answer in
+    the recipes written for SwiGLU and GQA, not a refusal of the whole comparison; the
+    executed counters and the parameter formulas answer."""
+    spec = presets.load("pythia-6.9b")
+    z = dict(spec.sizes)
+    L, d, m, V, s = z["L"], z["d"], z["m"], z["V"], 512
+    dq = z["h_q"] * z["d_h"]
+    got = {r["tool"]: r for r in compare(Case(spec, "prefill", seq=s))}
+    macs = L * s * (4 * d * dq + 2 * d * m) + s * d * V + L * z["h_q"] * s * s * 2 * z["d_h"]
+    assert got["torch-flopcounter"]["flops"] == 2 * macs and got["torch-flopcounter"]["equals"] == "full/all"
+    assert got["fvcore"]["flops"] == macs
+    for tool in ("deepspeed", "calflops", "llm-analysis", "vllm", "genz"):
+        assert got[tool]["flops"] is None and "non-gated MLPs not modelled" in got[tool]["note"], tool
+    train = {r["tool"]: r for r in compare(Case(spec, "train", seq=s), ["megatron", "palm"])}
+    padded = -(-V // 128) * 128           # Megatron without --swiglu: up and down, 2 matrices
+    assert train["megatron"]["flops"] == s * (L * 6 * (2 * d * m + 4 * d * dq + dq * s) + 6 * d * padded)
+    assert train["palm"]["flops"] is not None
+    scout = {r["tool"]: r for r in compare(Case(presets.load("llama-4-scout-17b-16e"), "train", seq=s))}
+    assert "chunked attention not modelled" in scout["torch-flopcounter"]["note"]
+    half = [t["term"] for t in scout["megatron"]["differences"]]
+    assert "half square (S^2/2: the diagonal dropped; chunks ignored)" in half
+    assert scout["torchtitan"]["flops"] == scout["palm"]["flops"]          # one expert of 16 either way
+    windows = {r["tool"]: r for r in compare(Case(presets.load("starcoder2-7b"), "prefill", seq=s))}
+    assert windows["torch-flopcounter"]["equals"] == "full/all"    # a prefill has no window cache to name
+
+
 def test_compare_json_has_the_interface_keys(capsys):
     assert main(["compare", "prefill", "-p", "llama-2-7b", "-s", "1024", "-f", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)

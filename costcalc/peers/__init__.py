@@ -47,21 +47,9 @@ def tools(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _modelled(case: Case) -> None:
-    """The recipes follow the tools' code for GQA, window and MLA attention with SwiGLU and MoE
-    FFNs; a layer kind added since (chunked attention, the non-gated MLP) is refused, not
-    compared on a guess (transformers also runs Llama 4's experts all at once)."""
-    kinds = sorted({g.arch for g in case.spec.groups
-                    if g.block.attention == "chunk" or g.block.ffn == "mlp"})
-    if kinds:
-        raise CostcalcError(f"compare: {case.spec.name} has layers of kind {', '.join(kinds)}, which the "
-                            f"tools' recipes here do not model (attention gqa, window or mla; FFN SwiGLU or MoE)")
-
-
 def compare(case: Case, names: Sequence[str] = TOOLS, setup: Setup = Setup()) -> list[dict[str, Any]]:
     """One row per tool for the case (see the module docstring); costcalc's default first
     gives every row's ``ratio``."""
-    _modelled(case)
     cc = Costcalc(case)
     default = cc.total()
     config = ("causal, logits " + ("all" if case.workload == "train" else "last")
@@ -69,7 +57,7 @@ def compare(case: Case, names: Sequence[str] = TOOLS, setup: Setup = Setup()) ->
     rows = []
     for name in names:
         recipe = RECIPES[name]
-        got: Answer = recipe.answer(case, cc, setup)
+        got: Answer = recipe.refusal(case) or recipe.answer(case, cc, setup)
         row: dict[str, Any] = {"preset": case.spec.name, "workload": case.workload, **case.inputs(),
                                "tool": name, "reported": got.reported, "unit": recipe.unit,
                                "reported_unit": recipe.printed or recipe.unit,

@@ -58,11 +58,12 @@ class Config:
 
     def label(self, spec: ModelSpec, workload: str) -> str:
         """``full/all``, plus the MLA form and window cache where the model has them and they
-        are not the default (``full/all, mla expanded, window-cache rolling``)."""
+        are not the default (``full/all, mla expanded, window-cache rolling``); the cache
+        only where there is one (a decode step, a generation)."""
         text = self.convention if workload in ("decode", "train") else f"{self.convention}/{self.logits}"
         if spec.has_mla and self.mla != "auto":
             text += f", mla {self.mla}"
-        if spec.windows and self.window_cache != "whole":
+        if spec.windows and self.window_cache != "whole" and workload in ("decode", "generate"):
             text += f", window-cache {self.window_cache}"
         return text
 
@@ -188,14 +189,35 @@ class Recipe:
     reported_as = ""
     source = ""
     workloads: tuple[str, ...] = WORKLOADS
+    # Layer kinds costcalc models beyond those every recipe follows (GQA, window and MLA
+    # attention; SwiGLU and MoE FFNs) that this recipe takes: "mlp" (the non-gated MLP),
+    # "chunk" (chunked local attention). A model with another is a row that cannot answer.
+    kinds: frozenset[str] = frozenset()
 
-    def answer(self, case: Case, cc: Costcalc, setup: "Setup") -> Answer:
+    def refusal(self, case: Case) -> Optional[Answer]:
+        """Why the recipe has no answer for the case (a workload or a layer kind it does not
+        take), or None."""
         if case.workload not in self.workloads:
             return cannot(self.why_not(case.workload))
+        other = [k for k in KINDS if k not in self.kinds and any(k in (g.block.ffn, g.block.attention)
+                                                                   for g in case.spec.groups)]
+        if other:
+            arch = dict.fromkeys(g.arch for g in case.spec.groups if not self.takes(g.block))
+            return cannot(f"{' and '.join(KINDS[k] for k in other)} not modelled in this recipe "
+                          f"(layers of kind {', '.join(arch)})")
+        return None
+
+    def takes(self, block) -> bool:
+        return (block.ffn != "mlp" or "mlp" in self.kinds) and (block.attention != "chunk" or "chunk" in self.kinds)
+
+    def answer(self, case: Case, cc: Costcalc, setup: "Setup") -> Answer:
         return getattr(self, case.workload)(case, cc, setup)
 
     def why_not(self, workload: str) -> str:
         return f"no {workload} count"
+
+
+KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention"}
 
 
 @dataclass(frozen=True)

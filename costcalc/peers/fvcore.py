@@ -19,6 +19,7 @@ class Fvcore(Recipe):
     reported_as = "FlopCountAnalysis(model, inputs).total() (multiply-adds, named flops)"
     source = "fvcore 0.1.5.post20221221 fvcore/nn/flop_count.py, jit_handles.py, on transformers 5.23 models"
     workloads = ("prefill", "decode")
+    kinds = frozenset({"mlp"})
 
     def why_not(self, workload: str) -> str:
         if workload == "generate":
@@ -26,8 +27,6 @@ class Fvcore(Recipe):
         return "a trace of the forward: no training count"
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
-        if case.workload not in self.workloads:
-            return super().answer(case, cc, setup)
         m = hf.macs(case, hf.run(case))
         macs, extras = hf.counted(
             m, cc, attention=None if setup.attention == "eager" else "aten::scaled_dot_product_attention unsupported",

@@ -5,7 +5,8 @@ Written from the modelling code (``modeling_llama.py``, ``modeling_mixtral.py``,
 ``modeling_deepseek_v3.py``, ``integrations/moe.py``, ``cache_utils.py`` of transformers 5.23),
 independently of costcalc's core, so that a recipe's differences are checked against it:
 
-- every ``nn.Linear``: q/k/v/o (MLA: q_a/q_b or q, kv_a, kv_b, o), gate/up/down, the router
+- every ``nn.Linear``: q/k/v/o (MLA: q_a/q_b or q, kv_a, kv_b, o), gate/up/down (a non-gated
+  MLP: up/down, ``modeling_gpt_neox.py``, ``modeling_starcoder2.py``), the router
   ``d x E``, shared experts and their ``d x 1`` gate, the LM head (on every position in a
   plain forward; on the last in ``generate()``, which passes ``logits_to_keep=1``);
 - MLA caches the latent and runs ``kv_b_proj`` over every cached latent at each forward
@@ -87,6 +88,9 @@ def macs(case: Case, r: Run) -> dict[str, int]:
         if b.ffn == "dense":
             out["linear"] += L * r.tokens * 3 * d * z["m"]
             out["silu"] += L * r.tokens * z["m"]
+            continue
+        if b.ffn == "mlp":                        # up, activation, down (GPT-NeoX, StarCoder2, Apertus)
+            out["linear"] += L * r.tokens * 2 * d * z["m"]
             continue
         out["linear"] += L * r.tokens * d * z["E"]
         out["experts"] += L * r.tokens * z["k"] * 3 * d * z["m_e"]

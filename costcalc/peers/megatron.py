@@ -1,7 +1,8 @@
 """Megatron-LM's ``num_floating_point_operations``: FLOPs of one training iteration.
 
 Follows ``megatron/training/training.py`` at commit 001b00c: per token, 3 (forward +
-backward) x 2 (per multiply-add) x [the SwiGLU FFN (3 matrices; MoE: ``moe_ffn_hidden_size x
+backward) x 2 (per multiply-add) x [the FFN (SwiGLU: 3 matrices, ``gated_linear_multiplier``
+3/2; without --swiglu 2; MoE: ``moe_ffn_hidden_size x
 topk``, shared experts; no router), the attention projections (GQA: d (d_q + 2 d_kv) + d_q d;
 MLA: q/kv LoRA with ``+1`` per rank -- the latent norms' weights -- and the RoPE key), the
 attention core over ``seq_length / 2`` keys ("causal mask (only half of the mask is
@@ -23,6 +24,7 @@ class Megatron(Recipe):
     reported_as = "num_floating_point_operations(args, batch_size) (FLOPs per iteration, float)"
     source = "NVIDIA/Megatron-LM megatron/training/training.py at commit 001b00c"
     workloads = ("train",)
+    kinds = frozenset({"mlp", "chunk"})
 
     def why_not(self, workload: str) -> str:
         return "a training count only (one iteration, forward + backward)"
@@ -35,8 +37,8 @@ class Megatron(Recipe):
         norms = gates = 0
         for g in spec.groups:
             z, L, blk = g.sizes, g.count, g.block
-            if blk.ffn == "dense":
-                ffn += L * 6 * d * 3 * z["m"]
+            if blk.ffn in ("dense", "mlp"):     # gated_linear_multiplier: 3/2 with --swiglu, else 1
+                ffn += L * 6 * d * (3 if blk.ffn == "dense" else 2) * z["m"]
             else:
                 ffn += L * 6 * d * 3 * (z["m_e"] * z["k"] + (z["E_s"] * z["m_s"] if blk.shared else 0))
                 gates += L * d if blk.shared_gate else 0
@@ -53,7 +55,9 @@ class Megatron(Recipe):
                 attention += L * 6 * Fraction(dq * s, 2) * 2
         per_token = ffn + attention + 6 * d * padded
         tokens = case.batch * s
-        extras = [("half square (S^2/2: the diagonal dropped" + ("; windows ignored)" if spec.windows else ")"),
+        local = [w for w, on in (("windows", spec.windows), ("chunks", any(g.block.attention == "chunk"
+                                                                            for g in spec.groups))) if on]
+        extras = [("half square (S^2/2: the diagonal dropped" + (f"; {' and '.join(local)} ignored)" if local else ")"),
                    lambda c: tokens * attention - cc.term("attention", c)),
                   ("router omitted", lambda c: -cc.term("router", c)),
                   ("shared-expert gate not counted", -6 * tokens * gates),

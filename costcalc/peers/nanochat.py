@@ -19,6 +19,7 @@ class Nanochat(Recipe):
     reported_as = "GPT.estimate_flops() (FLOPs per token, forward + backward)"
     source = "karpathy/nanochat nanochat/gpt.py at commit e28d4ea"
     workloads = ("train",)
+    kinds = frozenset({"mlp"})
 
     def why_not(self, workload: str) -> str:
         return "a training estimate only (FLOPs per token, forward + backward)"

@@ -18,6 +18,7 @@ class Palm(Recipe):
     reported_as = "6N + 12LHQT (FLOPs per token, forward + backward)"
     source = "PaLM, arXiv:2204.02311, Appendix B"
     workloads = ("train",)
+    kinds = frozenset({"mlp", "chunk"})
 
     def why_not(self, workload: str) -> str:
         return "a training formula only (model FLOPs per token, forward + backward)"

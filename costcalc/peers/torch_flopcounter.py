@@ -18,6 +18,7 @@ class TorchFlopCounter(Recipe):
     unit = "FLOP"
     reported_as = "FlopCounterMode.get_total_flops() (FLOPs, 2 per multiply-add)"
     source = "torch 2.13.0 torch/utils/flop_counter.py, on transformers 5.23 models (CPU)"
+    kinds = frozenset({"mlp"})
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         counts_attention = setup.attention == "eager" or hf.sdpa_falls_back(case)

@@ -20,6 +20,7 @@ class Torchtitan(Recipe):
     reported_as = "num_flops_per_token (FLOPs per token, forward + backward)"
     source = "pytorch/torchtitan torchtitan/models/utils.py at commit 76dd118"
     workloads = ("train",)
+    kinds = frozenset({"mlp", "chunk"})
 
     def why_not(self, workload: str) -> str:
         return "a training estimate only (FLOPs per token for MFU)"

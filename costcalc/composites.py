@@ -194,12 +194,12 @@ def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch:
                 part = _traffic(spec, wl, options, mode, precision, machine,
                                 {"B": [batch] * (hi - lo), "C": ints(sizes[lo:hi], hi - lo),
                                  "T": ints(starts[lo:hi], hi - lo)}, out["total_flops"][lo:hi])
-                for key, column in part.items():
-                    moved.setdefault(key, []).extend(column)
+                for key in dict.fromkeys([*moved, *part]):     # chunks without logits have no lm_head_bound
+                    moved.setdefault(key, [None] * lo).extend(part.get(key, [None] * (hi - lo)))
         whole = _traffic(spec, wl, options, options.logits.value, precision, machine,
                          {"B": [batch], "C": [seq], "T": [prefix]}, [single["total_flops"]])
         for key, column in moved.items():
-            out[key] = column + [_sum_of(key, column, moved, out["total_flops"][:n]), whole[key][0]]
+            out[key] = column + [_sum_of(key, column, moved, out["total_flops"][:n]), whole.get(key, [None])[0]]
     return out
 
 

@@ -45,7 +45,7 @@ def as_rows(data: Union[Rows, Table]) -> list[dict[str, Any]]:
     if not isinstance(data, Mapping):
         return list(data)
     names = list(data)
-    return [dict(zip(names, values)) for values in zip(*data.values())]
+    return [dict(zip(names, values)) for values in zip(*data.values(), strict=True)]
 
 
 def length(data: Union[Rows, Table]) -> int:
@@ -103,7 +103,7 @@ def write_json(data: Union[Rows, Table], handle) -> None:
     cols = as_table(data)
     names = list(cols)
     handle.write("[")
-    for index, values in enumerate(zip(*cols.values())):
+    for index, values in enumerate(zip(*cols.values(), strict=True)):
         record = json.dumps(dict(zip(names, values)), indent=2).replace("\n", "\n  ")
         handle.write(("\n  " if index == 0 else ",\n  ") + record)
     handle.write("\n]\n" if names and length(cols) else "]\n")

@@ -195,6 +195,28 @@ def test_a_one_token_generation_is_its_prefill(capsys):
     assert code == 0 and "tpot_s" not in out, err     # nothing to say is not said
 
 
+
+@pytest.mark.parametrize("convention", ["causal", "all"])
+def test_chunk_schedules_with_a_device_keep_every_row(convention, capsys):
+    """Chunks before the last run no LM head: their rows have no lm_head bound, and no row of
+    a schedule (nor a second schedule of a sweep) is lost for it."""
+    args = ["chunked", "-p", "llama-3.1-8b", "-s", "4096", "-c", "1024,2048", "--convention", convention, "-f", "json"]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    plain = json.loads(out)
+    code, out, err = run(capsys, *args, "--device", "h100")
+    assert code == 0, err
+    timed = json.loads(out)
+    assert [(r["convention"], r["chunk"], r["phase"]) for r in timed] == \
+           [(r["convention"], r["chunk"], r["phase"]) for r in plain] and len(plain) == (6 + 4) * (3 if convention == "all" else 1)
+    for row in timed:
+        assert (row["lm_head_bound"] is None) == (row["phase"] in ("chunk 1", "chunk 2", "chunk 3", "total")
+                                                  and not (row["chunk"] == 2048 and row["phase"] == "chunk 2"))
+    schedule = [r for r in timed if r["chunk"] == 1024 and r["convention"] == "causal" and r["phase"].startswith("chunk")]
+    total = next(r for r in timed if r["phase"] == "total" and r["convention"] == "causal")
+    assert total["time_s"] == pytest.approx(sum(r["time_s"] for r in schedule))
+
+
 INTERFACE = ["weight_bytes", "kv_read_bytes", "kv_write_bytes", "activation_bytes", "total_bytes", "intensity",
              "compute_time_s", "memory_time_s", "time_s", "bound"]
 

@@ -32,6 +32,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
     lines += [LOGITS[x] for x in sorted(logits) if x in LOGITS]
     if any(c.endswith("_bytes") for c in columns):
         lines.append(TRAFFIC)
+    if "routing" in columns:
+        lines.append(ROUTING)
     if "ttft_s" in columns:
         lines.append(RATES)
     if "compute_efficiency" in columns:
@@ -48,6 +50,9 @@ TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expe
            "kernel and written for new tokens (an integer KV cache without scales); time = sum over operators of "
            "max(FLOPs / peak, bytes / bandwidth), dense peaks -- a roofline floor. GB = 10^9 bytes (token counts "
            "use k = 1024).")
+ROUTING = ("routing expected: a MoE layer reads the weights of E (1 - (1 - k/E)^n) distinct experts for n routed "
+           "tokens (uniform top-k routing), a rational count -- bytes are rounded to the whole byte; worst: "
+           "min(E, n k).")
 RATES = ("ttft = time to first token (the prefill); tpot = time per output token (the N-1 decode steps / "
          "(N-1)); tok/s/seq = N / (prefill + decode time), per sequence; tok/s = the batch's B x N over the same.")
 EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "

@@ -91,7 +91,7 @@ def _generation_traffic(spec: ModelSpec, options: Options, precision, machine, f
                     {"B": first["batch"], "S": first["seq"], "N": new}, steps["total_flops"])
     out: Table = {}
     for key in dict.fromkeys([*one, *many]):   # a one-token generation has no decode steps: no decode terms
-        a, b = one.get(key, [None] * n), many.get(key, [None] * n)
+        a, b = one.get(key, [_absent(key)] * n), many.get(key, [_absent(key)] * n)
         if key.endswith("_bytes") or key.endswith("time_s"):
             total = add([a, b]) if key.endswith("_bytes") else [x + y for x, y in zip(a, b)]
         elif key == "intensity":
@@ -117,6 +117,11 @@ def _generation_traffic(spec: ModelSpec, options: Options, precision, machine, f
             column[2::3] = values
             out[key] = column
     return out
+
+
+def _absent(key: str):
+    """A bytes/time column's value where its term moves nothing (0), else None (no bound)."""
+    return 0 if key.endswith("_bytes") else 0.0 if key.endswith("time_s") else None
 
 
 def _repeat(values: list, times: int) -> list:
@@ -195,7 +200,7 @@ def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch:
                                 {"B": [batch] * (hi - lo), "C": ints(sizes[lo:hi], hi - lo),
                                  "T": ints(starts[lo:hi], hi - lo)}, out["total_flops"][lo:hi])
                 for key in dict.fromkeys([*moved, *part]):     # chunks without logits have no lm_head_bound
-                    moved.setdefault(key, [None] * lo).extend(part.get(key, [None] * (hi - lo)))
+                    moved.setdefault(key, [_absent(key)] * lo).extend(part.get(key, [_absent(key)] * (hi - lo)))
         whole = _traffic(spec, wl, options, options.logits.value, precision, machine,
                          {"B": [batch], "C": [seq], "T": [prefix]}, [single["total_flops"]])
         for key, column in moved.items():

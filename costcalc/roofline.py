@@ -112,6 +112,7 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
     kinds = {kind: Fraction(0) for kind in TRAFFIC}
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
+    term_bytes = {t.name: Fraction(0) for t in TERMS}
     for index, group in enumerate(spec.groups):
         block = options.block(group, wl).key
         base = {**group.numbers(), **options.values(), **values}
@@ -132,16 +133,18 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
                 part = count * precision.bits(kind) / 8
                 kinds[kind] += part
                 moved += part
+            term = term_of[op]
+            term_bytes[term] += moved
             if machine is None:
                 continue
             t_c, t_m = flops[op] / machine.peak(precision), float(moved) / machine.bandwidth()
             compute, memory, total = compute + t_c, memory + t_m, total + max(t_c, t_m)
-            term = term_of[op]
             term_times[term][0] += t_c
             term_times[term][1] += t_m
             term_times[term][2] += max(t_c, t_m)
     out: dict[str, Any] = {f"{kind}_bytes": _whole(kinds[kind]) for kind in TRAFFIC}
     out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in TRAFFIC)
+    out.update({f"{t}_bytes": _whole(moved) for t, moved in term_bytes.items() if moved})
     if machine is not None:
         out.update(compute_time_s=compute, memory_time_s=memory, time_s=total,
                    bound=None if not (compute or memory) else "memory" if memory >= compute else "compute")
@@ -171,22 +174,21 @@ def intensity(flops: int, moved: int) -> Optional[float]:
 def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,
             machine: Optional[Machine], points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
     """``point`` at every point of the input columns (symbol -> values), with each point's
-    arithmetic intensity (total FLOPs / total bytes) beside its bytes."""
+    arithmetic intensity (total FLOPs / total bytes) beside its bytes; then each term's
+    bytes, time and bound (``attention_bytes``, ``attention_time_s``, ``attention_bound``)."""
     n = len(flops)
     rows = [point(spec, wl, options, logits, precision, machine, {k: int(v[i]) for k, v in points.items()})
             for i in range(n)]
-    names = list(dict.fromkeys(name for r in rows for name in r))   # a term may be absent at some points
-    out = {name: [r.get(name) for r in rows] for name in names if not name.endswith("_bound") or name == "bound"}
-    names = [name for name in names if not name.endswith("_time_s") or name in ("compute_time_s", "memory_time_s")]
-    out_order = [f"{kind}_bytes" for kind in TRAFFIC] + ["total_bytes"]
-    table = {name: out[name] for name in out_order}
-    table["intensity"] = [intensity(f, b) for f, b in zip(flops, out["total_bytes"])]
+    names = set(name for r in rows for name in r)   # a term may be absent at some points
+    table = {name: [r[name] for r in rows] for name in [f"{kind}_bytes" for kind in TRAFFIC] + ["total_bytes"]}
+    table["intensity"] = [intensity(f, b) for f, b in zip(flops, table["total_bytes"])]
     for name in ("compute_time_s", "memory_time_s", "time_s", "bound"):
-        if name in out:
-            table[name] = out[name]
-    for name in names:
-        if name.endswith("_bound") and name != "bound":
-            table[name] = [r.get(name) for r in rows]
+        if name in names:
+            table[name] = [r[name] for r in rows]
+    for term in TERMS:      # each term's bytes and time (0 where it moves nothing), and its bound
+        for name, absent in ((f"{term.name}_bytes", 0), (f"{term.name}_time_s", 0.0), (f"{term.name}_bound", None)):
+            if name in names:
+                table[name] = [r.get(name, absent) for r in rows]
     return table
 
 

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from . import notes, units
 from .render import columns
+from .vocab import TERMS
 
 _SHARED = ("linear_flops", "attention_flops", "lm_head_flops")  # columns shown with a share
 _HEADER_KEYS = ("workload", "preset", "convention", "logits", "mla", "window_cache", "tile")
@@ -61,14 +62,13 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
 
 # What a narrow table gives up, in order (a model's title and vocabulary in the list of presets;
 # then) the linear layers' parts (their sum ``linear`` stays),
-# the 6P rule, the LM head; with bytes and time, the per-term bounds and the smaller byte and
+# the 6P rule, the LM head; with bytes and time, the per-term bytes, times and bounds, the smaller byte and
 # time columns; then inputs that are the same on every row move to the header, the shares of
 # the total go, and last the weights' bytes and the linear sum.
 _NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_exact", "tflops_per_s_causal",
              "tflops_per_s_full", "peak_fraction", "exact", "attn_proj_flops", "ffn_flops", "router_flops",
              "experts_flops", "shared_experts_flops", "rule_6p_flops", "lm_head_flops",
-             *(f"{t}_bound" for t in ("attn_proj", "ffn", "router", "experts", "shared_experts", "attention",
-                                      "lm_head")),
+             *(f"{t.name}{part}" for part in ("_bytes", "_time_s", "_bound") for t in TERMS),
              "kv_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
              "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
              "total_flops_per_token", "tile", "mla", "logits", "attention_flops", "kv_read_bytes",

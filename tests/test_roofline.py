@@ -217,6 +217,26 @@ def test_chunk_schedules_with_a_device_keep_every_row(convention, capsys):
     assert total["time_s"] == pytest.approx(sum(r["time_s"] for r in schedule))
 
 
+
+@pytest.mark.parametrize("args", [["decode", "-p", "deepseek-v2-lite", "--context", "4k", "-b", "8"],
+                                  ["prefill", "-p", "mixtral-8x7b", "--seq", "37", "--weight-dtype", "int4"],
+                                  ["generate", "-p", "gemma-2-9b", "--prompt", "1k", "--new", "1,9"],
+                                  ["chunked", "-p", "qwen3-30b-a3b", "--seq", "3k", "--chunk", "1k"]])
+def test_bytes_and_times_by_term_add_up_to_the_rows(args, capsys):
+    """Each term's bytes (its operators', each term rounded once) and roofline time add up to
+    the row's: bytes to within a byte a term, times to float rounding."""
+    code, out, err = run(capsys, *args, "--device", "h100", "-f", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    for row in rows:
+        terms = [k.removesuffix("_flops") for k in row if k.endswith("_flops") and
+                 k not in ("linear_flops", "total_flops", "total_flops_per_token")]
+        assert abs(sum(row[f"{t}_bytes"] for t in terms) - row["total_bytes"]) <= len(terms)
+        assert sum(row[f"{t}_time_s"] for t in terms) == pytest.approx(row["time_s"])
+        assert row["kv_read_bytes"] + row["kv_write_bytes"] <= row["attention_bytes"]
+        assert all(row[f"{t}_bytes"] == 0 and row[f"{t}_bound"] is None for t in terms if not row[f"{t}_flops"])
+
+
 INTERFACE = ["weight_bytes", "kv_read_bytes", "kv_write_bytes", "activation_bytes", "total_bytes", "intensity",
              "compute_time_s", "memory_time_s", "time_s", "bound"]
 

@@ -33,8 +33,9 @@ py() { python3 -m costcalc "$@"; }
 py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads prefill,cached_prefill,decode --seq "$SEQ" \
    --tile "$TILE" --repeats "$REP" --attention-lengths "$ATT" --report "$OUT/dense" \
    --save-profile "$OUT/measured-profile.json" -f csv -o "$OUT/dense-checks.csv" 2>&1 | tee "$OUT/dense.log"
-# 1b. The roofline at batch: decode of many sequences (the 8B stack, bf16), predicted on the profile
-#     step 1 measured; reports hold measured / predicted per row and whether the floor holds.
+# 1b. The roofline at batch: decode of many sequences (the 8B stack, bf16), each run predicted on
+#     the profile it measures itself (as step 1); reports hold measured / predicted per row and
+#     whether the floor holds.
 py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads decode --seq "$SEQ_SHORT" --batch "$BATCH_BIG" \
    --repeats "$REP_REST" --report "$OUT/decode-batch-$BATCH_BIG" 2>&1 | tee "$OUT/decode-batch.log"
 py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads decode --seq "$SEQ_LONG" --batch "$BATCH_MID" \

@@ -4,6 +4,8 @@ torch's FlopCounterMode counts (the optional HF test group; needs the ``hf`` ext
 - Parameters: every parameter tensor with two or more dimensions whose name is not a bias, each
   tensor once (tied ones once), built on the meta device. Cohere's QK LayerNorm weights are
   [heads, d_h] matrices but not operands of a product: they are left out by name (``NOT_MATMUL``).
+  torch is imported by the functions that build or run a model: the configuration checks run
+  with transformers alone.
 - FLOPs: one forward of ``seq`` tokens, batch 1, logits at every position, eager attention (every
   query times every key: the ``full`` convention), on the meta device (a 2-D attention mask of
   ones is passed: without it the mask code reads a value). MoE experts run as ``batched_mm``: one
@@ -16,9 +18,6 @@ import json
 import tempfile
 import warnings
 from pathlib import Path
-
-import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 warnings.filterwarnings("ignore")
 import transformers  # noqa: E402
@@ -44,6 +43,8 @@ def build(config: dict, experts: bool):
     if family in WRAPPERS:
         config, family = {**config["text_config"]}, WRAPPERS[family]
     fields = {k: v for k, v in config.items() if k != "model_type"}
+    import torch
+
     kwargs = {"attn_implementation": "eager"}
     if experts:
         kwargs["experts_implementation"] = "batched_mm"
@@ -62,6 +63,9 @@ def matrix_params(model, family: str) -> int:
 
 
 def prefill_flops(model, seq: int) -> int:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
     ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
     mask = torch.ones(1, seq, dtype=torch.long, device="meta")
     with torch.no_grad(), FlopCounterMode(display=False) as counter:

@@ -15,7 +15,7 @@ from . import compiled
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .spec import ModelSpec
-from .vocab import DEFAULT_TILE, LINEAR_PARTS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
+from .vocab import DEFAULT_TILE, SUMS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
 
 Table = dict[str, list]    # columns of equal length, in row order
 SMALL = 256   # up to this many points a sweep is evaluated point by point (no numpy import)
@@ -109,12 +109,12 @@ def check_tile_work(wl: Workload, options: Options, inputs: dict[str, Sequence[i
     form): refuse a sweep whose tiles would run for minutes, before it starts."""
     if options.tile is None:
         return
-    column = {"prefill": "seq", "train": "seq", "cached_prefill": "chunk", "decode_phase": "new_tokens"}.get(wl.name)
+    column = next((i.column for i in wl.inputs if i.symbol == wl.tiled_over), None)
     if column is None:
         return
     values = inputs[column]
     longest = int(values.max()) if hasattr(values, "max") else max(values)
-    per_point = longest if column == "new_tokens" else -(-longest // options.tile[0])
+    per_point = longest if wl.phase == "decode" else -(-longest // options.tile[0])
     if per_point * n > MAX_TILE_STEPS:
         raise CostcalcError(f"the tiled convention adds up query tiles one by one: this sweep has about "
                             f"{per_point * n:,} (at most {MAX_TILE_STEPS:,}); use a larger --tile, fewer points, "
@@ -175,15 +175,15 @@ def _combine(per_group: list[dict[str, list[int]]], wanted: list[str]) -> dict[s
     (the LM head is in the first group only)."""
     out: dict[str, list[int]] = {}
     for name in wanted:
-        if name in ("linear", "total"):
+        if name in SUMS:
             continue
         present = [g[name] for g in per_group if name in g]
         if present:
             out[name] = add(present)
-    if "linear" in wanted and any(t in out for t in LINEAR_PARTS):
-        out["linear"] = add([out[t] for t in LINEAR_PARTS if t in out])
+    if "linear" in wanted and any(t in out for t in SUMS["linear"]):
+        out["linear"] = add([out[t] for t in SUMS["linear"] if t in out])
     if "total" in wanted:
-        out["total"] = add([out[t] for t in out if t in TERM_ORDER and t not in ("linear", "total")])
+        out["total"] = add([out[t] for t in SUMS["total"] if t in out])
     return _ordered(out, wanted) | {k: v for k, v in out.items() if k not in wanted}
 
 

@@ -15,6 +15,7 @@ from .core import crossover as cx
 from .core.linear import p_lin
 from .core.registry import WORKLOADS, workload
 from .errors import CostcalcError
+from .vocab import SUMS
 
 TOPICS = {**{name: w.summary for name, w in WORKLOADS.items() if name != "decode_phase"},
           "crossover": "where attention FLOPs equal linear FLOPs"}
@@ -53,7 +54,7 @@ def formula_rows(topic: str, arch: str, convention: str, logits: str) -> list[di
     breakdown = WORKLOADS[name].build(block, convention, logits)
     parts = breakdown.all_terms()
     shown = {term: pretty(e, block) for term, e in parts.items() if term != "total"}
-    total_parts = [shown["linear"]] + [shown[n] for n in parts if n in ("attention", "lm_head")]
+    total_parts = [shown["linear"]] + [shown[n] for n in parts if n in SUMS["total"] and n not in SUMS["linear"]]
     shown["total"] = sp.Add(*total_parts, evaluate=False)
     if name == "varlen_prefill":
         shown = {term: sp.Sum(e, (s.i, 1, s.B)) for term, e in shown.items()}

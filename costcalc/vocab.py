@@ -94,6 +94,10 @@ class Convention(Choice):
     tiled = "tiled"     # the tiles a block-skipping kernel visits
 
 
+# Names the CLI's --convention takes beside the conventions: several at once.
+CONVENTION_SETS = {"both": ("causal", "full"), "all": ("causal", "full", "tiled")}
+
+
 class Logits(Choice):
     last = "last"       # one LM-head row per sequence
     all = "all"         # a row per new token

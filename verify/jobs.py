@@ -241,3 +241,15 @@ def _starts(schedule: list[int]) -> list[int]:
 # One job body per workload of the core's registry, by its name (aliases resolve through it).
 JOBS = {"prefill": prefill, "varlen_prefill": varlen_prefill, "cached_prefill": cached_prefill,
         "chunked": chunked, "decode": decode, "generate": generate}
+GENERATION_NEW = 4      # tokens the generation check generates after each prompt
+# The sizes each job runs at for one length S of --seq and the batch B: its arguments after the model.
+SIZES = {
+    "prefill": lambda seq, batch: [(seq, batch)],
+    "varlen_prefill": lambda seq, batch: [([max(1, seq // 8), max(1, seq // 2), max(1, seq // 4)], padded)
+                                          for padded in (True, False)],
+    "cached_prefill": lambda seq, batch: [(max(1, seq // 4), seq, batch)],
+    "chunked": lambda seq, batch: [(seq, max(1, (seq + 2) // 3), batch)],
+    "decode": lambda seq, batch: [(seq, batch)],
+    "generate": lambda seq, batch: [(max(1, seq // 4), GENERATION_NEW, batch)],
+}
+assert set(SIZES) == set(JOBS)

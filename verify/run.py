@@ -30,19 +30,8 @@ def jobs_for(spec: ModelSpec, names: Sequence[str], seqs: Sequence[int], batch: 
     out = []
     cache = {"window_cache": window_cache}
     for name in workload_names(names):
-        make = jobs.JOBS[name]
         for seq in seqs:
-            if name == "varlen_prefill":
-                lengths = [max(1, seq // 8), max(1, seq // 2), max(1, seq // 4)]
-                out += [make(spec, lengths, padded, tile, device, mla, **cache) for padded in (True, False)]
-            elif name == "cached_prefill":
-                out.append(make(spec, max(1, seq // 4), seq, batch, tile, device, mla, **cache))
-            elif name == "chunked":
-                out.append(make(spec, seq, max(1, (seq + 2) // 3), batch, tile, device, mla, **cache))
-            elif name == "generate":
-                out.append(make(spec, max(1, seq // 4), GENERATION_NEW, batch, tile, device, mla, **cache))
-            else:
-                out.append(make(spec, seq, batch, tile, device, mla, **cache))
+            out += [jobs.JOBS[name](spec, *sizes, tile, device, mla, **cache) for sizes in jobs.SIZES[name](seq, batch)]
     return out
 
 
@@ -61,7 +50,6 @@ def workload_names(names: Sequence[str]) -> list[str]:
     return out
 
 
-GENERATION_NEW = 4      # tokens the generation check generates after each prompt
 
 
 def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers: int | None = None,
@@ -160,10 +148,10 @@ def generation_jobs(spec: ModelSpec, seqs: Sequence[int], batch: int) -> list[jo
     """What ``generation_check`` runs, as jobs that only state their sizes (for the memory check)."""
     out = []
     for seq in seqs:
-        prompt = max(1, seq // 4)
-        out.append(jobs.Job("generate", f"check S={prompt}", None, None, None,
-                            passes=jobs.generation_passes(batch, prompt, GENERATION_NEW, recompute=True),
-                          positions=prompt + GENERATION_NEW - 1, cache=prompt + GENERATION_NEW, batch=batch))
+        for prompt, new, _ in jobs.SIZES["generate"](seq, batch):
+            out.append(jobs.Job("generate", f"check S={prompt}", None, None, None,
+                                passes=jobs.generation_passes(batch, prompt, new, recompute=True),
+                                positions=prompt + new - 1, cache=prompt + new, batch=batch))
     return out
 
 
@@ -178,10 +166,10 @@ def generation_check(model, spec: ModelSpec, seqs, batch: int, device, mla: str 
     with torch.no_grad():
         for seq in seqs:
             prompt = jobs._tokens(batch, max(1, seq // 4), spec["V"], 5, device)
-            tokens, steps = jobs.greedy(model, prompt, GENERATION_NEW, mla, window_cache)
+            tokens, steps = jobs.greedy(model, prompt, jobs.GENERATION_NEW, mla, window_cache)
             gap = jobs.recompute_gap(model, tokens, steps, prompt.shape[1])
             verdict = "within" if gap <= tol else "OUTSIDE"
-            lines.append(f"generate S={prompt.shape[1]} N={GENERATION_NEW}: cached vs recomputed logits, max |diff| = "
+            lines.append(f"generate S={prompt.shape[1]} N={jobs.GENERATION_NEW}: cached vs recomputed logits, max |diff| = "
                          f"{gap:.3g} ({verdict} tolerance {tol:g} for {model.lm_head.weight.dtype})")
             if gap > tol:
                 raise CostcalcError(lines[-1])

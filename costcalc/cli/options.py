@@ -7,11 +7,11 @@ from typing import Annotated, Any, Mapping, Optional, Sequence, Union
 
 import typer
 
-from .. import outputs, presets, ranges
+from .. import outputs, presets, ranges, vocab
 from ..errors import CostcalcError
 from ..render import FORMATS
 from ..spec import ModelSpec
-from ..vocab import DEFAULT_TILE, Dtype, Logits, MlaForm, Routing, WindowCache
+from ..vocab import CONVENTION_SETS, DEFAULT_TILE, Choice, Dtype, Logits, MlaForm, Routing, WindowCache
 
 
 class Format(str, enum.Enum):
@@ -21,12 +21,8 @@ class Format(str, enum.Enum):
     json = "json"
 
 
-class Convention(str, enum.Enum):
-    causal = "causal"
-    full = "full"
-    tiled = "tiled"
-    both = "both"   # causal and full
-    all = "all"     # causal, full and tiled
+# --convention: one of the conventions, or a set of them (vocab.CONVENTION_SETS)
+Convention = Choice("Convention", {**{c.name: c.value for c in vocab.Convention}, **{k: k for k in CONVENTION_SETS}})
 
 
 assert {f.value for f in Format} == set(FORMATS)
@@ -108,11 +104,7 @@ def model(preset: Optional[str], preset_file: Optional[Path], config: Optional[P
 
 
 def conventions(choice: Convention) -> list[str]:
-    if choice is Convention.both:
-        return ["causal", "full"]
-    if choice is Convention.all:
-        return ["causal", "full", "tiled"]
-    return [choice.value]
+    return list(CONVENTION_SETS.get(choice.value, (choice.value,)))
 
 
 def axes(workload: str, copies: int = 1, **given: tuple[Optional[str], str]) -> dict[str, Sequence[int]]:

@@ -35,6 +35,8 @@ class Workload:
     traffic: str = ""                  # its memory-traffic recipe ("<name>.bytes", core.traffic): the forward
                                        # it runs, "past,new" by symbol, or "steps" (a decode step per new token)
     routed: tuple[str, ...] = ()       # the inputs whose product is the tokens one forward routes
+    tiled_over: str = ""               # the input whose queries the tiled convention sums tile by tile
+                                       # (a decode phase: one query a step); "" for none worth capping
 
     @property
     def build(self) -> Callable:
@@ -52,9 +54,10 @@ _B, _S, _T, _N = Input("batch", "B", 1), Input("seq", "S", 1), Input("context", 
 _CHUNK, _PREFIX = Input("chunk", "C", 1), Input("prefix", "T", 0)
 
 WORKLOADS = {w.name: w for w in (
-    Workload("prefill", "B prompts of S tokens", (_B, _S), "prefill", traffic="0,S", routed=("B", "S")),
+    Workload("prefill", "B prompts of S tokens", (_B, _S), "prefill", traffic="0,S", routed=("B", "S"),
+             tiled_over="S"),
     Workload("cached_prefill", "C new tokens over T cached", (_B, _CHUNK, _PREFIX), "cached_prefill",
-             aliases=("cached-prefill", "chunk"), traffic="T,C", routed=("B", "C")),
+             aliases=("cached-prefill", "chunk"), traffic="T,C", routed=("B", "C"), tiled_over="C"),
     Workload("varlen_prefill", "packed variable-length batch (padded: prefill at S = max S_i)",
              (Input("lengths", "S_i", 1),), "varlen_sequence", compiled=False, aliases=("varlen",)),
     Workload("chunked", "n chunks of C tokens after T cached, logits on the last",
@@ -62,9 +65,9 @@ WORKLOADS = {w.name: w for w in (
     Workload("decode", "one decode step over T cached tokens", (_B, _T), "decode_step", Logits.last, "decode",
              traffic="T,1", routed=("B",)),
     Workload("decode_phase", "the N-1 decode steps after a prefill of S", (_B, _S, _N), "decode_phase",
-             Logits.last, "decode", traffic="steps", routed=("B",)),
+             Logits.last, "decode", traffic="steps", routed=("B",), tiled_over="N"),
     Workload("generate", "prefill of S plus N-1 decode steps", (_B, _S, _N), "generation", compiled=False),
-    Workload("train", "forward with all-position logits x 3", (_B, _S), "train_step", Logits.all),
+    Workload("train", "forward with all-position logits x 3", (_B, _S), "train_step", Logits.all, tiled_over="S"),
 )}
 
 

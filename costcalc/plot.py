@@ -24,12 +24,11 @@ from typing import Any, Sequence
 from . import calc, outputs, units
 from .errors import CostcalcError
 from .spec import ModelSpec
-from .vocab import LABELS
+from .vocab import LABELS, TERMS
 
 WHATS = ("prefill", "decode", "generate")
 TERM_LABELS = LABELS   # one label per term, from the vocabulary
-COLORS = {"attn_proj": "#4C72B0", "ffn": "#55A868", "router": "#8172B2", "experts": "#64B5CD",
-          "shared_experts": "#937860", "attention": "#C44E52", "lm_head": "#CCB974"}
+COLORS = {t.name: t.color for t in TERMS}
 CONVENTION_STYLE = {"causal": "-", "full": "--", "tiled": ":"}
 DECADES = 2   # a value range wider than this many decades gets a log axis
 

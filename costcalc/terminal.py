@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import notes, units
+from .core.registry import WORKLOADS
 from .render import columns
-from .vocab import TERMS
+from .vocab import LINEAR_PARTS, TERMS
 
-_SHARED = ("linear_flops", "attention_flops", "lm_head_flops")  # columns shown with a share
+# Columns shown with a share of the total: the linear sum and the terms outside it.
+_SHARED = ("linear_flops", *(f"{t.name}_flops" for t in TERMS if not t.linear))
 _HEADER_KEYS = ("workload", "preset", "convention", "logits", "mla", "window_cache", "tile")
 
 
@@ -66,15 +68,16 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
 # time columns; then inputs that are the same on every row move to the header, the shares of
 # the total go, and last the weights' bytes and the linear sum.
 _NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_exact", "tflops_per_s_causal",
-             "tflops_per_s_full", "peak_fraction", "exact", "attn_proj_flops", "ffn_flops", "router_flops",
-             "experts_flops", "shared_experts_flops", "rule_6p_flops", "lm_head_flops",
+             "tflops_per_s_full", "peak_fraction", "exact", *(f"{t}_flops" for t in LINEAR_PARTS),
+             "rule_6p_flops", "lm_head_flops",
              *(f"{t.name}{part}" for part in ("_bytes", "_time_s", "_bound") for t in TERMS),
              "kv_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
              "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
              "total_flops_per_token", "tile", "mla", "logits", "attention_flops", "kv_read_bytes",
              "weight_dtype", "kv_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
              "context", "batch")
-_AXES = ("batch", "seq", "context", "chunk", "prefix", "new_tokens")   # inputs: dropped only when constant
+# The workloads' inputs (batch, seq, context, ...): dropped only when constant.
+_AXES = tuple(dict.fromkeys(i.column for w in WORKLOADS.values() for i in w.inputs))
 
 
 def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int) -> str:
@@ -133,7 +136,7 @@ _TITLES = {"total_flops_per_token": "per_token", "total_params": "params", "acti
            "total_bytes": "bytes", "kv_read_bytes": "kv_read", "time_s": "time", "ttft_s": "ttft", "tpot_s": "tpot",
            "tokens_per_s": "tok/s/seq", "batch_tokens_per_s": "tok/s"}
 _NEVER_HEADER = ("phase",)   # a single row keeps its phase in the table
-_NUMERIC = ("batch", "seq", "context", "prefix", "chunk", "new_tokens", "ratio_to_6p")
+_NUMERIC = (*_AXES, "ratio_to_6p")
 
 
 def wrap(text: str, width: int | None) -> list[str]:

@@ -126,16 +126,17 @@ class Term(NamedTuple):
     name: str
     label: str              # for figures and prose
     linear: bool            # a block linear part: summed into ``linear``
+    color: str              # its colour in figures
 
 
 TERMS = (
-    Term("attn_proj", "attention projections", True),
-    Term("ffn", "FFN (SwiGLU or MLP)", True),
-    Term("router", "router", True),
-    Term("experts", "routed experts", True),
-    Term("shared_experts", "shared experts", True),
-    Term("attention", "attention (QK^T, AV)", False),
-    Term("lm_head", "LM head", False),
+    Term("attn_proj", "attention projections", True, "#4C72B0"),
+    Term("ffn", "FFN (SwiGLU or MLP)", True, "#55A868"),
+    Term("router", "router", True, "#8172B2"),
+    Term("experts", "routed experts", True, "#64B5CD"),
+    Term("shared_experts", "shared experts", True, "#937860"),
+    Term("attention", "attention (QK^T, AV)", False, "#C44E52"),
+    Term("lm_head", "LM head", False, "#CCB974"),
 )
 LINEAR_PARTS = tuple(t.name for t in TERMS if t.linear)
 # Columns in order: the linear parts, their sum ``linear``, the other terms, ``total``.

@@ -8,11 +8,10 @@ from fractions import Fraction
 from typing import Any, Optional, Sequence
 
 from ..errors import CostcalcError
-from ..vocab import Convention
+from ..vocab import CONVENTIONS
 from . import TOOLS, compare
 from .base import Case, Costcalc, Setup
 
-CONVENTIONS = tuple(c.value for c in Convention)
 
 
 def seconds(case: Case, time_s: Optional[float], tokens_per_s: Optional[float]) -> float:

@@ -15,17 +15,18 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import evaluate
 from .core.registry import WORKLOADS, workload as find
-from .errors import CostcalcError
 from .evaluate import SMALL, Options, Table
 from .params import executed_linear_params, parameters, rule_6p
 
 if TYPE_CHECKING:   # bytes and time load only when asked for (a FLOPs answer starts faster)
     from .roofline import Machine, Precision
+# The composites (generate, chunked, varlen_prefill), assembled from compiled workloads, live
+# in costcalc.composites; they are part of this API.
+from .composites import chunk_schedule, chunked, chunked_table, generate, generate_table, varlen_prefill
 from .render import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
 
 Row = dict[str, Any]
-MAX_TRAFFIC_POINTS = 50_000   # points x layer groups of one bytes-and-time table (about 15 s)
 
 __all__ = ["prefill", "cached_prefill", "varlen_prefill", "chunk_schedule", "chunked", "chunked_table", "decode",
            "generate", "generate_table", "train", "table", "rows", "mla_form", "parameters", "executed_linear_params",
@@ -48,27 +49,10 @@ def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: st
         out["rule_6p_flops"] = [per_token * b * q for b, q in zip(out["batch"], out["seq"])]
         out["ratio_to_6p"] = [round(t / r, 4) for t, r in zip(out["total_flops"], out["rule_6p_flops"])]
     if precision is not None or machine is not None:
-        out.update(_traffic(spec, wl, options, (wl.logits or options.logits).value, precision, machine,
-                            {i.symbol: out[i.column] for i in wl.inputs}, out["total_flops"]))
-    return out
+        from . import roofline   # bytes and time load only when asked for
 
-
-def _traffic(spec: ModelSpec, wl, options: Options, logits: str, precision: Precision | None,
-             machine: Machine | None, points: dict[str, list[int]], flops: list[int]) -> Table:
-    """The labels and the bytes/time columns of rows (``costcalc.roofline``)."""
-    from . import roofline
-
-    precision = precision or roofline.Precision()
-    n = len(flops)
-    if n * len(spec.groups) > MAX_TRAFFIC_POINTS:
-        raise CostcalcError(f"bytes and time are worked out point by point (~0.3 ms a point and layer group): "
-                            f"{n:,} points x {len(spec.groups)} group(s) is too many, at most "
-                            f"{MAX_TRAFFIC_POINTS:,}; narrow the ranges, or drop --device and the dtypes for FLOPs")
-    labels = {**({"device": machine.device.name} if machine else {}), **precision.labels(spec)}
-    if machine is not None and (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
-        labels.update(compute_efficiency=machine.compute_efficiency, memory_efficiency=machine.memory_efficiency)
-    out: Table = {key: [value] * n for key, value in labels.items()}
-    out.update(roofline.columns(spec, wl, options, logits, precision, machine, points, flops))
+        out.update(roofline.row_columns(spec, wl, options, (wl.logits or options.logits).value, precision, machine,
+                                        {i.symbol: out[i.column] for i in wl.inputs}, out["total_flops"]))
     return out
 
 
@@ -107,11 +91,6 @@ def tiled_fraction(seq: int, tile: tuple[int, int]):
     return solved.tiled_fraction(seq, tile)
 
 
-def intensity(flops: int, moved: int):
-    """FLOPs per byte moved, four decimals (None where nothing moves)."""
-    return round(flops / moved, 4) if moved else None
-
-
 def mla_form(workload: str, mla: str) -> str:
     """The MLA form a workload runs: ``auto`` is absorbed for decode steps, naive otherwise."""
     return Options(mla=mla).form(find(workload))
@@ -145,9 +124,3 @@ def train(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
     """Forward with logits at every position, x3 for forward + backward, beside 6P (no cache:
     the window cache does not apply)."""
     return _one(spec, "train", convention, "all", tile, mla, batch=batch, seq=seq)
-
-
-# The composites (generate, chunked, varlen_prefill), assembled from compiled workloads, live
-# in costcalc.composites; they are part of this API.
-from .composites import (chunk_schedule, chunked, chunked_table, generate, generate_table,  # noqa: E402
-                         varlen_prefill)

@@ -4,18 +4,32 @@ decode phase, with its rates on a device), and a chunk schedule (a cached prefil
 evaluated over arrays, beside the unchunked pass)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from . import evaluate
-from .calc import Row, _traffic, cached_prefill, intensity, rows
 from .core.registry import workload as find
 from .errors import CostcalcError
 from .evaluate import SMALL, Options, Table, add, ints
 from .ranges import check_rows
+from .render import as_rows as rows
 from .spec import ModelSpec
 
 if TYPE_CHECKING:
     from .roofline import Machine, Precision
+
+Row = dict[str, Any]
+
+
+def _traffic(*args) -> Table:
+    from .roofline import row_columns   # bytes and time load only when asked for
+
+    return row_columns(*args)
+
+
+def intensity(flops: int, moved: int):
+    from .roofline import intensity as ratio
+
+    return ratio(flops, moved)
 
 
 def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False,
@@ -189,7 +203,7 @@ def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch:
     out["chunk"] = ints(sizes, n) + [chunk, seq]
     out["prefix"] = ints(starts, n) + [prefix, prefix]
     out["logits"] = [options.logits.value] * (n + 2)
-    single = cached_prefill(spec, seq, prefix, batch, convention, logits, tile, mla, window_cache)
+    single = rows(evaluate.table(spec, "cached_prefill", options, batch=[batch], chunk=[seq], prefix=[prefix]))[0]
     for name, column in flops.items():
         out[f"{name}_flops"] = column + [sum(column), single[f"{name}_flops"]]
     if precision is not None or machine is not None:

@@ -166,9 +166,28 @@ def _whole(value: Fraction) -> int:
 
 
 def intensity(flops: int, moved: int) -> Optional[float]:
-    from .calc import intensity as ratio
+    """FLOPs per byte moved, four decimals (None where nothing moves)."""
+    return round(flops / moved, 4) if moved else None
 
-    return ratio(flops, moved)
+
+MAX_TRAFFIC_POINTS = 50_000   # points x layer groups of one bytes-and-time table (about 15 s)
+
+
+def row_columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Optional[Precision],
+                machine: Optional[Machine], points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
+    """The labels (device, dtypes, routing, efficiencies) and the bytes/time columns of rows."""
+    precision = precision or Precision()
+    n = len(flops)
+    if n * len(spec.groups) > MAX_TRAFFIC_POINTS:
+        raise CostcalcError(f"bytes and time are worked out point by point (~0.3 ms a point and layer group): "
+                            f"{n:,} points x {len(spec.groups)} group(s) is too many, at most "
+                            f"{MAX_TRAFFIC_POINTS:,}; narrow the ranges, or drop --device and the dtypes for FLOPs")
+    labels = {**({"device": machine.device.name} if machine else {}), **precision.labels(spec)}
+    if machine is not None and (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
+        labels.update(compute_efficiency=machine.compute_efficiency, memory_efficiency=machine.memory_efficiency)
+    out: dict[str, list] = {key: [value] * n for key, value in labels.items()}
+    out.update(columns(spec, wl, options, logits, precision, machine, points, flops))
+    return out
 
 
 def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,

@@ -149,7 +149,7 @@ def steps_sum(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) ->
 
 
 def attention_flops(convention: "Convention | str", past: sp.Expr, new: sp.Expr,
-                    block: "Block | str" = Block()) -> sp.Expr:
+                    block: "Block | str") -> sp.Expr:
     """Attention FLOPs of one sequence: ``new`` queries after ``past`` cached tokens."""
     convention, block = Convention.parse(convention, "convention"), coerce(block)
     keys = attention_sum(convention, block, sp.sympify(past), sp.sympify(new))

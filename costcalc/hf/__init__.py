@@ -30,6 +30,18 @@ OUT_OF_REACH = {
     "minimax": "linear attention (lightning attention)",
     "falcon_h1": "a Mamba-2 state-space mixer beside attention",
     "deepseek_v32": "DeepSeek Sparse Attention (MLA whose keys a lightning indexer selects)",
+    "jamba": "Mamba state-space mixers beside attention",
+    "bamba": "Mamba-2 state-space mixers beside attention",
+    "granitemoehybrid": "Mamba-2 state-space mixers beside attention",
+    "nemotron_h": "Mamba-2 state-space mixers beside attention",
+    "zamba": "Mamba state-space mixers with a shared attention block",
+    "zamba2": "Mamba-2 state-space mixers with shared attention blocks",
+    "lfm2": "short gated convolutions beside attention",
+    "lfm2_moe": "short gated convolutions beside attention",
+    "mamba": "a Mamba state-space mixer (no attention)",
+    "mamba2": "a Mamba-2 state-space mixer (no attention)",
+    "rwkv": "RWKV time mixing (no attention)",
+    "recurrent_gemma": "RG-LRU recurrent blocks beside local attention",
 }
 
 

@@ -211,6 +211,8 @@ class Recipe:
         return (block.ffn != "mlp" or "mlp" in self.kinds) and (block.attention != "chunk" or "chunk" in self.kinds)
 
     def answer(self, case: Case, cc: Costcalc, setup: "Setup") -> Answer:
+        """The tool's answer for a case the recipe takes (``refusal`` is None): by default its
+        method named after the workload."""
         return getattr(self, case.workload)(case, cc, setup)
 
     def why_not(self, workload: str) -> str:

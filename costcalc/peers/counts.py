@@ -45,3 +45,9 @@ def one_kind(spec: ModelSpec) -> Optional[Group]:
 def has(spec: ModelSpec, attention: str = "", ffn: str = "") -> bool:
     return any((not attention or g.block.attention == attention) and (not ffn or g.block.ffn == ffn)
                for g in spec.groups)
+
+
+def layers(spec: ModelSpec) -> str:
+    """The model's layers as a tool that takes one kind would need to know: ``12 window.moe +
+    12 gqa.moe``."""
+    return " + ".join(f"{g.count} {g.arch}" for g in spec.groups)

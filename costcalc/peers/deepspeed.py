@@ -34,8 +34,6 @@ class DeepSpeed(Recipe):
         return "profiles a forward; no training count (the engine's printout only scales rates)"
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
-        if case.workload not in self.workloads:
-            return super().answer(case, cc, setup)
         eager = setup.attention == "eager"
         m = hf.macs(case, hf.run(case, logits_all=case.workload != "generate"))
         missed = "torch._grouped_mm not patched" if setup.experts == "grouped_mm" else None

@@ -15,7 +15,7 @@ experts, no dense-first layers, sliding windows ignored.
 from __future__ import annotations
 
 from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
-from .counts import one_kind
+from .counts import layers, one_kind
 
 # GenZ's own DeepSeek-V3 entry (Models/Model_sets/misc.py, DeepseekV3_moe_671b_config)
 DEEPSEEK_V3 = dict(L=61, D=7168, H=128, Hkv=2, Dq=56, Df=18432, E=256, K=8, V=129280)
@@ -34,11 +34,10 @@ class Genz(Recipe):
         return "inference only (prefill, decode, chunked)"
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
-        if case.workload not in self.workloads:
-            return super().answer(case, cc, setup)
         c = self.config(case)
         if c is None:
-            return cannot("no MLA, shared experts or dense-first layers in its model (one kind of GQA layer)")
+            return cannot(f"one kind of GQA layer only (no MLA, shared experts or dense-first layers); "
+                          f"this model: {layers(case.spec)}")
         b, prefill = case.batch, case.workload == "prefill"
         s = case.seq if prefill else 1
         D, H, Hkv, Dq, Df, E, K, L, V = (c[k] for k in ("D", "H", "Hkv", "Dq", "Df", "E", "K", "L", "V"))

@@ -17,7 +17,7 @@ and the MHA assert now fails once the MLP is more than 1% off 16bsh^2 (Llama-2-7
 from __future__ import annotations
 
 from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
-from .counts import one_kind
+from .counts import layers, one_kind
 
 ALL = ("LM head on all positions", {"logits": "all"})
 
@@ -51,12 +51,10 @@ class LlmAnalysis(Recipe):
         return not abs(self.fwd(g, b, s, True) - target) / target < 0.01
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
-        if case.workload not in self.workloads:
-            return super().answer(case, cc, setup)
         g = one_kind(case.spec)
         if g is None or g.block.attention == "mla" or g.block.shared:
-            return cannot("one kind of GQA layer only (ModelConfig has no layer groups, no MLA latent, "
-                          "no shared experts)")
+            return cannot(f"one kind of GQA layer only (ModelConfig has no layer groups, no MLA latent, no "
+                          f"shared experts); this model: {layers(case.spec)}")
         if g.sizes["h_q"] * g.sizes["d_h"] != g.sizes["d"]:
             return cannot("attention width is hidden_dim: head_dim x n_head != hidden_dim is not expressible")
         b, one = case.batch, case.workload == "decode"

@@ -12,7 +12,7 @@ Inference stages only.
 from __future__ import annotations
 
 from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
-from .counts import one_kind
+from .counts import layers, one_kind
 
 
 class LlmViewer(Recipe):
@@ -28,12 +28,10 @@ class LlmViewer(Recipe):
         return "inference stages only (prefill and decode)"
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
-        if case.workload not in self.workloads:
-            return super().answer(case, cc, setup)
         g = one_kind(case.spec)
         if g is None or g.block.attention == "mla" or g.block.shared:
-            return cannot("a Llama-style layer list (configs/Llama.py, Mixtral.py): no MLA, no shared "
-                          "experts, one kind of layer")
+            return cannot(f"a Llama-style layer list (configs/Llama.py, Mixtral.py): one kind of GQA layer, no "
+                          f"shared experts; this model: {layers(case.spec)}")
         z, L, b = g.sizes, g.count, case.batch
         d, hq, hkv, V = z["d"], z["h_q"], z["h_kv"], z["V"]
         if hq * z["d_h"] != d:

@@ -32,6 +32,7 @@ def utilisation(case: Case, time_s: float, peak: float, names: Sequence[str] = T
     ``peak_from`` says where the peak comes from (a device and dtype)."""
     if not peak > 0 or peak == float("inf"):
         raise CostcalcError(f"the peak must be a positive number of FLOP/s, got {peak}")
+    peak = float(peak)     # FLOP/s, whether a profile's integer or --peak
     cc = Costcalc(case)
     base = {"preset": case.spec.name, "workload": case.workload, **case.inputs()}
     rows = []

@@ -67,8 +67,6 @@ class Vllm(Recipe):
         return "an inference engine's metric: no training count"
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
-        if case.workload not in self.workloads:
-            return super().answer(case, cc, setup)
         got = count(case)
         flops = sum(got.values())
         path = [("MLA per pair naive, not absorbed", {"mla": "naive"}),

@@ -3,9 +3,12 @@
 - ``-`` (or no path) is standard output.
 - A regular file (or a new one in a writable folder) is written atomically: filled beside
   the target, then moved into place, so a failure never leaves half a file.
-- A FIFO, a terminal, a character device, or any path under ``/dev`` or ``/proc`` (such as
-  ``/dev/stdout`` in a pipe or redirected to a file) is written in place, streamed -- it is
-  never replaced by a regular file.
+- A path that is this process's standard output (``/dev/stdout``, ``/proc/self/fd/1``, a link
+  to either, or the very file stdout is redirected to) is standard output: written where the
+  stream stands, never truncated or replaced.
+- A FIFO, a terminal, a character device, or any other path under ``/dev`` or ``/proc`` (such
+  as ``/dev/stderr`` redirected to a log) is written in place, streamed and appended to --
+  never truncated, never replaced by a regular file.
 - A directory, an empty path, a socket or block device, a missing or unwritable folder:
   one ``CostcalcError`` naming the problem, raised by ``target`` before anything is computed.
 """
@@ -39,7 +42,7 @@ class Target:
 
     @property
     def suffix(self) -> str:
-        return self.path.suffix.lower() if self.path is not None and self.kind == "file" else ""
+        return self.path.suffix.lower() if self.path is not None else ""   # a FIFO named f.csv too
 
 
 def target(path: Union[str, Path, None], option: str = "--output") -> Target:
@@ -50,6 +53,8 @@ def target(path: Union[str, Path, None], option: str = "--output") -> Target:
     if not text.strip():
         raise CostcalcError(f"{option}: the path is empty (use - for standard output)")
     p = Path(text)
+    if _is_stdout(p):
+        return Target("stdout", shown=text)
     if text.startswith(_STREAM_ROOTS):
         return _existing_stream(p, text, option)
     try:
@@ -71,6 +76,13 @@ def target(path: Union[str, Path, None], option: str = "--output") -> Target:
         raise CostcalcError(f"{option}: cannot write {text!r}: permission denied")
     _writable_folder(real.parent, text, option)
     return Target("file", real, text)
+
+
+def _is_stdout(p: Path) -> bool:
+    try:
+        return os.path.samestat(os.stat(p), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError):     # no such path, or no real stdout (a test's capture)
+        return False
 
 
 def _existing_stream(p: Path, text: str, option: str) -> Target:
@@ -126,8 +138,9 @@ def write(dest: Target, fill: Callable[[IO[Any]], Any], binary: bool = False) ->
         if dest.kind == "stdout":
             fill(sys.stdout.buffer if binary else sys.stdout)
             (sys.stdout.buffer if binary else sys.stdout).flush()
-        elif dest.kind == "stream":
-            with open(dest.path, mode, **({} if binary else {"encoding": "utf-8", "newline": ""})) as handle:
+        elif dest.kind == "stream":    # in place: appended, never truncated (a log behind /dev/stderr)
+            fd = os.open(dest.path, os.O_WRONLY | os.O_APPEND)
+            with os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8", "newline": ""})) as handle:
                 fill(handle)
         else:
             _atomic(dest.path, fill, mode)
@@ -156,6 +169,12 @@ def _atomic(path: Path, fill: Callable[[IO[Any]], Any], mode: str) -> None:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as handle:
             fill(handle)
         os.chmod(tmp, keep)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISREG(info.st_mode):   # made a FIFO (or else) since it was checked
+            raise CostcalcError(f"cannot write {str(path)!r}: it is no longer a regular file; not replaced")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

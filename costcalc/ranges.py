@@ -66,6 +66,9 @@ def parse(text: str | None, option: str, minimum: int = 1) -> Sequence[int]:
             kind = "positive" if minimum == 1 else f">= {minimum}"
             raise CostcalcError(f"{option}: {low} is not {kind}")
         out.append(values)
+    count = sum(map(len, out))
+    if count > MAX_ROWS:         # any axis longer than the row cap makes a table over it: refused unbuilt
+        raise CostcalcError(f"{option}: {text!r} is {count:,} values; at most {MAX_ROWS:,} rows are built")
     if len(out) == 1:
         return out[0]
     return list(itertools.chain.from_iterable(out))

@@ -42,6 +42,75 @@ def test_a_fifo_is_written_in_place_never_replaced(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["pipe.csv"]   # no temporary left beside it
 
 
+def test_a_fifo_named_csv_gets_csv(tmp_path, capsys):
+    fifo = tmp_path / "rows.csv"
+    os.mkfifo(fifo)
+    got = {}
+    reader = threading.Thread(target=lambda: got.setdefault("text", fifo.read_text()))
+    reader.start()
+    code, _, err = run(capsys, "prefill", "-p", "toy", "--seq", "4", "-o", str(fifo))
+    reader.join(timeout=30)
+    assert code == 0 and "(csv)" in err, err
+    assert got["text"].startswith("preset,workload,")
+
+
+def test_the_file_standard_output_goes_to_is_standard_output(tmp_path):
+    """``-o`` naming the very file stdout is redirected to (as /dev/stdout does) writes on after
+    what is there: never truncated, never replaced."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "log.txt"
+    log.write_text("header\n")
+    inode = os.stat(log).st_ino
+    with open(log, "a") as handle:
+        done = subprocess.run([sys.executable, "-m", "costcalc", "prefill", "-p", "toy", "--seq", "4", "-f", "csv",
+                               "-o", str(log)], stdout=handle, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = log.read_text()
+    assert text.startswith("header\npreset,workload,") and text.count("preset,workload,") == 1
+    assert os.stat(log).st_ino == inode and done.stderr == ""
+
+
+def test_a_target_made_a_fifo_while_the_work_ran_is_not_replaced(tmp_path):
+    path = tmp_path / "out.csv"
+    dest = outputs.target(path)
+
+    def fill(handle):
+        handle.write("x\n")
+        os.mkfifo(path)                     # made between the check and the move into place
+
+    with pytest.raises(CostcalcError, match="no longer a regular file"):
+        outputs.write(dest, fill)
+    assert stat.S_ISFIFO(os.stat(path).st_mode) and [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["plot", "generate", "-p", "toy", "--prompt", "8", "--new", "1099511627776"], "at most 1,000,000 tokens"),
+    (["plot", "prefill", "-p", "toy", "--seq", "1:1099511627776"], "at most 10,000,000 rows"),
+    (["plot", "prefill", "-p", "toy", "--seq", "1:2000000"], "at most 1,000,000 points"),
+    (["prefill", "-p", "toy", "--lengths", "1:1099511627776"], "at most 10,000,000 rows"),
+    (["prefill", "-p", "toy", "--seq", "1:5,1:10000000"], "10,000,005 values"),
+    (["verify", "-p", "toy", "--device", "cpu", "--seq", "1:1099511627776"], "at most 10,000,000 rows"),
+    (["verify", "-p", "toy", "--device", "cpu", "--attention-lengths", "1:65"], "at most 64"),
+])
+def test_long_ranges_are_refused_before_they_are_built(args, message, tmp_path, capsys):
+    if args[0] == "plot":
+        args = [*args, "-o", str(tmp_path / "p.png")]
+    code, _, err = run(capsys, *args)
+    assert code == 2 and one_error(err, message), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(calc, "table", exhausted)
+    code, out, err = run(capsys, "prefill", "-p", "toy", "--seq", "4")
+    assert code == 2 and one_error(err, "out of memory") and out == ""
+
+
 @pytest.mark.parametrize("mode", [stat.S_IFCHR, stat.S_IFIFO])
 def test_devices_and_fifos_are_streams(mode, monkeypatch, tmp_path):
     real_stat = os.stat

@@ -33,6 +33,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _fail(exc.format_message())
     except typer.Abort:
         return _fail("aborted")
+    except MemoryError:     # numpy's too; nothing was written (files are filled aside, then moved)
+        return _fail("out of memory: this machine cannot hold the work asked for; narrow the ranges (or "
+                     "write a large sweep with -f csv -o FILE)")
     return result if isinstance(result, int) else 0
 
 

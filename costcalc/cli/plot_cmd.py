@@ -14,6 +14,8 @@ from .options import tile as parse_tile
 from .options import (ActDtypeOpt, DeviceFileOpt, DeviceOpt, KvDtypeOpt, WeightDtypeOpt, traffic)
 from ..vocab import Routing
 
+MAX_POINTS = 1_000_000     # x values one figure draws (a line of more is no clearer, and slow)
+
 
 def plot(
     what: Annotated[str, typer.Argument(help="prefill (by prompt length), decode (by context) or "
@@ -59,11 +61,15 @@ def plot(
     if what == "generate":
         if prompt is None:
             raise CostcalcError("plot generate needs --prompt")
-        xs = list(range(1, number(new, "--new") + 1))
-        if len(xs) > 1_000_000:
-            raise CostcalcError("--new: at most 1,000,000 tokens are drawn")
+        tokens = number(new, "--new")
+        if tokens > MAX_POINTS:
+            raise CostcalcError(f"--new: at most {MAX_POINTS:,} tokens are drawn, got {tokens:,}")
+        xs = list(range(1, tokens + 1))
     else:
-        xs = list(parse(text, flag))
+        values = parse(text, flag)
+        if len(values) > MAX_POINTS:
+            raise CostcalcError(f"{flag}: at most {MAX_POINTS:,} points are drawn, got {len(values):,}")
+        xs = list(values)
     sizes = parse(batch, "--batch")
     if len(sizes) != 1:
         raise CostcalcError("--batch: a plot takes one batch size")

@@ -15,6 +15,7 @@ from .options import window_cache as cache_choice
 from ..vocab import WindowCache
 from .options import tile as parse_tile
 
+MAX_LENGTHS = 64   # lengths one verify run takes (each runs every workload on the model)
 WORKLOADS = "prefill,varlen_prefill,cached_prefill,chunked,decode,generate"   # verify.jobs.JOBS (a test holds it)
 
 
@@ -69,6 +70,10 @@ def verify(
     if repeats < 0:
         raise CostcalcError(f"--repeats: {repeats} is negative")
     seqs, lengths = int_list(seq, "--seq"), int_list(attention_lengths, "--attention-lengths")
+    for option, values in (("--seq", seqs), ("--attention-lengths", lengths)):
+        if len(values) > MAX_LENGTHS:
+            raise CostcalcError(f"{option}: verify runs each length on the model: at most {MAX_LENGTHS}, "
+                                f"got {len(values):,}")
     chosen_tile, mla = parse_tile(tile), mla_form(mla, [spec])
     cache = cache_choice(window_cache, [spec], ["full"])
     if lengths and not repeats:

@@ -120,7 +120,7 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
         if index:   # the model has one LM head: its traffic is the first group's
             elements = {k: v for k, v in elements.items() if not k.startswith("lm_head.")}
         flops_recipe = compiled.get(wl.name, block, options.convention.value, logits)
-        operators = {k.rsplit(".", 1)[0] for k in elements}
+        operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
         flops = flops_recipe.evaluate(base, operators)
         term_of = flops_recipe.term_of
         touched = group_experts_touched(group, routed, precision)

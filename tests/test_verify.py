@@ -301,6 +301,8 @@ def test_the_readme_verify_command_runs_as_written(capsys):
         row = next(l for l in table.splitlines() if label in l)
         assert row.count(value) == 2 and row.rstrip().endswith("ok"), row
     assert "cached_prefill" in out and "B=1 C=16 T=64" in out and "time" in out
+    assert max(map(len, lines)) <= 80 and "counted" not in out[out.find("left out"):]   # the checks stay whole
+    assert out.count("formula      counted") == 7        # a checks table per job (varlen: packed, padded)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_PRESETS else n

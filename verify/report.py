@@ -80,9 +80,28 @@ def json_document(outcome: Outcome) -> str:
 def table_document(outcome: Outcome, width: int | None) -> str:
     """The terminal text: the run's header line, each section's table, the notes, and
     ``N checks, M mismatches`` last."""
-    present = [getattr(outcome, name) for name, _ in SECTIONS if getattr(outcome, name)]
+    present = [(name, getattr(outcome, name)) for name, _ in SECTIONS if getattr(outcome, name)]
     parts = [outcome.title, ""] if outcome.title else []
-    for i, rows in enumerate(present):
+    for i, (name, rows) in enumerate(present):
         last = i == len(present) - 1
-        parts.append(render(rows, "table", outcome.extras if last else (), width))
+        # The checks: a table per job (its workload and sizes in its header), so that the
+        # formula and counted columns fit the width beside the term, operator and convention.
+        groups = _by_job(rows) if name == "checks" and width is not None else [rows]
+        for j, group in enumerate(groups):
+            text = render(group, "table", outcome.extras if last and j == len(groups) - 1 else (), width)
+            parts.append(text if j == len(groups) - 1 else _table_only(text))
     return "\n".join(parts) + outcome.summary + "\n"
+
+
+def _by_job(rows: list[dict]) -> list[list[dict]]:
+    jobs: dict[tuple, list[dict]] = {}
+    for row in rows:
+        jobs.setdefault((row.get("workload"), row.get("detail")), []).append(row)
+    return list(jobs.values())
+
+
+def _table_only(text: str) -> str:
+    """A table without the notes beneath it (the notes follow the last table once)."""
+    lines = text.splitlines()
+    body = lines[:lines.index("", lines.index("") + 1)] if lines.count("") > 1 else lines
+    return "\n".join(body) + "\n"

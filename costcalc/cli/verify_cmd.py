@@ -8,7 +8,7 @@ import typer
 
 from .. import outputs
 from ..errors import CostcalcError
-from .options import (ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, WindowCacheOpt, int_list,
+from .options import (ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, WideOpt, WindowCacheOpt, int_list,
                       mla_form, model, warn)
 from .emit import TABLE_WIDTH, emit, output_format
 from .options import window_cache as cache_choice
@@ -53,6 +53,7 @@ def verify(
         metavar="DIR", help="Write report.md and the CSVs of checks, timings and attention to DIR.")] = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Run the workloads on a real torch decoder; hold counted FLOPs against the formulas.
 
@@ -105,11 +106,11 @@ def verify(
         if left:
             typer.echo(f"note: {chosen} holds the checks only; the {' and '.join(left)} are in "
                        f"--report DIR or -f json", err=True)
-        emit(outcome.checks, fmt, output)
+        emit(outcome.checks, fmt, output, wide=wide)
         typer.echo(outcome.summary, err=True)
     else:
         text = (report_mod.json_document(outcome) if chosen == "json"
-                else report_mod.table_document(outcome, TABLE_WIDTH))
+                else report_mod.table_document(outcome, None if wide else TABLE_WIDTH))
         outputs.write_text(dest, text)
         if dest.kind != "stdout":
             typer.echo(f"wrote {outcome.summary} ({chosen}) to {dest.shown}", err=True)

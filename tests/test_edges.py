@@ -303,6 +303,12 @@ def test_provenance_names_files_in_this_repository_or_public_urls():
 @pytest.mark.parametrize("args, warning", [
     (["prefill", "-p", "toy", "--seq", "4", "--tile", "64"], "--tile 64 does nothing"),
     (["decode", "-p", "toy", "--context", "4", "--mla", "naive"], "--mla naive does nothing"),
+    (["prefill", "-p", "toy", "--seq", "4", "--device", "h100", "--group-size", "64"], "--group-size does nothing"),
+    (["prefill", "-p", "mixtral-8x7b", "--seq", "4", "--routing", "worst"], "--routing does nothing"),
+    (["prefill", "-p", "toy", "--seq", "4", "-f", "csv", "--wide"], "--wide does nothing with csv"),
+    (["formula", "prefill", "--latex", "-f", "json"], "--latex does nothing with json"),
+    (["memory", "-p", "llama-3.1-8b", "-b", "1", "-t", "1k", "--device", "h100", "--window-cache", "whole"],
+     "--window-cache whole does nothing"),
 ])
 def test_options_that_do_nothing_warn(args, warning, capsys):
     code, out, err = run(capsys, *args)
@@ -316,7 +322,7 @@ def test_version(capsys):
 
 
 COMMANDS = ["prefill", "chunked", "decode", "generate", "train", "formula", "crossover", "plot", "verify", "compare", "mfu",
-            "presets", "presets show", "presets import"]
+            "presets", "presets show", "presets import", "memory", "devices", "devices show"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -325,8 +331,7 @@ def test_help_fits_80_columns_and_has_an_example(command, capsys, monkeypatch):
     code, out, _ = run(capsys, *command.split(), "--help")
     assert code == 0
     assert max(map(len, out.splitlines())) <= 80, max(out.splitlines(), key=len)
-    if command not in ("presets",):
-        assert "Example: costcalc" in " ".join(out.split()), command
+    assert "Example: costcalc" in " ".join(out.split()), command
 
 
 @pytest.mark.parametrize("args", [

@@ -76,6 +76,8 @@ def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt
     if chosen in ("table", "markdown") and count > MAX_TABLE_ROWS:
         raise CostcalcError(f"{count:,} rows are too many for a {chosen} (at most {MAX_TABLE_ROWS:,}); "
                             f"write them with -f csv -o FILE or -f json -o FILE")
+    if wide and chosen != "table":
+        warn(f"--wide does nothing with {chosen} (only tables are narrowed)")
     width = None if wide else TABLE_WIDTH
     writer = own(chosen, width) if own is not None else None
     outputs.write(dest, writer or (lambda handle: write(rows, chosen, handle, notes, width)))

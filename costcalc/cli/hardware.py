@@ -10,11 +10,12 @@ from ..errors import CostcalcError
 from ..vocab import Routing, WindowCache
 from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, Mla, MlaOpt,
                       OutputOpt, PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, axes,
-                      mla_form, models, traffic)
+                      mla_form, models, traffic, warn)
 from .emit import emit, emit_listing, output_format, write_text
 from .. import outputs
 
-devices_app = typer.Typer(help="Device profiles: peaks per dtype, memory bandwidth and size, with sources.",
+devices_app = typer.Typer(help="Device profiles: peaks per dtype, memory bandwidth and size, with sources; "
+                               "list them (no command) or show one.\n\nExample: costcalc devices show h100",
                           invoke_without_command=True, no_args_is_help=False)
 
 
@@ -82,15 +83,15 @@ def memory(
     device_file: DeviceFileOpt = None,
     weight_dtype: WeightDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    group_size: GroupSizeOpt = 128,
-    routing: RoutingOpt = Routing.expected,
+    group_size: GroupSizeOpt = None,
+    routing: RoutingOpt = None,
     reserve: Annotated[float, typer.Option(help="Fraction of the device's memory kept free "
                                                 "(activations, workspace).")] = 0.1,
     mla: MlaOpt = Mla.auto,
-    window_cache: Annotated[WindowCache, typer.Option(
-        "--window-cache", help="rolling: a sliding-window layer keeps its last W tokens and a chunked one its "
-                               "chunk, as serving caches do (vLLM, Hugging Face); whole: every layer keeps "
-                               "every token.")] = WindowCache.rolling,
+    window_cache: Annotated[Optional[WindowCache], typer.Option(
+        "--window-cache", show_default=False,
+        help="rolling: a sliding-window layer keeps its last W tokens and a chunked one its chunk, as serving "
+             "caches do (vLLM, Hugging Face); whole: every layer keeps every token.  (default: rolling)")] = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -107,7 +108,11 @@ def memory(
     specs = models(preset, preset_file, config)
     precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None)
     points = axes("decode", len(specs), batch=(batch, "--batch"), context=(context, "--context"))
-    options = Options(mla=mla_form(mla, specs), window_cache=window_cache)
+    if window_cache is not None and not any(g.block.attention in ("window", "chunk") for spec in specs
+                                            for g in spec.groups):
+        warn(f"--window-cache {window_cache.value} does nothing: {', '.join(s.name for s in specs)} has no "
+             f"window or chunked layers")
+    options = Options(mla=mla_form(mla, specs), window_cache=window_cache or WindowCache.rolling)
     rows = [fit(spec, machine.device, precision, int(b), int(t), reserve, options)
             for spec in specs for b, t in zip(points["batch"], points["context"])]
     emit(rows, fmt, output, [notes.MEMORY], wide)

@@ -56,7 +56,10 @@ def formula(
             raise CostcalcError(f"formula {workload} --arch {arch}: {local} makes it piecewise; "
                                 f"'costcalc crossover' solves it per model (it may be 'never')") from None
         raise CostcalcError(f"formula {workload} --arch {arch}: {' '.join(str(exc).split())}") from None
-    if output_format(fmt, outputs.target(output)) != "table":
+    chosen = output_format(fmt, outputs.target(output))
+    if chosen != "table":
+        if latex:
+            warn(f"--latex does nothing with {chosen}: every row has both its formula and latex")
         emit(rows, fmt, output)
         return
     key = "latex" if latex else "formula"
@@ -83,8 +86,8 @@ def crossover(
     batch: Annotated[int, typer.Option("--batch", "-b", metavar="B", help="Batch of the time crossover.")] = 1,
     weight_dtype: WeightDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    group_size: GroupSizeOpt = 128,
-    routing: RoutingOpt = Routing.expected,
+    group_size: GroupSizeOpt = None,
+    routing: RoutingOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -104,7 +107,9 @@ def crossover(
     emit(rows, fmt, output, [notes.CROSSOVER] + ([notes.TIME_CROSSOVER] if precision else []), wide)
 
 
-presets_app = typer.Typer(help="Built-in model presets.", invoke_without_command=True,
+presets_app = typer.Typer(help="Built-in model presets: list them (no command), show one, import a Hugging "
+                               "Face config.\n\nExample: costcalc presets show llama-3.1-8b",
+                          invoke_without_command=True,
                           no_args_is_help=False)
 
 

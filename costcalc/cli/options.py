@@ -61,10 +61,11 @@ KvDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--kv-dtype", help="KV cache dtype; adds the bytes columns.  (default: bf16)")]
 ActDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--act-dtype", help="Activations' dtype, also the compute dtype whose peak times the FLOPs.  (default: bf16)")]
-GroupSizeOpt = Annotated[int, typer.Option("--group-size", help="Weights per fp16 scale of int8/int4 weights.")]
-RoutingOpt = Annotated[Routing, typer.Option(
-    "--routing", help="MoE experts a forward reads: expected (uniform top-k: E(1-(1-k/E)^n)) or worst "
-                      "(min(E, n k)).")]
+GroupSizeOpt = Annotated[Optional[int], typer.Option(
+    "--group-size", show_default=False, help="Weights per fp16 scale of int8/int4 weights.  (default: 128)")]
+RoutingOpt = Annotated[Optional[Routing], typer.Option(
+    "--routing", show_default=False, help="MoE experts a forward reads: expected (uniform top-k: E(1-(1-k/E)^n)) "
+                                          "or worst (min(E, n k)).  (default: expected)")]
 EfficiencyOpt = Annotated[Optional[str], typer.Option(
     "--efficiency", metavar="C[,M]", help="Fractions of the peak FLOP/s and memory bandwidth reached "
                                            "(calibration), e.g. 0.7,0.85.  (default: 1,1)")]
@@ -164,8 +165,8 @@ def mla_form(mla: Union[MlaForm, str], specs: Sequence[ModelSpec]) -> str:
 
 TRAFFIC_OPTIONS = {   # name: (annotation, default) -- the byte and time options of the workload commands
     "device": (DeviceOpt, None), "device_file": (DeviceFileOpt, None), "weight_dtype": (WeightDtypeOpt, None),
-    "kv_dtype": (KvDtypeOpt, None), "act_dtype": (ActDtypeOpt, None), "group_size": (GroupSizeOpt, 128),
-    "routing": (RoutingOpt, Routing.expected), "efficiency": (EfficiencyOpt, None),
+    "kv_dtype": (KvDtypeOpt, None), "act_dtype": (ActDtypeOpt, None), "group_size": (GroupSizeOpt, None),
+    "routing": (RoutingOpt, None), "efficiency": (EfficiencyOpt, None),
 }
 
 
@@ -213,9 +214,17 @@ def window_cache(choice: Union[WindowCache, str], specs: Sequence[ModelSpec], ki
 
 
 def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Optional[Dtype],
-            kv_dtype: Optional[Dtype], act_dtype: Optional[Dtype], group_size: int, routing: Routing,
-            efficiency: Optional[str]):
-    """(precision, machine) for calc: both None when no byte or device option is given (FLOPs only)."""
+            kv_dtype: Optional[Dtype], act_dtype: Optional[Dtype], group_size: Optional[int],
+            routing: Optional[Routing], efficiency: Optional[str]):
+    """(precision, machine) for calc: both None when no byte or device option is given (FLOPs only).
+    ``group_size`` and ``routing`` not given (None) are 128 and expected; given where they change
+    nothing, a warning says so."""
+    if group_size is not None and not (weight_dtype is not None and Dtype(weight_dtype).grouped):
+        warn("--group-size does nothing without --weight-dtype int8 or int4 (only integer weights carry scales)")
+    if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype):
+        warn("--routing does nothing without --device or a dtype option (it changes bytes, not FLOPs)")
+    group_size = 128 if group_size is None else group_size
+    routing = Routing.expected if routing is None else routing
     for flag, value in (("--device", device), ("--device-file", device_file)):
         if value is not None and not value.strip():
             raise CostcalcError(f"{flag}: the {'name' if flag == '--device' else 'path'} is empty")

@@ -10,34 +10,34 @@ from ..errors import CostcalcError
 from ..ranges import number, parse
 from .options import (RANGE_HELP, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt, ConfigOpt,
                       conventions, models)
+from .options import TileOpt
 from .options import tile as parse_tile
 from .options import (ActDtypeOpt, DeviceFileOpt, DeviceOpt, KvDtypeOpt, WeightDtypeOpt, traffic)
-from ..vocab import Routing
 
 MAX_POINTS = 1_000_000     # x values one figure draws (a line of more is no clearer, and slow)
 
 
 def plot(
-    what: Annotated[str, typer.Argument(help="prefill (by prompt length), decode (by context) or "
+    what: Annotated[str, typer.Argument(metavar="WHAT", help="prefill (by prompt length), decode (by context) or "
                                              "generate (per generated token).")],
     output: Annotated[str, typer.Option("--output", "-o", metavar="FILE",
                                         help="The figure: a .png or .svg file (a FIFO is written in place).")],
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
-    seq: Annotated[Optional[str], typer.Option("--seq", "-s", help=f"prefill: prompt lengths; {RANGE_HELP}.")] = None,
-    context: Annotated[Optional[str], typer.Option("--context", "-t", help=f"decode: cached contexts; {RANGE_HELP}.")] = None,
-    prompt: Annotated[Optional[str], typer.Option("--prompt", help="generate: the prompt length S.")] = None,
-    new: Annotated[Optional[str], typer.Option("--new", "-n", help="generate: output tokens N (tokens 1..N are drawn).")] = None,
-    batch: Annotated[str, typer.Option("--batch", "-b", help="Batch size B.")] = "1",
+    seq: Annotated[Optional[str], typer.Option("--seq", "-s", metavar="S", help=f"prefill: prompt lengths; {RANGE_HELP}.")] = None,
+    context: Annotated[Optional[str], typer.Option("--context", "-t", metavar="T", help=f"decode: cached contexts; {RANGE_HELP}.")] = None,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", metavar="S", help="generate: the prompt length S.")] = None,
+    new: Annotated[Optional[str], typer.Option("--new", "-n", metavar="N", help="generate: output tokens N (tokens 1..N are drawn).")] = None,
+    batch: Annotated[str, typer.Option("--batch", "-b", metavar="B", help="Batch size B.")] = "1",
     convention: ConventionOpt = Convention.causal,
-    tile: Annotated[str, typer.Option(help="Tile of the tiled convention: 128 or 128x64.")] = "128",
+    tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
-    style: Annotated[str, typer.Option(help="auto (stacked areas, or lines on log axes for wide "
+    style: Annotated[str, typer.Option(metavar="STYLE", help="auto (stacked areas, or lines on log axes for wide "
                                             "ranges), stacked or lines.")] = "auto",
-    size: Annotated[str, typer.Option(help="Panel size in inches, WxH.")] = "7x4.5",
-    dpi: Annotated[int, typer.Option(help="Resolution of a PNG.")] = 150,
-    title: Annotated[Optional[str], typer.Option(help="Figure title.")] = None,
+    size: Annotated[str, typer.Option(metavar="WxH", help="Panel size in inches, WxH.")] = "7x4.5",
+    dpi: Annotated[int, typer.Option(metavar="DPI", help="Resolution of a PNG.")] = 150,
+    title: Annotated[Optional[str], typer.Option(metavar="TEXT", help="Figure title.")] = None,
     device: DeviceOpt = None,
     device_file: DeviceFileOpt = None,
     weight_dtype: WeightDtypeOpt = None,
@@ -76,11 +76,11 @@ def plot(
     first = parse(prompt, "--prompt") if prompt is not None else [1]
     if len(first) != 1:
         raise CostcalcError("--prompt: a plot takes one prompt length")
-    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, 128, Routing.expected, None)
+    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, None, None, None)
     if precision is not None and machine is None:
         raise CostcalcError("plot: dtypes draw time only with --device")
     drawn = plotting.figure(what, specs, xs, output, conventions(convention), sizes[0], first[0],
-                            logits.value, parse_tile(tile), style, _size(size), dpi, title,
+                            logits.value, parse_tile(tile, conventions(convention)), style, _size(size), dpi, title,
                             (precision, machine) if machine else None)
     marks = [m["label"] for p in drawn.panels for m in p["markers"]]
     typer.echo(f"wrote {output} ({len(specs)} panel{'s' if len(specs) > 1 else ''}, {len(xs)} points"

@@ -99,6 +99,20 @@ def output_format(fmt: Optional[Format], dest: outputs.Target) -> str:
     return fmt.value
 
 
+def write_fields(output: Optional[str], row: Mapping[str, Any], show=lambda key, value: str(value)) -> None:
+    """One thing's fields, a ``key  value`` line each, long values wrapped under themselves to
+    the table width (a URL is never broken)."""
+    import textwrap
+
+    pad = max(map(len, row))
+    room = max(20, TABLE_WIDTH - pad - 2)
+    lines = []
+    for key, value in row.items():
+        parts = textwrap.wrap(show(key, value), room, break_long_words=False, break_on_hyphens=False) or [""]
+        lines += [f"{key:<{pad}}  {parts[0]}"] + [" " * (pad + 2) + part for part in parts[1:]]
+    write_text(output, "\n".join(lines) + "\n")
+
+
 def write_text(output: Optional[str], text: str, option: str = "--output") -> None:
     """Write a whole text to standard output or a file (atomically; streams in place)."""
     outputs.write_text(outputs.target(output, option), text)

@@ -11,7 +11,7 @@ from ..vocab import Routing, WindowCache
 from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, Mla, MlaOpt,
                       OutputOpt, PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, axes,
                       mla_form, models, traffic, warn)
-from .emit import emit, emit_listing, output_format, write_text
+from .emit import emit, emit_listing, output_format, write_fields, write_text
 from .. import outputs
 
 devices_app = typer.Typer(help="Device profiles: peaks per dtype, memory bandwidth and size, with sources; "
@@ -58,8 +58,7 @@ def devices_show(
         return
     row = _flat(profile)
     if chosen == "table":
-        width = max(map(len, row))
-        write_text(output, "\n".join(f"{k:<{width}}  {v}" for k, v in row.items()) + "\n")
+        write_fields(output, row)
         return
     emit([row], fmt, output)
 

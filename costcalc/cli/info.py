@@ -16,7 +16,7 @@ from .options import (Convention, ConventionOpt, Format, FormatOpt, Logits, Logi
                       PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, model, models,
                       traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt,
                       RoutingOpt)
-from .emit import TABLE_WIDTH, emit, emit_listing, output_format, write_text
+from .emit import TABLE_WIDTH, emit, emit_listing, output_format, write_fields, write_text
 from ..vocab import Routing
 
 FORMULA_WORKLOADS = [name for name in WORKLOADS if name != "decode_phase"] + ["crossover"]
@@ -163,8 +163,7 @@ def presets_show(
     row = {**_summary(spec), **_groups(spec), **{f"stated.{k}": v for k, v in spec.stated.items()},
            **{f"source.{k}": v for k, v in spec.source.items()}}
     if output_format(fmt, outputs.target(output)) == "table":
-        width = max(map(len, row))
-        write_text(output, "\n".join(f"{k:<{width}}  {_show(k, v)}" for k, v in row.items()) + "\n")
+        write_fields(output, row, _show)
         return
     emit([row], fmt, output)
 

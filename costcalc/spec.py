@@ -202,7 +202,7 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
         arch = data.get("arch")
         if not isinstance(arch, str):
             raise CostcalcError(f"{origin}: field 'arch' must be one of {', '.join(ARCHS)} "
-                                f"or a block kind like window.dense, got {arch!r}")
+                                f"or a block kind like window.dense, got {'null' if arch is None else repr(arch)}")
         block = _block(origin, "", arch)
         if "L" not in top:
             raise CostcalcError(f"{origin}: missing field 'L' ({vocab.meaning('L')})")

@@ -189,6 +189,8 @@ def presets_import(
     from ..spec import check_name, from_dict
 
     check_name(name, "--name")
+    if name.lower().endswith(".json"):
+        raise CostcalcError(f"--name {name!r}: give the name without .json (the file is NAME.json)")
     dest = outputs.target(f"{name}.json" if output is None else output)
     if dest.kind == "file" and dest.path.exists() and not force:
         raise CostcalcError(f"{dest.shown!r} exists; pass --force to replace it")

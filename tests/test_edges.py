@@ -28,14 +28,21 @@ def one_error(err: str, message: str) -> bool:
 
 # --- output targets -------------------------------------------------------------------
 
-def test_a_fifo_is_written_in_place_never_replaced(tmp_path, capsys):
-    fifo = tmp_path / "pipe.csv"
+def through_fifo(capsys, fifo, *args):
+    """Run a command writing into a new FIFO while a thread reads it: (code, err, text read)."""
     os.mkfifo(fifo)
     got = {}
     reader = threading.Thread(target=lambda: got.setdefault("text", fifo.read_text()))
     reader.start()
-    code, _, err = run(capsys, "prefill", "-p", "toy", "--seq", "4", "-f", "csv", "-o", str(fifo))
+    code, _, err = run(capsys, *args, "-o", str(fifo))
     reader.join(timeout=30)
+    return code, err, got.get("text", "")
+
+
+def test_a_fifo_is_written_in_place_never_replaced(tmp_path, capsys):
+    fifo = tmp_path / "pipe.csv"
+    code, err, text = through_fifo(capsys, fifo, "prefill", "-p", "toy", "--seq", "4", "-f", "csv")
+    got = {"text": text}
     assert code == 0, err
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)                 # still a FIFO
     assert got["text"].splitlines()[0].startswith("preset,workload")
@@ -43,15 +50,9 @@ def test_a_fifo_is_written_in_place_never_replaced(tmp_path, capsys):
 
 
 def test_a_fifo_named_csv_gets_csv(tmp_path, capsys):
-    fifo = tmp_path / "rows.csv"
-    os.mkfifo(fifo)
-    got = {}
-    reader = threading.Thread(target=lambda: got.setdefault("text", fifo.read_text()))
-    reader.start()
-    code, _, err = run(capsys, "prefill", "-p", "toy", "--seq", "4", "-o", str(fifo))
-    reader.join(timeout=30)
+    code, err, text = through_fifo(capsys, tmp_path / "rows.csv", "prefill", "-p", "toy", "--seq", "4")
     assert code == 0 and "(csv)" in err, err
-    assert got["text"].startswith("preset,workload,")
+    assert text.startswith("preset,workload,")
 
 
 def test_the_file_standard_output_goes_to_is_standard_output(tmp_path):

@@ -18,7 +18,8 @@ Layer = dict   # one layer: {"arch": ..., sizes...}
 
 
 class Reader:
-    """Field access for one config of one family (aliases already folded into their targets)."""
+    """Field access for one config of one family (aliases folded into their targets, and read as
+    them: GPT-J's ``hidden_size`` is its ``n_embd`` whichever spelling the config uses)."""
 
     def __init__(self, config: dict, family: str, where: str, aliases: dict[str, str]) -> None:
         """``where``: the config as errors name it ("config 'path/config.json'")."""
@@ -30,6 +31,8 @@ class Reader:
                                      f"{self.config[alias]!r} vs {self.config[target]!r}")
                 self.config[target] = self.config[alias]
             self.config.pop(alias, None)
+            if target in self.config:
+                self.config[alias] = self.config[target]
 
     def error(self, message: str) -> CostcalcError:
         return CostcalcError(f"{self.where}: {self.family}: {message}")

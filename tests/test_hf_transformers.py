@@ -112,6 +112,10 @@ SMALL = {
     "llama4_text": dict(BASE, num_hidden_layers=4, head_dim=24, intermediate_size=32, intermediate_size_mlp=96,
                         num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
                         attention_chunk_size=8),
+    "gptj": dict(n_embd=64, n_head=4, n_layer=2, vocab_size=128, n_positions=256, rotary_dim=8),
+    "phi": dict(BASE, num_hidden_layers=2, head_dim=24),   # (qk_layernorm breaks in transformers when head_dim != d // h)
+    "stablelm": dict(BASE, num_hidden_layers=2, use_parallel_residual=True, use_qkv_bias=True, qk_layernorm=True),
+    "nemotron": dict(BASE, num_hidden_layers=2, head_dim=24, attention_bias=True, mlp_bias=True),
 }
 SEQ = 24   # longer than every window and chunk above
 

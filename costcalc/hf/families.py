@@ -6,9 +6,10 @@ qwen2_moe windows the even layers below ``max_window_layers``; qwen3_moe with
 ``use_sliding_window`` windows every layer; DeepSeek's MoE layers are those from
 ``first_k_dense_replace`` on (``moe_layer_freq`` must be 1). Fused projections (phi3's
 ``qkv_proj`` and ``gate_up_proj``, GPT-NeoX's ``query_key_value``, GLM-4's ``gate_up_proj``) cost
-exactly the projections they fuse; parallel attention/MLP blocks (Cohere, GPT-NeoX) run the same
-matmuls as serial ones; GPT-NeoX, StarCoder2 and Apertus have a non-gated MLP (FFN ``mlp``);
-Llama 4 has chunked local attention (``chunk``). Biases are not counted.
+exactly the projections they fuse; parallel attention/MLP blocks (Cohere, GPT-NeoX, GPT-J, Phi,
+StableLM) run the same matmuls as serial ones; GPT-NeoX, StarCoder2, Apertus, GPT-J, Phi and
+Nemotron have a non-gated MLP (FFN ``mlp``); Llama 4 has chunked local attention (``chunk``).
+Biases are not counted.
 """
 from __future__ import annotations
 
@@ -245,6 +246,32 @@ def _llama4_text(r: Reader) -> list[Layer]:
                       {"E_s": 1, "m_s": m_e}, dense_width="intermediate_size_mlp", kind="chunk")
 
 
+# older attention + MLP decoders
+
+def _gptj(r: Reader) -> list[Layer]:
+    """Multi-head attention (q, k, v, out_proj, each d x d; d_h = n_embd // n_head) and a
+    non-gated MLP of n_inner (null: 4 * n_embd) in a parallel block; the LM head's bias is not counted."""
+    d, h = r.need("n_embd"), r.need("n_head")
+    if d % h:
+        raise r.error(f"n_embd ({d}) must be divisible by n_head ({h}) (transformers refuses it)")
+    m = r.need("n_inner") if r.has("n_inner") else 4 * d
+    return [{"arch": "gqa.mlp", **r.heads("mha"), "m": m} for _ in range(r.layer_count())]
+
+
+def _stablelm(r: Reader) -> list[Layer]:
+    """d_h = hidden_size // heads, which transformers requires to divide exactly; SwiGLU."""
+    d, h = r.need("hidden_size"), r.need("num_attention_heads")
+    if d % h:
+        raise r.error(f"hidden_size ({d}) must be divisible by num_attention_heads ({h}) (transformers refuses it)")
+    return dense_layers(r, r.heads("derive", kv="stated"), _none(r))
+
+
+def _nemotron(r: Reader) -> list[Layer]:
+    """num_key_value_heads must be stated (the class default null makes the attention fail)."""
+    r.need("num_key_value_heads")
+    return dense_layers(r, r.heads("derive", kv="stated"), _none(r), ffn="mlp")
+
+
 MAPPERS: dict[str, Mapper] = {
     # the families costcalc imported before transformers 5
     "llama": _dense(),
@@ -279,4 +306,9 @@ MAPPERS: dict[str, Mapper] = {
     "seed_oss": _dense("stated", "stated"),
     "apertus": _dense(ffn="mlp"),
     "llama4_text": _llama4_text,
+    # older attention + MLP decoders
+    "gptj": _gptj,
+    "phi": _dense(ffn="mlp"),
+    "stablelm": _stablelm,
+    "nemotron": _nemotron,
 }

@@ -230,6 +230,45 @@ TABLES = {
         no_rope_layers="absent layer_types: the RoPE layers (1) are chunked", no_rope_layer_interval="builds no_rope_layers",
         attn_scale="NoPE query scaling: elementwise", attn_temperature_tuning="NoPE query scaling: elementwise",
         floor_scale="NoPE query scaling: elementwise", for_llm_compressor="a tool's marker"),
+    # older attention + MLP decoders (GPT-J, Phi-1/2, StableLM, Nemotron-4/Minitron)
+    "gptj": family(
+        used="n_embd n_head n_inner n_layer tie_word_embeddings vocab_size",
+        ignored="activation_function attn_pdrop bos_token_id embd_pdrop eos_token_id initializer_range "
+                "layer_norm_epsilon n_positions pad_token_id resid_pdrop rotary_dim use_cache",
+        extra_ignored="gradient_checkpointing rotary scale_attn_weights summary_activation summary_first_dropout "
+                      "summary_proj_to_labels summary_type summary_use_proj tokenizer_class",
+        aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
+                 "max_position_embeddings": "n_positions"},
+        n_embd="d (written for hidden_size)", n_layer="L (written for num_hidden_layers)",
+        n_head="h_q = h_kv (multi-head: q, k, v, out_proj d x d), d_h = n_embd // n_head",
+        n_inner="m of the non-gated MLP (fc_in, fc_out; null: 4 * n_embd)",
+        n_positions="position range: no matmul shape", activation_function="activation: elementwise",
+        attn_pdrop="dropout", layer_norm_epsilon="norm epsilon",
+        rotary_dim="RoPE width (partial rotary): elementwise", tie_word_embeddings="tied_embeddings (LM-head bias not counted)",
+        gradient_checkpointing="legacy training switch", rotary="legacy flag: GPT-J always applies RoPE",
+        scale_attn_weights="legacy flag: the softmax scale", summary_activation="sequence-summary head: not built by the causal LM",
+        summary_first_dropout="sequence-summary head: not built by the causal LM",
+        summary_proj_to_labels="sequence-summary head: not built by the causal LM",
+        summary_type="sequence-summary head: not built by the causal LM",
+        summary_use_proj="sequence-summary head: not built by the causal LM", tokenizer_class="tokenizer choice"),
+    "phi": family(
+        used=DENSE, ignored=BASE.replace("rms_norm_eps", "layer_norm_eps") + " embd_pdrop qk_layernorm resid_pdrop",
+        extra_used="head_dim", head_dim=HEAD_DIM_READ,
+        intermediate_size="m of the non-gated MLP (fc1, fc2)",
+        qk_layernorm="LayerNorm of q and k per head: no matmul (its weights are vectors)"),
+    "stablelm": family(
+        used=DENSE, ignored=BASE.replace("rms_norm_eps", "layer_norm_eps") + " hidden_dropout qk_layernorm "
+                                                                              "use_parallel_residual use_qkv_bias",
+        num_attention_heads="h_q; d_h = hidden_size // heads (no head_dim key is read for the projections)",
+        num_key_value_heads="h_kv (the class default is a fixed 32: state it)",
+        intermediate_size="m of the SwiGLU (gate, up, down)",
+        qk_layernorm="LayerNorm of q and k per head: no matmul (its weights are vectors)",
+        use_parallel_residual="parallel or serial residual: the same matmuls", use_qkv_bias="q/k/v biases: not counted"),
+    "nemotron": family(
+        used=DENSE + " head_dim", ignored=BASE.replace("rms_norm_eps", "norm_eps") + " attention_bias mlp_bias",
+        head_dim="d_h (null: hidden_size // heads; Minitron-8B's 128 * 48 heads != hidden_size)",
+        num_key_value_heads="h_kv (the class default is null, which the attention cannot run: state it)",
+        intermediate_size="m of the non-gated MLP (up_proj, squared ReLU, down_proj)", norm_eps="norm epsilon"),
     # multimodal wrappers: the text decoder is what costs
     "gemma3": wrapper("gemma3_text", tied=True, ignored="initializer_range mm_tokens_per_image",
                       mm_tokens_per_image="image tokens per image: a prompt length, not a size"),

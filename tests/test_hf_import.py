@@ -174,6 +174,39 @@ def test_non_gated_mlp_families_and_multi_head_gpt_neox():
     assert kinds(json.loads((CONFIGS / "apertus-8b-2509.json").read_text())) == [(32, "gqa.mlp")]
 
 
+def test_gptj_reads_either_spelling_and_defaults_its_mlp_to_four_times_the_width():
+    gptj = json.loads((CONFIGS / "gpt-j-6b.json").read_text())
+    preset = hf.to_preset(gptj, "x")
+    assert (preset["arch"], preset["L"], preset["h_q"], preset["h_kv"], preset["d_h"], preset["m"]) == \
+           ("gqa.mlp", 28, 16, 16, 256, 4 * 4096)
+    renamed = {k: v for k, v in gptj.items() if k not in ("n_embd", "n_head", "n_layer", "n_positions")}
+    renamed.update(hidden_size=4096, num_attention_heads=16, num_hidden_layers=28, max_position_embeddings=2048)
+    assert hf.to_preset(renamed, "x") == preset                 # attribute_map spellings read as the fields
+    assert hf.to_preset({**gptj, "n_inner": 8192}, "x")["m"] == 8192
+    with pytest.raises(CostcalcError, match="disagree"):
+        hf.to_preset({**gptj, "hidden_size": 2048}, "x")
+    with pytest.raises(CostcalcError, match="divisible"):
+        hf.to_preset({**gptj, "n_head": 12}, "x")
+
+
+def test_phi_stablelm_and_nemotron_heads():
+    phi = json.loads((CONFIGS / "phi-2.json").read_text())
+    assert kinds(phi) == [(32, "gqa.mlp")]
+    assert hf.to_preset({**phi, "head_dim": 64}, "x")["d_h"] == 64         # the code reads a head_dim key
+    stablelm = json.loads((CONFIGS / "stablelm-2-1_6b.json").read_text())
+    assert kinds(stablelm) == [(24, "gqa.dense")]
+    with pytest.raises(CostcalcError, match="needs field 'num_key_value_heads'"):
+        hf.to_preset({k: v for k, v in stablelm.items() if k != "num_key_value_heads"}, "x")   # class default 32
+    with pytest.raises(CostcalcError, match="'head_dim' .stablelm. is not understood"):
+        hf.to_preset({**stablelm, "head_dim": 64}, "x")
+    minitron = json.loads((CONFIGS / "minitron-8b-base.json").read_text())
+    preset = hf.to_preset(minitron, "x")
+    assert (preset["arch"], preset["h_q"] * preset["d_h"], preset["h_kv"]) == ("gqa.mlp", 6144, 8)
+    assert hf.to_preset({**minitron, "head_dim": None}, "x")["d_h"] == 4096 // 48
+    with pytest.raises(CostcalcError, match="needs field 'num_key_value_heads'"):
+        hf.to_preset({**minitron, "num_key_value_heads": None}, "x")      # transformers cannot run null
+
+
 def test_interleaved_and_dense_first_moe_layouts():
     ernie = json.loads((CONFIGS / "ernie-4.5-21b-a3b-pt.json").read_text())
     assert kinds(ernie) == [(1, "gqa.dense"), (27, "gqa.moe_shared")]

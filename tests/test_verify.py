@@ -258,6 +258,8 @@ SLOW_PRESETS = {
     "glm-4.5-air", "granite-3.0-3b-a800m-base", "granite-3.1-8b-base", "llama-4-scout-17b-16e", "olmo-2-1124-7b",
     "olmo-3-1025-7b", "phi-3-mini-4k-instruct", "phi-3.5-moe-instruct", "pythia-6.9b", "seed-oss-36b-instruct",
     "smollm3-3b", "starcoder2-7b",
+    # older attention + MLP decoders (1.6B parameters and up, LM heads of 50k-256k rows)
+    "gpt-j-6b", "minitron-8b-base", "phi-2", "stablelm-2-1_6b",
 }
 
 

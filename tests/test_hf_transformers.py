@@ -112,6 +112,11 @@ SMALL = {
     "llama4_text": dict(BASE, num_hidden_layers=4, head_dim=24, intermediate_size=32, intermediate_size_mlp=96,
                         num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
                         attention_chunk_size=8),
+    "ministral": dict(BASE, num_hidden_layers=4, head_dim=24, sliding_window=8,
+                      layer_types=["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"]),
+    "ernie4_5": dict(BASE, num_hidden_layers=2, head_dim=24, use_bias=True),
+    "helium": dict(BASE, num_hidden_layers=2, head_dim=16, attention_bias=True, mlp_bias=True),
+    "olmo": dict(BASE, num_hidden_layers=2, clip_qkv=8.0, attention_bias=True),
 }
 SEQ = 24   # longer than every window and chunk above
 

@@ -245,6 +245,26 @@ def _llama4_text(r: Reader) -> list[Layer]:
                       {"E_s": 1, "m_s": m_e}, dense_width="intermediate_size_mlp", kind="chunk")
 
 
+# the attention + SwiGLU decoder families added later
+
+def _ministral(r: Reader) -> list[Layer]:
+    """layer_types decides (absent: every layer windowed when sliding_window is set, as the class
+    derives it); head_dim must be a number (5.23 reads it as is: null cannot build)."""
+    if "sliding_window" not in r.config:
+        raise r.error("needs field 'sliding_window' (null for no window; the class default is 4096)")
+    n = r.layer_count()
+    return dense_layers(r, r.heads("require", kv="stated"), r.windowed([r.has("sliding_window")] * n, ()))
+
+
+def _helium(r: Reader) -> list[Layer]:
+    """Llama's layers, but o_proj is hidden_size x hidden_size: heads x head_dim must equal hidden_size."""
+    heads = r.heads("require", kv="stated")
+    if heads["h_q"] * heads["d_h"] != r.need("hidden_size"):
+        raise r.error(f"num_attention_heads x head_dim ({heads['h_q']} x {heads['d_h']}) must equal hidden_size "
+                      f"({r.need('hidden_size')}): Helium's o_proj is hidden_size x hidden_size")
+    return dense_layers(r, heads, [False] * r.layer_count())
+
+
 MAPPERS: dict[str, Mapper] = {
     # the families costcalc imported before transformers 5
     "llama": _dense(),
@@ -279,4 +299,9 @@ MAPPERS: dict[str, Mapper] = {
     "seed_oss": _dense("stated", "stated"),
     "apertus": _dense(ffn="mlp"),
     "llama4_text": _llama4_text,
+    # the attention + SwiGLU decoder families added later
+    "ministral": _ministral,
+    "ernie4_5": _dense("stated", "stated"),
+    "helium": _helium,
+    "olmo": _dense(),
 }

@@ -258,6 +258,8 @@ SLOW_PRESETS = {
     "glm-4.5-air", "granite-3.0-3b-a800m-base", "granite-3.1-8b-base", "llama-4-scout-17b-16e", "olmo-2-1124-7b",
     "olmo-3-1025-7b", "phi-3-mini-4k-instruct", "phi-3.5-moe-instruct", "pythia-6.9b", "seed-oss-36b-instruct",
     "smollm3-3b", "starcoder2-7b",
+    # the attention + SwiGLU families added later (each ran here at least as long as smollm3-3b)
+    "ernie-4.5-0.3b-pt", "helium-1-2b", "ministral-8b-instruct-2410", "olmo-1b-0724-hf",
 }
 
 

@@ -237,3 +237,27 @@ def test_the_cli_says_a_config_without_model_type_misses_the_field(tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: config {str(path)!r}: missing field 'model_type' (the model family; supported: ")
     assert all(family in err for family in hf.FAMILIES) and "\n" not in err
+
+
+def test_ministral_windows_follow_layer_types_and_need_a_head_dim_and_a_window_key():
+    full, local = "full_attention", "sliding_attention"
+    config = dict(BASE, model_type="ministral", num_hidden_layers=4, head_dim=16, sliding_window=8)
+    assert kinds(config) == [(4, "window.dense")]                       # absent layer_types: every layer
+    assert kinds({**config, "layer_types": [full, local, local, local]}) == [(1, "gqa.dense"), (3, "window.dense")]
+    assert kinds({**config, "sliding_window": None}) == [(4, "gqa.dense")]
+    with pytest.raises(CostcalcError, match="needs field 'head_dim'"):
+        hf.to_preset({**config, "head_dim": None}, "x")                 # transformers cannot build it
+    with pytest.raises(CostcalcError, match="needs field 'sliding_window'"):
+        hf.to_preset({k: v for k, v in config.items() if k != "sliding_window"}, "x")
+
+
+def test_helium_heads_times_head_dim_must_be_hidden_and_ernie4_5_ties_by_default():
+    helium = dict(BASE, model_type="helium", num_hidden_layers=2, head_dim=16)
+    assert kinds(helium) == [(2, "gqa.dense")]
+    with pytest.raises(CostcalcError, match="o_proj is hidden_size x hidden_size"):
+        hf.to_preset({**helium, "head_dim": 24}, "x")
+    ernie = dict(BASE, model_type="ernie4_5", num_hidden_layers=2, head_dim=None)
+    preset = hf.to_preset(ernie, "x")
+    assert preset["tied_embeddings"] is True and preset["d_h"] == 16     # null head_dim: hidden // heads
+    with pytest.raises(CostcalcError, match="needs field 'head_dim'"):
+        hf.to_preset({k: v for k, v in ernie.items() if k != "head_dim"}, "x")   # the class's 128 must be stated

@@ -116,6 +116,11 @@ SMALL = {
     "phi": dict(BASE, num_hidden_layers=2, head_dim=24),   # (qk_layernorm breaks in transformers when head_dim != d // h)
     "stablelm": dict(BASE, num_hidden_layers=2, use_parallel_residual=True, use_qkv_bias=True, qk_layernorm=True),
     "nemotron": dict(BASE, num_hidden_layers=2, head_dim=24, attention_bias=True, mlp_bias=True),
+    "ministral": dict(BASE, num_hidden_layers=4, head_dim=24, sliding_window=8,
+                      layer_types=["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"]),
+    "ernie4_5": dict(BASE, num_hidden_layers=2, head_dim=24, use_bias=True),
+    "helium": dict(BASE, num_hidden_layers=2, head_dim=16, attention_bias=True, mlp_bias=True),
+    "olmo": dict(BASE, num_hidden_layers=2, clip_qkv=8.0, attention_bias=True),
 }
 SEQ = 24   # longer than every window and chunk above
 

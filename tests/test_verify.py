@@ -260,6 +260,8 @@ SLOW_PRESETS = {
     "smollm3-3b", "starcoder2-7b",
     # older attention + MLP decoders (1.6B parameters and up, LM heads of 50k-256k rows)
     "gpt-j-6b", "minitron-8b-base", "phi-2", "stablelm-2-1_6b",
+    # the attention + SwiGLU families added later (each ran here at least as long as smollm3-3b)
+    "ernie-4.5-0.3b-pt", "helium-1-2b", "ministral-8b-instruct-2410", "olmo-1b-0724-hf",
 }
 
 

@@ -270,6 +270,24 @@ def _nemotron(r: Reader) -> list[Layer]:
     """num_key_value_heads must be stated (the class default null makes the attention fail)."""
     r.need("num_key_value_heads")
     return dense_layers(r, r.heads("derive", kv="stated"), _none(r), ffn="mlp")
+# the attention + SwiGLU decoder families added later
+
+def _ministral(r: Reader) -> list[Layer]:
+    """layer_types decides (absent: every layer windowed when sliding_window is set, as the class
+    derives it); head_dim must be a number (5.23 reads it as is: null cannot build)."""
+    if "sliding_window" not in r.config:
+        raise r.error("needs field 'sliding_window' (null for no window; the class default is 4096)")
+    n = r.layer_count()
+    return dense_layers(r, r.heads("require", kv="stated"), r.windowed([r.has("sliding_window")] * n, ()))
+
+
+def _helium(r: Reader) -> list[Layer]:
+    """Llama's layers, but o_proj is hidden_size x hidden_size: heads x head_dim must equal hidden_size."""
+    heads = r.heads("require", kv="stated")
+    if heads["h_q"] * heads["d_h"] != r.need("hidden_size"):
+        raise r.error(f"num_attention_heads x head_dim ({heads['h_q']} x {heads['d_h']}) must equal hidden_size "
+                      f"({r.need('hidden_size')}): Helium's o_proj is hidden_size x hidden_size")
+    return dense_layers(r, heads, [False] * r.layer_count())
 
 
 MAPPERS: dict[str, Mapper] = {
@@ -311,4 +329,9 @@ MAPPERS: dict[str, Mapper] = {
     "phi": _dense(ffn="mlp"),
     "stablelm": _stablelm,
     "nemotron": _nemotron,
+    # the attention + SwiGLU decoder families added later
+    "ministral": _ministral,
+    "ernie4_5": _dense("stated", "stated"),
+    "helium": _helium,
+    "olmo": _dense(),
 }

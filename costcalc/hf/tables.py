@@ -269,6 +269,22 @@ TABLES = {
         head_dim="d_h (null: hidden_size // heads; Minitron-8B's 128 * 48 heads != hidden_size)",
         num_key_value_heads="h_kv (the class default is null, which the attention cannot run: state it)",
         intermediate_size="m of the non-gated MLP (up_proj, squared ReLU, down_proj)", norm_eps="norm epsilon"),
+    # the attention + SwiGLU decoder families added later (fam-b)
+    "ministral": family(
+        used=DENSE + " head_dim layer_types sliding_window", ignored=BASE,
+        head_dim="d_h (must be a number: 5.23 cannot build the model with head_dim null)",
+        sliding_window="W of the sliding_attention layers; null: no window (an absent key is the class's 4096: state it)",
+        layer_types="which layers are windowed (absent: every layer when sliding_window is set, else none)"),
+    "ernie4_5": family(
+        used=DENSE + " head_dim", ignored=BASE.replace("attention_dropout ", "") + " use_bias",
+        head_dim="d_h (null: hidden_size // heads; an absent key is the class's 128: state it)",
+        use_bias="q/k/v/o and MLP biases: not counted"),
+    "helium": family(
+        used=DENSE + " head_dim", ignored=BASE + " attention_bias mlp_bias",
+        head_dim="d_h (a number; o_proj is hidden_size x hidden_size, so heads x d_h must equal hidden_size)"),
+    "olmo": family(
+        used=DENSE, ignored=BASE.replace("rms_norm_eps ", "") + " attention_bias clip_qkv", extra_used="head_dim",
+        head_dim=HEAD_DIM_READ, clip_qkv="clamp of q, k, v: elementwise"),
     # multimodal wrappers: the text decoder is what costs
     "gemma3": wrapper("gemma3_text", tied=True, ignored="initializer_range mm_tokens_per_image",
                       mm_tokens_per_image="image tokens per image: a prompt length, not a size"),

@@ -31,9 +31,12 @@ CONFIGS = Path(__file__).resolve().parent / "data" / "hf-configs"
 def class_keys(family: str) -> set[str]:
     """The keys a configuration class defines (its fields, under the names save_pretrained writes)
     and the keys its __post_init__ adds and writes."""
+    return keys_of(CONFIG_MAPPING[family])
+
+
+def keys_of(cls) -> set[str]:
     from transformers import PreTrainedConfig
 
-    cls = CONFIG_MAPPING[family]
     base = {f.name for f in dataclasses.fields(PreTrainedConfig)}
     fields = {cls.attribute_map.get(f.name, f.name) for f in dataclasses.fields(cls) if f.name not in base}
     written = set(json.loads(cls().to_json_string(use_diff=True)))
@@ -46,6 +49,13 @@ def test_each_table_holds_its_configuration_class(family):
     assert set(table.rows) == class_keys(family), family
     assert not set(table.extra) & set(table.rows), "an extra key is a class key"
     assert set(CONFIG_MAPPING[family].attribute_map) <= set(table.known())
+
+
+@pytest.mark.parametrize("family, key", [(f, k) for f in sorted(hf.SUBTABLES) for k in sorted(hf.SUBTABLES[f])])
+def test_each_sub_table_holds_its_configuration_class(family, key):
+    table = hf.SUBTABLES[family][key]
+    assert set(table.rows) == keys_of(CONFIG_MAPPING[family].sub_configs[key]), (family, key)
+    assert key in hf.TABLES[family].rows
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.json")))
@@ -121,6 +131,12 @@ SMALL = {
     "ernie4_5": dict(BASE, num_hidden_layers=2, head_dim=24, use_bias=True),
     "helium": dict(BASE, num_hidden_layers=2, head_dim=16, attention_bias=True, mlp_bias=True),
     "olmo": dict(BASE, num_hidden_layers=2, clip_qkv=8.0, attention_bias=True),
+    "gpt_bigcode": dict(n_embd=64, n_head=4, n_layer=2, n_inner=96, vocab_size=128, n_positions=256),
+    "opt": dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, ffn_dim=96, vocab_size=128,
+                max_position_embeddings=256, do_layer_norm_before=False),
+    "bloom": dict(hidden_size=64, n_head=4, n_layer=2, vocab_size=128, pretraining_tp=2, slow_but_exact=True),
+    "mpt": dict(d_model=64, n_heads=4, n_layers=2, vocab_size=128, max_seq_len=256,
+                attn_config={"clip_qkv": 8.0, "alibi_bias_max": 8}),
 }
 SEQ = 24   # longer than every window and chunk above
 

@@ -7,9 +7,9 @@ qwen2_moe windows the even layers below ``max_window_layers``; qwen3_moe with
 ``first_k_dense_replace`` on (``moe_layer_freq`` must be 1). Fused projections (phi3's
 ``qkv_proj`` and ``gate_up_proj``, GPT-NeoX's ``query_key_value``, GLM-4's ``gate_up_proj``) cost
 exactly the projections they fuse; parallel attention/MLP blocks (Cohere, GPT-NeoX, GPT-J, Phi,
-StableLM) run the same matmuls as serial ones; GPT-NeoX, StarCoder2, Apertus, GPT-J, Phi and
-Nemotron have a non-gated MLP (FFN ``mlp``); Llama 4 has chunked local attention (``chunk``).
-Biases are not counted.
+StableLM) run the same matmuls as serial ones; GPT-NeoX, StarCoder2, Apertus, GPT-J, Phi,
+Nemotron, GPT-BigCode, OPT, Bloom and MPT have a non-gated MLP (FFN ``mlp``); Llama 4 has chunked
+local attention (``chunk``). Learned positions and ALiBi run no matmul. Biases are not counted.
 """
 from __future__ import annotations
 
@@ -290,6 +290,74 @@ def _helium(r: Reader) -> list[Layer]:
     return dense_layers(r, heads, [False] * r.layer_count())
 
 
+# older attention + non-gated MLP decoders (fam-c): learned positions or ALiBi (no matmul), fused projections
+
+def _divisible(r: Reader, width: str, heads: str) -> None:
+    d, h = r.need(width), r.need(heads)
+    if d % h:
+        raise r.error(f"{width} ({d}) must be divisible by {heads} ({h}) (transformers refuses it)")
+
+
+def _gpt_bigcode(r: Reader) -> list[Layer]:
+    """Multi-query (multi_query true: one K/V head) or multi-head attention through one fused c_attn
+    d x (d + 2 h_kv d_h), c_proj d x d, and a non-gated MLP of n_inner (null: 4 * n_embd). The learned
+    position table (wpe) is a lookup: no matmul, its parameters not counted."""
+    _divisible(r, "n_embd", "n_head")
+    if r.flag("add_cross_attention", False):
+        raise r.error("add_cross_attention is true: cross-attention blocks are not modelled (decoder-only models)")
+    heads = r.heads("mha")
+    if r.flag("multi_query", True):
+        heads["h_kv"] = 1
+    r.same("num_key_value_heads", heads["h_kv"], f"multi_query is {str(r.flag('multi_query', True)).lower()} "
+                                                  f"(transformers runs {heads['h_kv']} key/value heads)")
+    m = r.need("n_inner") if r.has("n_inner") else 4 * r.need("n_embd")
+    return [{"arch": "gqa.mlp", **heads, "m": m} for _ in range(r.layer_count())]
+
+
+def _opt(r: Reader) -> list[Layer]:
+    """Multi-head attention (q, k, v, out_proj d x d), non-gated ReLU MLP of ffn_dim. A
+    word_embed_proj_dim other than hidden_size adds project_in / project_out products and an LM head
+    of that width, which costcalc does not model: refused."""
+    _divisible(r, "hidden_size", "num_attention_heads")
+    d = r.need("hidden_size")
+    if r.has("word_embed_proj_dim") and r.need("word_embed_proj_dim") != d:
+        raise r.error(f"word_embed_proj_dim ({r.need('word_embed_proj_dim')}) != hidden_size ({d}): transformers "
+                      f"then runs project_in/project_out products and a narrower LM head, which costcalc does not model")
+    return dense_layers(r, r.heads("mha"), _none(r), ffn="mlp", width="ffn_dim")
+
+
+def _bloom(r: Reader) -> list[Layer]:
+    """Multi-head attention through a fused query_key_value d x 3d (ALiBi: elementwise), dense d x d,
+    and a non-gated GELU MLP of 4 x hidden_size (n_inner is not read)."""
+    _divisible(r, "hidden_size", "n_head")
+    d = r.need("hidden_size")
+    r.same("n_inner", 4 * d, "transformers 5.23 builds an MLP of 4 x hidden_size whatever it says")
+    return [{"arch": "gqa.mlp", **r.heads("mha"), "m": 4 * d} for _ in range(r.layer_count())]
+
+
+def _mpt(r: Reader) -> list[Layer]:
+    """Multi-head attention through a fused Wqkv d x 3d (ALiBi: elementwise), out_proj d x d, and a
+    non-gated GELU MLP of 4 x d_model: 5.23 reads neither expansion_ratio nor attn_type, so a config
+    that says otherwise is refused (its checkpoint is not the model transformers builds)."""
+    from .tables import SUBTABLES
+
+    _divisible(r, "d_model", "n_heads")
+    attn = r.get("attn_config", {})
+    if not isinstance(attn, dict):
+        raise r.error(f"field 'attn_config' must be an object, got {attn!r}")
+    known = SUBTABLES["mpt"]["attn_config"].known()
+    for key, value in attn.items():
+        if value is not None and key not in known:
+            raise r.error(f"field 'attn_config.{key}' is not understood and may change the cost; costcalc does "
+                          f"not guess -- remove it if it does not")
+    kind = attn.get("attn_type") or "multihead_attention"
+    if kind != "multihead_attention":
+        raise r.error(f"attn_config.attn_type is {kind!r}: transformers 5.23 builds multi-head attention (Wqkv "
+                      f"d x 3d) whatever it says, which is not this checkpoint's model")
+    r.same("expansion_ratio", 4, "transformers 5.23 builds an MLP of 4 x d_model whatever it says")
+    return [{"arch": "gqa.mlp", **r.heads("mha"), "m": 4 * r.need("d_model")} for _ in range(r.layer_count())]
+
+
 MAPPERS: dict[str, Mapper] = {
     # the families costcalc imported before transformers 5
     "llama": _dense(),
@@ -334,4 +402,9 @@ MAPPERS: dict[str, Mapper] = {
     "ernie4_5": _dense("stated", "stated"),
     "helium": _helium,
     "olmo": _dense(),
+    # older attention + non-gated MLP decoders (fam-c)
+    "gpt_bigcode": _gpt_bigcode,
+    "opt": _opt,
+    "bloom": _bloom,
+    "mpt": _mpt,
 }

@@ -285,8 +285,108 @@ TABLES = {
     "olmo": family(
         used=DENSE, ignored=BASE.replace("rms_norm_eps ", "") + " attention_bias clip_qkv", extra_used="head_dim",
         head_dim=HEAD_DIM_READ, clip_qkv="clamp of q, k, v: elementwise"),
+    # older attention + non-gated MLP decoders (fam-c): learned positions or ALiBi, fused projections
+    "gpt_bigcode": family(
+        used="add_cross_attention multi_query n_embd n_head n_inner n_layer num_key_value_heads tie_word_embeddings "
+             "vocab_size",
+        ignored="activation_function attention_softmax_in_fp32 attn_pdrop bos_token_id embd_pdrop eos_token_id "
+                "initializer_range layer_norm_epsilon n_positions pad_token_id resid_pdrop "
+                "scale_attention_softmax_in_fp32 scale_attn_weights use_cache",
+        extra_ignored="runner_max_sequence_length summary_activation summary_first_dropout summary_proj_to_labels "
+                      "summary_type summary_use_proj",
+        aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
+                 "max_position_embeddings": "n_positions"},
+        n_embd="d (written for hidden_size)", n_layer="L (written for num_hidden_layers)",
+        n_head="h_q (fused c_attn d x (d + 2 h_kv d_h)), d_h = n_embd // n_head",
+        multi_query="h_kv = 1 (true: multi-query) or h_q (false)",
+        num_key_value_heads="written by __post_init__ from multi_query: checked equal to what multi_query says",
+        n_inner="m of the non-gated MLP (c_fc, c_proj; null: 4 * n_embd)",
+        add_cross_attention="must be false: cross-attention blocks are not part of a decoder-only model",
+        n_positions="learned position table rows: a lookup, no matmul (its parameters are not counted)",
+        activation_function="activation: elementwise", attn_pdrop="dropout", layer_norm_epsilon="norm epsilon",
+        attention_softmax_in_fp32="softmax precision", scale_attention_softmax_in_fp32="softmax precision",
+        scale_attn_weights="the softmax scale", tie_word_embeddings="tied_embeddings (the class default is true)",
+        runner_max_sequence_length="a legacy inference-runner setting",
+        summary_activation="sequence-summary head: not built by the causal LM",
+        summary_first_dropout="sequence-summary head: not built by the causal LM",
+        summary_proj_to_labels="sequence-summary head: not built by the causal LM",
+        summary_type="sequence-summary head: not built by the causal LM",
+        summary_use_proj="sequence-summary head: not built by the causal LM"),
+    "opt": family(
+        used="ffn_dim hidden_size num_attention_heads num_hidden_layers tie_word_embeddings vocab_size "
+             "word_embed_proj_dim",
+        ignored="_remove_final_layer_norm activation_function attention_dropout bos_token_id do_layer_norm_before "
+                "dropout enable_bias eos_token_id init_std layer_norm_elementwise_affine layerdrop "
+                "max_position_embeddings pad_token_id use_cache",
+        extra_ignored="activation_dropout prefix output_projection",
+        num_attention_heads="h_q = h_kv (multi-head: q, k, v, out_proj d x d), d_h = hidden_size // heads",
+        ffn_dim="m of the non-gated MLP (fc1, ReLU, fc2)",
+        word_embed_proj_dim="must equal hidden_size (null: hidden_size): otherwise project_in/project_out run "
+                            "products costcalc does not model, and the import is refused",
+        max_position_embeddings="learned position table rows: a lookup, no matmul (its parameters are not counted)",
+        _remove_final_layer_norm="a norm: no matmul", do_layer_norm_before="norm placement: no matmul",
+        layer_norm_elementwise_affine="norm weights: no matmul", enable_bias="q/k/v/out and MLP biases: not counted",
+        dropout="dropout", layerdrop="training layer drop", init_std="initialisation",
+        activation_function="activation: elementwise", tie_word_embeddings="tied_embeddings (the class default is true)",
+        activation_dropout="not read: dropout", prefix="a generation prefix string",
+        output_projection="a metaseq flag: transformers always builds the LM head"),
+    "bloom": family(
+        used="hidden_size n_head n_layer tie_word_embeddings vocab_size",
+        ignored="apply_residual_connection_post_layernorm attention_dropout bos_token_id eos_token_id "
+                "hidden_dropout initializer_range layer_norm_epsilon pad_token_id pretraining_tp slow_but_exact "
+                "use_cache",
+        extra_used="n_inner",
+        extra_ignored="attention_softmax_in_fp32 bias_dropout_fusion masked_softmax_fusion offset_alibi seq_length "
+                      "skip_bias_add skip_bias_add_qkv unk_token_id",
+        aliases={"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},
+        hidden_size="d (published files write n_embed, which __post_init__ reads as hidden_size)",
+        n_layer="L (written for num_hidden_layers)",
+        n_head="h_q = h_kv (multi-head: fused query_key_value d x 3d, dense d x d), d_h = hidden_size // heads",
+        n_inner="not read: the MLP is 4 x hidden_size (dense_h_to_4h, dense_4h_to_h); checked null or 4 x hidden_size",
+        apply_residual_connection_post_layernorm="which tensor is the residual: no matmul",
+        pretraining_tp="with slow_but_exact: the same products in column slices (same FLOPs)",
+        slow_but_exact="the same products in column slices (same FLOPs)",
+        tie_word_embeddings="tied_embeddings (the class default is true)",
+        attention_softmax_in_fp32="softmax precision", bias_dropout_fusion="a Megatron kernel switch",
+        masked_softmax_fusion="a Megatron kernel switch", offset_alibi="a Megatron ALiBi setting: not read",
+        seq_length="training sequence length: no matmul shape", skip_bias_add="a Megatron kernel switch",
+        skip_bias_add_qkv="a Megatron kernel switch", unk_token_id="token id", layer_norm_epsilon="norm epsilon"),
+    "mpt": family(
+        used="attn_config d_model expansion_ratio n_heads n_layers tie_word_embeddings vocab_size",
+        ignored="bos_token_id emb_pdrop embedding_fraction eos_token_id init_device initializer_range "
+                "layer_norm_epsilon learned_pos_emb logit_scale max_seq_len no_bias norm_type pad_token_id "
+                "resid_pdrop use_cache",
+        extra_ignored="init_config tokenizer_name verbose",
+        aliases={"num_attention_heads": "n_heads", "hidden_size": "d_model", "num_hidden_layers": "n_layers"},
+        d_model="d (written for hidden_size)", n_layers="L (written for num_hidden_layers)",
+        n_heads="h_q = h_kv (multi-head: fused Wqkv d x 3d, out_proj d x d), d_h = d_model // n_heads",
+        attn_config="the attention's settings, each in the attn_config table (attn_type must be multihead_attention)",
+        expansion_ratio="checked: must be 4 (null: 4): transformers 5.23 builds up_proj d x 4d, down_proj 4d x d "
+                        "whatever it says",
+        learned_pos_emb="not read: transformers 5.23 builds no position table (ALiBi)",
+        logit_scale="not read by 5.23 (a logit scale: elementwise)", max_seq_len="ALiBi table length: elementwise",
+        no_bias="not read: 5.23 builds no linear biases", norm_type="norm choice: no matmul",
+        embedding_fraction="gradient scaling of the embedding", init_device="initialisation device",
+        emb_pdrop="dropout", tie_word_embeddings="tied_embeddings (the class default is true)",
+        init_config="initialisation settings", tokenizer_name="tokenizer choice", verbose="logging level",
+        layer_norm_epsilon="norm epsilon"),
     # multimodal wrappers: the text decoder is what costs
     "gemma3": wrapper("gemma3_text", tied=True, ignored="initializer_range mm_tokens_per_image",
                       mm_tokens_per_image="image tokens per image: a prompt length, not a size"),
     "llama4": wrapper("llama4_text", tied=False),
+}
+
+# Nested sub-configurations a family reads (family -> key -> table), each held against its class by
+# tests/test_hf_transformers.py like the tables above.
+SUBTABLES = {
+    "mpt": {"attn_config": family(
+        used="attn_type",
+        ignored="alibi alibi_bias_max attn_impl attn_pdrop attn_uses_sequence_id clip_qkv prefix_lm qk_ln "
+                "softmax_scale",
+        attn_type="checked: must be multihead_attention (5.23 builds Wqkv d x 3d whatever it says)",
+        alibi="not read: 5.23 always adds ALiBi (elementwise)", alibi_bias_max="ALiBi slopes: elementwise",
+        attn_impl="kernel choice: the conventions say what is counted", attn_pdrop="dropout",
+        attn_uses_sequence_id="mask only: no matmul shape", clip_qkv="clamp of q, k, v: elementwise",
+        prefix_lm="not read by 5.23 (mask only: no matmul shape)", qk_ln="not read by 5.23 (norms: no matmul)",
+        softmax_scale="score scale")},
 }

@@ -261,3 +261,43 @@ def test_helium_heads_times_head_dim_must_be_hidden_and_ernie4_5_ties_by_default
     assert preset["tied_embeddings"] is True and preset["d_h"] == 16     # null head_dim: hidden // heads
     with pytest.raises(CostcalcError, match="needs field 'head_dim'"):
         hf.to_preset({k: v for k, v in ernie.items() if k != "head_dim"}, "x")   # the class's 128 must be stated
+
+
+def test_gpt_bigcode_multi_query_and_its_default_width():
+    santacoder = json.loads((CONFIGS / "gpt_bigcode-santacoder.json").read_text())
+    preset = hf.to_preset(santacoder, "x")
+    assert (preset["arch"], preset["L"], preset["h_q"], preset["h_kv"], preset["d_h"], preset["m"]) == \
+           ("gqa.mlp", 24, 16, 1, 128, 8192)
+    assert preset["tied_embeddings"] is True                              # the class default
+    assert hf.to_preset({**santacoder, "multi_query": False}, "x")["h_kv"] == 16
+    assert hf.to_preset({**santacoder, "n_inner": None}, "x")["m"] == 4 * 2048
+    with pytest.raises(CostcalcError, match="'num_key_value_heads' is 16 but multi_query is true"):
+        hf.to_preset({**santacoder, "num_key_value_heads": 16}, "x")
+    with pytest.raises(CostcalcError, match="add_cross_attention"):
+        hf.to_preset({**santacoder, "add_cross_attention": True}, "x")
+
+
+def test_opt_refuses_a_projected_embedding():
+    opt = json.loads((CONFIGS / "opt-6.7b.json").read_text())
+    assert kinds(opt) == [(32, "gqa.mlp")]
+    assert hf.to_preset({**opt, "word_embed_proj_dim": None}, "x") == hf.to_preset(opt, "x")
+    with pytest.raises(CostcalcError, match="word_embed_proj_dim .512. != hidden_size .4096.: transformers"):
+        hf.to_preset({**opt, "word_embed_proj_dim": 512}, "x")        # opt-350m's project_in / project_out
+
+
+def test_bloom_and_mpt_build_four_times_the_width_whatever_they_say():
+    bloom = json.loads((CONFIGS / "bloom-7b1.json").read_text())
+    preset = hf.to_preset(bloom, "x")
+    assert (preset["d"], preset["h_q"], preset["h_kv"], preset["m"]) == (4096, 32, 32, 4 * 4096)
+    renamed = {k: v for k, v in bloom.items() if k not in ("n_embed", "num_attention_heads")}
+    assert hf.to_preset({**renamed, "hidden_size": 4096, "n_head": 32}, "x") == preset    # either spelling
+    with pytest.raises(CostcalcError, match="'n_inner' is 8192"):
+        hf.to_preset({**bloom, "n_inner": 8192}, "x")
+    mpt = json.loads((CONFIGS / "mpt-7b.json").read_text())
+    assert kinds(mpt) == [(32, "gqa.mlp")] and hf.to_preset(mpt, "x")["m"] == 4 * 4096
+    with pytest.raises(CostcalcError, match="'expansion_ratio' is 8"):
+        hf.to_preset({**mpt, "expansion_ratio": 8}, "x")
+    with pytest.raises(CostcalcError, match="attn_type is 'multiquery_attention'"):
+        hf.to_preset({**mpt, "attn_config": {**mpt["attn_config"], "attn_type": "multiquery_attention"}}, "x")
+    with pytest.raises(CostcalcError, match="'attn_config.kv_n_heads' is not understood"):
+        hf.to_preset({**mpt, "attn_config": {**mpt["attn_config"], "kv_n_heads": 8}}, "x")

@@ -121,6 +121,11 @@ SMALL = {
     "ernie4_5": dict(BASE, num_hidden_layers=2, head_dim=24, use_bias=True),
     "helium": dict(BASE, num_hidden_layers=2, head_dim=16, attention_bias=True, mlp_bias=True),
     "olmo": dict(BASE, num_hidden_layers=2, clip_qkv=8.0, attention_bias=True),
+    "cohere2": dict(BASE, num_hidden_layers=4, head_dim=24, sliding_window=8, sliding_window_pattern=2),
+    "glm": dict(BASE, num_hidden_layers=2, head_dim=24, attention_bias=True, partial_rotary_factor=0.5, pad_token_id=0),
+    "hunyuan_v1_dense": dict(BASE, num_hidden_layers=2, head_dim=24, attention_bias=True),
+    "arcee": dict(BASE, num_hidden_layers=2, head_dim=24, mlp_bias=True),
+    "vaultgemma": dict(BASE, num_hidden_layers=4, head_dim=24, sliding_window=8),
 }
 SEQ = 24   # longer than every window and chunk above
 

@@ -23,7 +23,8 @@ from .tables import TABLES
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}     # multimodal: the text decoder is what costs
 FAMILIES = tuple(MAPPERS) + tuple(WRAPPERS)
 TIED_DEFAULT = {"gemma2": True, "gemma3_text": True, "gemma3": True, "starcoder2": True, "gemma": True,
-                "cohere": True, "ernie4_5_moe": True, "smollm3": True, "ernie4_5": True}      # the classes' own defaults
+                "cohere": True, "ernie4_5_moe": True, "smollm3": True, "ernie4_5": True,
+                "cohere2": True, "vaultgemma": True}      # the classes' own defaults
 OUT_OF_REACH = {
     "qwen3_next": "linear attention (Gated DeltaNet)",
     "kimi_linear": "linear attention (Kimi Delta Attention)",

@@ -262,6 +262,8 @@ SLOW_PRESETS = {
     "gpt-j-6b", "minitron-8b-base", "phi-2", "stablelm-2-1_6b",
     # the attention + SwiGLU families added later (each ran here at least as long as smollm3-3b)
     "ernie-4.5-0.3b-pt", "helium-1-2b", "ministral-8b-instruct-2410", "olmo-1b-0724-hf",
+    # attention + MLP decoders added later (fam-d; 1B parameters and up, LM heads of 128k-256k rows)
+    "afm-4.5b", "c4ai-command-r7b-12-2024", "glm-4-9b-chat-hf", "hunyuan-7b-instruct", "vaultgemma-1b",
 }
 
 

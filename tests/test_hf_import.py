@@ -301,3 +301,38 @@ def test_bloom_and_mpt_build_four_times_the_width_whatever_they_say():
         hf.to_preset({**mpt, "attn_config": {**mpt["attn_config"], "attn_type": "multiquery_attention"}}, "x")
     with pytest.raises(CostcalcError, match="'attn_config.kv_n_heads' is not understood"):
         hf.to_preset({**mpt, "attn_config": {**mpt["attn_config"], "kv_n_heads": 8}}, "x")
+
+def test_cohere2_windows_follow_its_pattern_and_its_legacy_keys_must_say_what_runs():
+    full, local = "full_attention", "sliding_attention"
+    config = dict(BASE, model_type="cohere2", num_hidden_layers=4, sliding_window=8)
+    assert kinds(config) == [(3, "window.dense"), (1, "gqa.dense")]            # pattern 4: every 4th global
+    assert kinds({**config, "sliding_window_pattern": 2, "layer_types": [local, full, local, full]}) == \
+        [(2, "window.dense"), (2, "gqa.dense")]
+    with pytest.raises(CostcalcError, match="disagree"):
+        hf.to_preset({**config, "sliding_window_pattern": 4, "layer_types": [local, full, local, full]}, "x")
+    for key, value in (("order_of_interleaved_layers", "global_attn_first"), ("use_gated_activation", False),
+                       ("use_embedding_sharing", False)):
+        with pytest.raises(CostcalcError, match=key):
+            hf.to_preset({**config, key: value}, "x")
+    with pytest.raises(CostcalcError, match="needs field 'sliding_window'"):
+        hf.to_preset({k: v for k, v in config.items() if k != "sliding_window"}, "x")
+    with pytest.raises(CostcalcError, match="'head_dim' must be a number"):
+        hf.to_preset({**config, "head_dim": None}, "x")
+
+
+def test_hunyuan_needs_a_head_dim_and_no_cross_layer_attention_and_arcee_vaultgemma_need_whole_heads():
+    hunyuan = dict(BASE, model_type="hunyuan_v1_dense", num_hidden_layers=2, head_dim=16)
+    assert kinds(hunyuan) == [(2, "gqa.dense")]
+    with pytest.raises(CostcalcError, match="needs field 'head_dim'"):
+        hf.to_preset({**hunyuan, "head_dim": None}, "x")
+    with pytest.raises(CostcalcError, match="use_cla"):
+        hf.to_preset({**hunyuan, "use_cla": True, "cla_share_factor": 2}, "x")
+    arcee = dict(BASE, model_type="arcee", num_hidden_layers=2)
+    assert kinds(arcee) == [(2, "gqa.mlp")]
+    with pytest.raises(CostcalcError, match="divisible"):
+        hf.to_preset({**arcee, "hidden_size": 66}, "x")
+    vault = dict(BASE, model_type="vaultgemma", num_hidden_layers=4, head_dim=16, sliding_window=8)
+    assert kinds(vault) == [(2, "window.dense"), (2, "gqa.dense")]                 # absent layer_types: the even ones
+    assert hf.to_preset(vault, "x")["tied_embeddings"] is True
+    with pytest.raises(CostcalcError, match="needs field 'num_key_value_heads'"):
+        hf.to_preset({k: v for k, v in vault.items() if k != "num_key_value_heads"}, "x")

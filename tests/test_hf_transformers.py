@@ -137,6 +137,11 @@ SMALL = {
     "bloom": dict(hidden_size=64, n_head=4, n_layer=2, vocab_size=128, pretraining_tp=2, slow_but_exact=True),
     "mpt": dict(d_model=64, n_heads=4, n_layers=2, vocab_size=128, max_seq_len=256,
                 attn_config={"clip_qkv": 8.0, "alibi_bias_max": 8}),
+    "cohere2": dict(BASE, num_hidden_layers=4, head_dim=24, sliding_window=8, sliding_window_pattern=2),
+    "glm": dict(BASE, num_hidden_layers=2, head_dim=24, attention_bias=True, partial_rotary_factor=0.5, pad_token_id=0),
+    "hunyuan_v1_dense": dict(BASE, num_hidden_layers=2, head_dim=24, attention_bias=True),
+    "arcee": dict(BASE, num_hidden_layers=2, head_dim=24, mlp_bias=True),
+    "vaultgemma": dict(BASE, num_hidden_layers=4, head_dim=24, sliding_window=8),
 }
 SEQ = 24   # longer than every window and chunk above
 

@@ -24,7 +24,8 @@ WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}     # multimodal: 
 FAMILIES = tuple(MAPPERS) + tuple(WRAPPERS)
 TIED_DEFAULT = {"gemma2": True, "gemma3_text": True, "gemma3": True, "starcoder2": True, "gemma": True,
                 "cohere": True, "ernie4_5_moe": True, "smollm3": True, "ernie4_5": True,
-                "gpt_bigcode": True, "opt": True, "bloom": True, "mpt": True}      # the classes' own defaults
+                "gpt_bigcode": True, "opt": True, "bloom": True, "mpt": True,
+                "cohere2": True, "vaultgemma": True}      # the classes' own defaults
 OUT_OF_REACH = {
     "qwen3_next": "linear attention (Gated DeltaNet)",
     "kimi_linear": "linear attention (Kimi Delta Attention)",

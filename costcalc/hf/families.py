@@ -358,6 +358,65 @@ def _mpt(r: Reader) -> list[Layer]:
     return [{"arch": "gqa.mlp", **r.heads("mha"), "m": 4 * r.need("d_model")} for _ in range(r.layer_count())]
 
 
+# attention + MLP decoders added later (fam-d)
+
+def _head_dim_number(r: Reader) -> None:
+    """A head_dim key written null: 5.23 reads it as is, and its attention cannot be built."""
+    if "head_dim" in r.config and r.config["head_dim"] is None:
+        raise r.error("field 'head_dim' must be a number (5.23 reads it as is: null cannot build)")
+
+
+def _cohere2(r: Reader) -> list[Layer]:
+    """Windows per layer_types (absent: sliding_window_pattern p, default 4, layer i global iff
+    (i+1) % p == 0); d_h = head_dim when the config carries it, else hidden_size // heads; a
+    parallel SwiGLU block. Keys of the original release that 5.23 does not read must say what it runs."""
+    _head_dim_number(r)
+    r.same("order_of_interleaved_layers", "local_attn_first", "transformers 5.23 puts the sliding layers first")
+    r.same("use_gated_activation", True, "transformers 5.23 always runs the gated (SwiGLU) MLP")
+    r.same("use_embedding_sharing", r.flag("tie_word_embeddings", True),
+           "it must equal tie_word_embeddings (which transformers 5.23 reads)")
+    every = r.count("sliding_window_pattern", 4, minimum=1)
+    n = r.layer_count()
+    local = r.windowed([(i + 1) % every != 0 for i in range(n)],
+                       ("sliding_window_pattern",) if r.has("sliding_window_pattern") else ())
+    if any(local) and "sliding_window" not in r.config:
+        raise r.error("needs field 'sliding_window' (the class default is 4096)")
+    return dense_layers(r, r.heads("derive"), local)
+
+
+def _hunyuan_v1_dense(r: Reader) -> list[Layer]:
+    """Llama's layers with per-head QK norms; head_dim must be a number (the class default null
+    cannot build). Cross-layer attention (use_cla) is not run by 5.23: it must be off."""
+    if r.flag("use_cla", False) and r.count("cla_share_factor", 1) != 1:
+        raise r.error("use_cla shares keys and values across layers, which transformers 5.23 does not run "
+                      "(it builds k_proj and v_proj on every layer): set use_cla false")
+    heads = r.heads("require")
+    r.same("attention_head_dim", heads["d_h"], "it must equal head_dim (transformers 5.23 reads head_dim)")
+    return dense_layers(r, heads, _none(r))
+
+
+def _arcee(r: Reader) -> list[Layer]:
+    """Llama's attention with a non-gated ReLU^2 MLP (up_proj, down_proj); transformers refuses a
+    hidden_size that is not a multiple of the heads."""
+    d, h = r.need("hidden_size"), r.need("num_attention_heads")
+    if d % h:
+        raise r.error(f"hidden_size ({d}) must be divisible by num_attention_heads ({h}) (transformers refuses it)")
+    return dense_layers(r, r.heads("derive"), _none(r), ffn="mlp")
+
+
+def _vaultgemma(r: Reader) -> list[Layer]:
+    """Gemma 2's layers without its extra norms: windows per layer_types (absent: the even layers);
+    head_dim and num_key_value_heads must be stated (fixed class defaults); transformers refuses a
+    hidden_size that is not a multiple of the heads."""
+    d, h = r.need("hidden_size"), r.need("num_attention_heads")
+    if d % h:
+        raise r.error(f"hidden_size ({d}) must be divisible by num_attention_heads ({h}) (transformers refuses it)")
+    n = r.layer_count()
+    local = r.windowed([i % 2 == 0 for i in range(n)], ())
+    if any(local) and "sliding_window" not in r.config:
+        raise r.error("needs field 'sliding_window' (the class default is 4096)")
+    return dense_layers(r, r.heads("require", kv="stated"), local)
+
 MAPPERS: dict[str, Mapper] = {
     # the families costcalc imported before transformers 5
     "llama": _dense(),
@@ -407,4 +466,10 @@ MAPPERS: dict[str, Mapper] = {
     "opt": _opt,
     "bloom": _bloom,
     "mpt": _mpt,
+    # attention + MLP decoders added later (fam-d)
+    "cohere2": _cohere2,
+    "glm": _dense("require", "stated"),
+    "hunyuan_v1_dense": _hunyuan_v1_dense,
+    "arcee": _arcee,
+    "vaultgemma": _vaultgemma,
 }

@@ -121,6 +121,11 @@ SMALL = {
     "ernie4_5": dict(BASE, num_hidden_layers=2, head_dim=24, use_bias=True),
     "helium": dict(BASE, num_hidden_layers=2, head_dim=16, attention_bias=True, mlp_bias=True),
     "olmo": dict(BASE, num_hidden_layers=2, clip_qkv=8.0, attention_bias=True),
+    "dots1": dict(BASE, **MOE, num_hidden_layers=4, moe_intermediate_size=32, n_routed_experts=8, n_shared_experts=2,
+                  first_k_dense_replace=1, sliding_window=8, max_window_layers=2, n_group=2, topk_group=1,
+                  attention_bias=True),
+    "hunyuan_v1_moe": dict(BASE, num_hidden_layers=3, head_dim=24, num_experts=4, moe_topk=[2, 1, 2],
+                           attention_bias=True),
 }
 SEQ = 24   # longer than every window and chunk above
 

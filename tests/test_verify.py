@@ -262,6 +262,8 @@ SLOW_PRESETS = {
     "gpt-j-6b", "minitron-8b-base", "phi-2", "stablelm-2-1_6b",
     # the attention + SwiGLU families added later (each ran here at least as long as smollm3-3b)
     "ernie-4.5-0.3b-pt", "helium-1-2b", "ministral-8b-instruct-2410", "olmo-1b-0724-hf",
+    # MoE families added later (fam-e)
+    "dots-llm1-base", "hunyuan-a13b-instruct",
 }
 
 

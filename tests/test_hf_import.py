@@ -336,3 +336,27 @@ def test_hunyuan_needs_a_head_dim_and_no_cross_layer_attention_and_arcee_vaultge
     assert hf.to_preset(vault, "x")["tied_embeddings"] is True
     with pytest.raises(CostcalcError, match="needs field 'num_key_value_heads'"):
         hf.to_preset({k: v for k, v in vault.items() if k != "num_key_value_heads"}, "x")
+
+
+def test_dots1_windows_above_max_window_layers_and_moe_from_first_k_dense_replace():
+    config = dict(BASE, model_type="dots1", num_hidden_layers=4, moe_intermediate_size=8, n_routed_experts=4,
+                  n_shared_experts=2, num_experts_per_tok=2, first_k_dense_replace=1, num_key_value_heads=2)
+    assert kinds(config) == [(1, "gqa.dense"), (3, "gqa.moe_shared")]   # 62 > 4 layers: no window
+    assert kinds({**config, "sliding_window": 8, "max_window_layers": 2}) == \
+        [(1, "gqa.dense"), (1, "gqa.moe_shared"), (2, "window.moe_shared")]
+    assert kinds({**config, "sliding_window": None, "max_window_layers": 2}) == [(1, "gqa.dense"), (3, "gqa.moe_shared")]
+    with pytest.raises(CostcalcError, match="needs field 'sliding_window'"):
+        hf.to_preset({**config, "max_window_layers": 2}, "x")           # the class's 4096 must be stated
+    with pytest.raises(CostcalcError, match="'moe_layer_freq' is 2"):
+        hf.to_preset({**config, "moe_layer_freq": 2}, "x")
+
+
+def test_hunyuan_published_keys_must_say_what_transformers_builds():
+    config = dict(BASE, model_type="hunyuan_v1_moe", num_hidden_layers=2, head_dim=16, num_experts=4,
+                  moe_topk=[2, 1], num_shared_expert=[1, 1], use_mixed_mlp_moe=True, use_cla=False)
+    assert kinds(config) == [(1, "gqa.moe_shared"), (1, "gqa.moe_shared")]   # k = 2, then 1
+    for key, value, message in (("use_cla", True, "cross-layer"), ("use_mixed_mlp_moe", False, "shared MLP"),
+                                ("num_shared_expert", [1, 2], "one shared MLP"), ("num_experts", [4, 4], "one integer"),
+                                ("moe_intermediate_size", 8, "intermediate_size wide"), ("head_dim", None, "head_dim")):
+        with pytest.raises(CostcalcError, match=message):
+            hf.to_preset({**config, key: value}, "x")

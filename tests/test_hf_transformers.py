@@ -142,6 +142,11 @@ SMALL = {
     "hunyuan_v1_dense": dict(BASE, num_hidden_layers=2, head_dim=24, attention_bias=True),
     "arcee": dict(BASE, num_hidden_layers=2, head_dim=24, mlp_bias=True),
     "vaultgemma": dict(BASE, num_hidden_layers=4, head_dim=24, sliding_window=8),
+    "dots1": dict(BASE, **MOE, num_hidden_layers=4, moe_intermediate_size=32, n_routed_experts=8, n_shared_experts=2,
+                  first_k_dense_replace=1, sliding_window=8, max_window_layers=2, n_group=2, topk_group=1,
+                  attention_bias=True),
+    "hunyuan_v1_moe": dict(BASE, num_hidden_layers=3, head_dim=24, num_experts=4, moe_topk=[2, 1, 2],
+                           attention_bias=True),
 }
 SEQ = 24   # longer than every window and chunk above
 

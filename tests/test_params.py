@@ -122,7 +122,8 @@ def test_every_family_is_covered_by_a_real_config():
             "gpt_oss", "gemma2", "gemma3", "deepseek_v2", "phi3", "phimoe", "granite", "granitemoe", "olmo2", "olmo3",
             "starcoder2", "gemma", "cohere", "gpt_neox", "glm4", "glm4_moe", "ernie4_5_moe", "exaone4", "smollm3",
             "seed_oss", "apertus", "llama4", "gptj", "phi", "stablelm", "nemotron", "ministral", "ernie4_5", "helium",
-            "olmo", "gpt_bigcode", "opt", "bloom", "mpt", "cohere2", "glm", "hunyuan_v1_dense"} <= families
+            "olmo", "gpt_bigcode", "opt", "bloom", "mpt", "cohere2", "glm", "hunyuan_v1_dense", "dots1",
+            "hunyuan_v1_moe"} <= families
 
 
 def structure(name):

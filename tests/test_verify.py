@@ -262,10 +262,12 @@ SLOW_PRESETS = {
     "gpt-j-6b", "minitron-8b-base", "phi-2", "stablelm-2-1_6b",
     # the attention + SwiGLU families added later (each ran here at least as long as smollm3-3b)
     "ernie-4.5-0.3b-pt", "helium-1-2b", "ministral-8b-instruct-2410", "olmo-1b-0724-hf",
-    # older attention + non-gated MLP decoders (fam-c: 1.1B parameters and up, LM heads of 49k-251k rows)
+    # older attention + non-gated MLP decoders (1.1B parameters and up, LM heads of 49k-251k rows)
     "bloom-7b1", "gpt_bigcode-santacoder", "mpt-7b", "opt-6.7b",
-    # attention + MLP decoders added later (fam-d; 7B parameters and up, LM heads of 128k-256k rows)
+    # attention + MLP decoders added later (7B parameters and up, LM heads of 128k-256k rows)
     "c4ai-command-r7b-12-2024", "glm-4-9b-chat-hf", "hunyuan-7b-instruct",
+    # MoE families added later
+    "dots-llm1-base", "hunyuan-a13b-instruct",
 }
 
 

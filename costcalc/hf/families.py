@@ -290,7 +290,7 @@ def _helium(r: Reader) -> list[Layer]:
     return dense_layers(r, heads, [False] * r.layer_count())
 
 
-# older attention + non-gated MLP decoders (fam-c): learned positions or ALiBi (no matmul), fused projections
+# older attention + non-gated MLP decoders: learned positions or ALiBi (no matmul), fused projections
 
 def _divisible(r: Reader, width: str, heads: str) -> None:
     d, h = r.need(width), r.need(heads)
@@ -358,7 +358,7 @@ def _mpt(r: Reader) -> list[Layer]:
     return [{"arch": "gqa.mlp", **r.heads("mha"), "m": 4 * r.need("d_model")} for _ in range(r.layer_count())]
 
 
-# attention + MLP decoders added later (fam-d)
+# attention + MLP decoders added later
 
 def _head_dim_number(r: Reader) -> None:
     """A head_dim key written null: 5.23 reads it as is, and its attention cannot be built."""
@@ -417,6 +417,60 @@ def _vaultgemma(r: Reader) -> list[Layer]:
         raise r.error("needs field 'sliding_window' (the class default is 4096)")
     return dense_layers(r, r.heads("require", kv="stated"), local)
 
+
+# MoE families added later
+
+def _dots1(r: Reader) -> list[Layer]:
+    """GLM-4.5's layout (dense below first_k_dense_replace, then routed plus shared experts of
+    width m_e) with Qwen2's windows: absent layer_types, layers i >= max_window_layers (62) are
+    windowed when sliding_window (class default 4096) is not null."""
+    r.same("moe_layer_freq", 1, "transformers 5.23 makes every layer from first_k_dense_replace on MoE")
+    n = r.layer_count()
+    first_window = r.count("max_window_layers", 62)
+    window_set = "sliding_window" not in r.config or r.has("sliding_window")
+    derived = [window_set and i >= first_window for i in range(n)]
+    if any(derived) and "sliding_window" not in r.config:
+        raise r.error("needs field 'sliding_window' (null for no window; the class default is 4096)")
+    local = r.windowed(derived, tuple(k for k in ("sliding_window", "max_window_layers") if k in r.config))
+    first = r.count("first_k_dense_replace", 0)
+    m_e = r.need("moe_intermediate_size")
+    expert = {"E": r.need("n_routed_experts"), "k": r.need("num_experts_per_tok"), "m_e": m_e}
+    shared = {"E_s": r.need("n_shared_experts"), "m_s": m_e}
+    return moe_layers(r, r.heads("derive", kv="stated"), local, [i >= first for i in range(n)], expert, shared)
+
+
+def _hunyuan_v1_moe(r: Reader) -> list[Layer]:
+    """Every layer MoE: num_experts experts and one ungated shared MLP, all intermediate_size wide;
+    k = moe_topk (one per layer where a list). Keys of the published file that 5.23 does not read
+    must say what 5.23 builds."""
+    heads = r.heads("require", kv="derive")
+    n = r.layer_count()
+    m = r.need("intermediate_size")
+    r.same("attention_head_dim", heads["d_h"], "it must equal head_dim")
+    r.same("use_cla", False, "transformers 5.23 has no cross-layer attention sharing")
+    r.same("use_mixed_mlp_moe", True, "transformers 5.23 always runs the shared MLP")
+    for key, value, why in (("moe_intermediate_size", m, "transformers 5.23's experts are intermediate_size wide"),
+                            ("num_shared_expert", 1, "transformers 5.23 builds one shared MLP")):
+        given = r.get(key)
+        if given is not None and any(v != value for v in (given if isinstance(given, list) else [given])):
+            raise r.error(f"field {key!r} is {given!r} but {why} ({value})")
+    if isinstance(r.get("num_experts"), list):
+        raise r.error("'num_experts' must be one integer (transformers 5.23 cannot build per-layer expert counts)")
+    experts = r.need("num_experts")
+    topk = r.get("moe_topk")
+    if isinstance(topk, list):
+        if len(topk) != n or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in topk):
+            raise r.error("'moe_topk' must be a positive integer or one per layer (num_hidden_layers)")
+        ks = topk
+    else:
+        ks = [r.need("moe_topk")] * n
+    out = []
+    for k in ks:
+        layer = moe_layers(r, heads, [False], [True], {"E": experts, "k": k, "m_e": m}, {"E_s": 1, "m_s": m})
+        out.extend(layer)
+    return out
+
+
 MAPPERS: dict[str, Mapper] = {
     # the families costcalc imported before transformers 5
     "llama": _dense(),
@@ -461,15 +515,18 @@ MAPPERS: dict[str, Mapper] = {
     "ernie4_5": _dense("stated", "stated"),
     "helium": _helium,
     "olmo": _dense(),
-    # older attention + non-gated MLP decoders (fam-c)
+    # older attention + non-gated MLP decoders
     "gpt_bigcode": _gpt_bigcode,
     "opt": _opt,
     "bloom": _bloom,
     "mpt": _mpt,
-    # attention + MLP decoders added later (fam-d)
+    # attention + MLP decoders added later
     "cohere2": _cohere2,
     "glm": _dense("require", "stated"),
     "hunyuan_v1_dense": _hunyuan_v1_dense,
     "arcee": _arcee,
     "vaultgemma": _vaultgemma,
+    # MoE families added later
+    "dots1": _dots1,
+    "hunyuan_v1_moe": _hunyuan_v1_moe,
 }

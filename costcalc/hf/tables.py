@@ -269,7 +269,7 @@ TABLES = {
         head_dim="d_h (null: hidden_size // heads; Minitron-8B's 128 * 48 heads != hidden_size)",
         num_key_value_heads="h_kv (the class default is null, which the attention cannot run: state it)",
         intermediate_size="m of the non-gated MLP (up_proj, squared ReLU, down_proj)", norm_eps="norm epsilon"),
-    # the attention + SwiGLU decoder families added later (fam-b)
+    # the attention + SwiGLU decoder families added later
     "ministral": family(
         used=DENSE + " head_dim layer_types sliding_window", ignored=BASE,
         head_dim="d_h (must be a number: 5.23 cannot build the model with head_dim null)",
@@ -285,7 +285,7 @@ TABLES = {
     "olmo": family(
         used=DENSE, ignored=BASE.replace("rms_norm_eps ", "") + " attention_bias clip_qkv", extra_used="head_dim",
         head_dim=HEAD_DIM_READ, clip_qkv="clamp of q, k, v: elementwise"),
-    # older attention + non-gated MLP decoders (fam-c): learned positions or ALiBi, fused projections
+    # older attention + non-gated MLP decoders: learned positions or ALiBi, fused projections
     "gpt_bigcode": family(
         used="add_cross_attention multi_query n_embd n_head n_inner n_layer num_key_value_heads tie_word_embeddings "
              "vocab_size",
@@ -370,7 +370,7 @@ TABLES = {
         emb_pdrop="dropout", tie_word_embeddings="tied_embeddings (the class default is true)",
         init_config="initialisation settings", tokenizer_name="tokenizer choice", verbose="logging level",
         layer_norm_epsilon="norm epsilon"),
-    # attention + MLP decoders added later (fam-d)
+    # attention + MLP decoders added later
     "cohere2": family(
         used=DENSE + " head_dim layer_types sliding_window",
         ignored=BASE.replace("rms_norm_eps", "layer_norm_eps") + " attention_bias logit_scale",
@@ -417,6 +417,37 @@ TABLES = {
         num_key_value_heads="h_kv (the class default is a fixed 4: state it)",
         layer_types="which layers are windowed (absent: the even ones)",
         intermediate_size="m (GeGLU: gate, up, down)"),
+
+    # MoE families added later
+    "dots1": family(
+        used=DENSE + " first_k_dense_replace layer_types max_window_layers moe_intermediate_size n_routed_experts "
+                     "n_shared_experts num_experts_per_tok sliding_window",
+        ignored=BASE + " attention_bias n_group norm_topk_prob routed_scaling_factor topk_group output_router_logits",
+        extra_used="head_dim moe_layer_freq", extra_ignored="scoring_func use_sliding_window",
+        aliases={"num_local_experts": "n_routed_experts"}, head_dim=HEAD_DIM_READ,
+        intermediate_size="m of the dense layers", first_k_dense_replace="layers below it are dense, the rest MoE",
+        n_routed_experts="E", n_shared_experts="E_s shared experts of width m_e (one MLP of width m_e * E_s: same FLOPs)",
+        layer_types="which layers are windowed (absent: layers i >= max_window_layers when sliding_window is set)",
+        max_window_layers="absent layer_types: layers i >= it are windowed when sliding_window is set (class default 62)",
+        sliding_window="W of the windowed layers (null: none; the class default 4096 must be stated where it windows)",
+        moe_layer_freq="checked: must be 1 (5.23 never reads it: every layer from first_k_dense_replace on is MoE)",
+        scoring_func="routing score: elementwise (5.23 always uses sigmoid)",
+        use_sliding_window="not read by 5.23: sliding_window and max_window_layers (or layer_types) decide"),
+    "hunyuan_v1_moe": family(
+        used=DENSE + " head_dim moe_topk num_experts",
+        ignored=BASE + " attention_bias eod_token_id pretraining_tp sep_token_id output_router_logits",
+        extra_used="attention_head_dim moe_intermediate_size num_shared_expert use_cla use_mixed_mlp_moe",
+        extra_ignored="use_qk_norm", aliases={"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
+        head_dim="d_h (must be a number: 5.23 reads it as is, null cannot build)",
+        intermediate_size="m_e of every expert and m_s of the one shared MLP (every layer MoE)",
+        num_experts="E (an integer: 5.23's experts cannot be built from a per-layer list)",
+        moe_topk="k, an integer or one per layer", eod_token_id="token id", sep_token_id="token id",
+        attention_head_dim="not a field: checked equal to head_dim",
+        moe_intermediate_size="not read by 5.23 (experts are intermediate_size wide): checked equal to it",
+        num_shared_expert="not read by 5.23 (one shared MLP of intermediate_size): checked to be 1",
+        use_cla="not read by 5.23 (no cross-layer attention sharing): checked false",
+        use_mixed_mlp_moe="not read by 5.23 (the shared MLP is always built): checked true",
+        use_qk_norm="not read: QK norms (always built) are not matmuls"),
     # multimodal wrappers: the text decoder is what costs
     "gemma3": wrapper("gemma3_text", tied=True, ignored="initializer_range mm_tokens_per_image",
                       mm_tokens_per_image="image tokens per image: a prompt length, not a size"),

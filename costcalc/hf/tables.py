@@ -32,6 +32,11 @@ _SCALARS = dict(attention_multiplier="softmax scale", embedding_multiplier="scal
                 logits_scaling="divides the logits: elementwise", residual_multiplier="scales residual branches")
 _EVERY_LAYER = "W on every layer (null: no window; M: one sliding mask for the model)"
 
+# GPT-2-era configs carry the sequence-summary head's settings (GPT-J, GPT-BigCode)
+_SUMMARY_HEAD = {key: "sequence-summary head: not built by the causal LM" for key in
+                 ("summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
+                  "summary_use_proj")}
+
 TABLES = {
     # the families costcalc imported before transformers 5
     "llama": family(
@@ -246,11 +251,7 @@ TABLES = {
         attn_pdrop="dropout", layer_norm_epsilon="norm epsilon",
         rotary_dim="RoPE width (partial rotary): elementwise", tie_word_embeddings="tied_embeddings (LM-head bias not counted)",
         gradient_checkpointing="legacy training switch", rotary="legacy flag: GPT-J always applies RoPE",
-        scale_attn_weights="legacy flag: the softmax scale", summary_activation="sequence-summary head: not built by the causal LM",
-        summary_first_dropout="sequence-summary head: not built by the causal LM",
-        summary_proj_to_labels="sequence-summary head: not built by the causal LM",
-        summary_type="sequence-summary head: not built by the causal LM",
-        summary_use_proj="sequence-summary head: not built by the causal LM", tokenizer_class="tokenizer choice"),
+        scale_attn_weights="legacy flag: the softmax scale", **_SUMMARY_HEAD, tokenizer_class="tokenizer choice"),
     "phi": family(
         used=DENSE, ignored=BASE.replace("rms_norm_eps", "layer_norm_eps") + " embd_pdrop qk_layernorm resid_pdrop",
         extra_used="head_dim", head_dim=HEAD_DIM_READ,
@@ -306,12 +307,7 @@ TABLES = {
         activation_function="activation: elementwise", attn_pdrop="dropout", layer_norm_epsilon="norm epsilon",
         attention_softmax_in_fp32="softmax precision", scale_attention_softmax_in_fp32="softmax precision",
         scale_attn_weights="the softmax scale", tie_word_embeddings="tied_embeddings (the class default is true)",
-        runner_max_sequence_length="a legacy inference-runner setting",
-        summary_activation="sequence-summary head: not built by the causal LM",
-        summary_first_dropout="sequence-summary head: not built by the causal LM",
-        summary_proj_to_labels="sequence-summary head: not built by the causal LM",
-        summary_type="sequence-summary head: not built by the causal LM",
-        summary_use_proj="sequence-summary head: not built by the causal LM"),
+        runner_max_sequence_length="a legacy inference-runner setting", **_SUMMARY_HEAD),
     "opt": family(
         used="ffn_dim hidden_size num_attention_heads num_hidden_layers tie_word_embeddings vocab_size "
              "word_embed_proj_dim",

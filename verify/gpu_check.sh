@@ -33,20 +33,40 @@ py() { python3 -m costcalc "$@"; }
 py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads prefill,cached_prefill,decode --seq "$SEQ" \
    --tile "$TILE" --repeats "$REP" --attention-lengths "$ATT" --report "$OUT/dense" \
    --save-profile "$OUT/measured-profile.json" -f csv -o "$OUT/dense-checks.csv" 2>&1 | tee "$OUT/dense.log"
+# Steps 1b-4: one after another on a GPU (each times its runs); with DRY=1 they only count
+# (--repeats 0), so they run side by side and the script takes seconds.
+pids=()
+later() { if [ "${DRY:-0}" = 1 ]; then "$@" & pids+=($!); else "$@"; fi; }
 # 1b. The roofline at batch: decode of many sequences (the 8B stack, bf16), each run predicted on
 #     the profile it measures itself (as step 1); reports hold measured / predicted per row and
 #     whether the floor holds.
-py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads decode --seq "$SEQ_SHORT" --batch "$BATCH_BIG" \
-   --repeats "$REP_REST" --report "$OUT/decode-batch-$BATCH_BIG" 2>&1 | tee "$OUT/decode-batch.log"
-py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads decode --seq "$SEQ_LONG" --batch "$BATCH_MID" \
-   --repeats "$REP_REST" --report "$OUT/decode-batch-$BATCH_MID" 2>&1 | tee -a "$OUT/decode-batch.log"
+decode_big() {
+  py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads decode --seq "$SEQ_SHORT" --batch "$BATCH_BIG" \
+     --repeats "$REP_REST" --report "$OUT/decode-batch-$BATCH_BIG" 2>&1 | tee "$OUT/decode-batch-$BATCH_BIG.log"
+}
+decode_mid() {
+  py verify "${DENSE[@]}" --device "$DEV" --dtype "$DT" --workloads decode --seq "$SEQ_LONG" --batch "$BATCH_MID" \
+     --repeats "$REP_REST" --report "$OUT/decode-batch-$BATCH_MID" 2>&1 | tee "$OUT/decode-batch-$BATCH_MID.log"
+}
 # 2. MoE (qwen3-30b-a3b, two layers): every workload.
-py verify "${MOE[@]}" --device "$DEV" --dtype "$DT" --seq "$SEQ_MOE" --tile "$TILE" --repeats "$REP_REST" \
-   --report "$OUT/moe" 2>&1 | tee "$OUT/moe.log"
+moe() {
+  py verify "${MOE[@]}" --device "$DEV" --dtype "$DT" --seq "$SEQ_MOE" --tile "$TILE" --repeats "$REP_REST" \
+     --report "$OUT/moe" 2>&1 | tee "$OUT/moe.log"
+}
 # 3. Sliding windows beside global layers, MoE (gpt-oss-20b).
-py verify "${WINDOW[@]}" --device "$DEV" --dtype "$DT" --seq "$SEQ_MOE" --tile "$TILE" --repeats "$REP_REST" \
-   --report "$OUT/window" 2>&1 | tee "$OUT/window.log"
+window() {
+  py verify "${WINDOW[@]}" --device "$DEV" --dtype "$DT" --seq "$SEQ_MOE" --tile "$TILE" --repeats "$REP_REST" \
+     --report "$OUT/window" 2>&1 | tee "$OUT/window.log"
+}
 # 4. MLA (naive prefill, absorbed decode), dense-first layers and shared experts (deepseek-v3).
-py verify "${MLA[@]}" --device "$DEV" --dtype "$DT" --seq "$SEQ_MLA" --tile "$TILE" --repeats "$REP_REST" \
-   --report "$OUT/mla" 2>&1 | tee "$OUT/mla.log"
+mla() {
+  py verify "${MLA[@]}" --device "$DEV" --dtype "$DT" --seq "$SEQ_MLA" --tile "$TILE" --repeats "$REP_REST" \
+     --report "$OUT/mla" 2>&1 | tee "$OUT/mla.log"
+}
+later decode_big
+later decode_mid
+later moe
+later window
+later mla
+for pid in "${pids[@]}"; do wait "$pid"; done   # set -e: a failed step fails the script
 echo "gpu_check: done, reports in $OUT"

@@ -54,7 +54,7 @@ def target(path: Union[str, Path, None], option: str = "--output") -> Target:
         raise CostcalcError(f"{option}: the path is empty (use - for standard output)")
     p = Path(text)
     if _is_stdout(p):
-        return Target("stdout", shown=text)
+        return Target("stdout", p, text)     # its name still picks the format (-o r.json >> r.json)
     if text.startswith(_STREAM_ROOTS):
         return _existing_stream(p, text, option)
     try:

@@ -32,8 +32,8 @@ def through_fifo(capsys, fifo, *args):
     """Run a command writing into a new FIFO while a thread reads it: (code, err, text read)."""
     os.mkfifo(fifo)
     got = {}
-    reader = threading.Thread(target=lambda: got.setdefault("text", fifo.read_text()))
-    reader.start()
+    reader = threading.Thread(target=lambda: got.setdefault("text", fifo.read_text()), daemon=True)
+    reader.start()     # a daemon: a command that fails before opening the FIFO cannot hang the run
     code, _, err = run(capsys, *args, "-o", str(fifo))
     reader.join(timeout=30)
     return code, err, got.get("text", "")
@@ -42,10 +42,9 @@ def through_fifo(capsys, fifo, *args):
 def test_a_fifo_is_written_in_place_never_replaced(tmp_path, capsys):
     fifo = tmp_path / "pipe.csv"
     code, err, text = through_fifo(capsys, fifo, "prefill", "-p", "toy", "--seq", "4", "-f", "csv")
-    got = {"text": text}
     assert code == 0, err
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)                 # still a FIFO
-    assert got["text"].splitlines()[0].startswith("preset,workload")
+    assert text.splitlines()[0].startswith("preset,workload")
     assert [p.name for p in tmp_path.iterdir()] == ["pipe.csv"]   # no temporary left beside it
 
 
@@ -61,11 +60,11 @@ def test_the_file_standard_output_goes_to_is_standard_output(tmp_path):
     import subprocess
     import sys
 
-    log = tmp_path / "log.txt"
+    log = tmp_path / "log.csv"          # its name still picks the format
     log.write_text("header\n")
     inode = os.stat(log).st_ino
     with open(log, "a") as handle:
-        done = subprocess.run([sys.executable, "-m", "costcalc", "prefill", "-p", "toy", "--seq", "4", "-f", "csv",
+        done = subprocess.run([sys.executable, "-m", "costcalc", "prefill", "-p", "toy", "--seq", "4",
                                "-o", str(log)], stdout=handle, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     text = log.read_text()
@@ -306,6 +305,8 @@ def test_provenance_names_files_in_this_repository_or_public_urls():
     (["decode", "-p", "toy", "--context", "4", "--mla", "naive"], "--mla naive does nothing"),
     (["prefill", "-p", "toy", "--seq", "4", "--device", "h100", "--group-size", "64"], "--group-size does nothing"),
     (["prefill", "-p", "mixtral-8x7b", "--seq", "4", "--routing", "worst"], "--routing does nothing"),
+    (["decode", "-p", "toy", "--context", "4", "--device", "h100", "--routing", "worst"], "has no MoE layers"),
+    (["memory", "-p", "toy", "-t", "4", "--device", "h100", "--routing", "worst"], "has no MoE layers"),
     (["prefill", "-p", "toy", "--seq", "4", "-f", "csv", "--wide"], "--wide does nothing with csv"),
     (["formula", "prefill", "--latex", "-f", "json"], "--latex does nothing with json"),
     (["memory", "-p", "llama-3.1-8b", "-b", "1", "-t", "1k", "--device", "h100", "--window-cache", "whole"],

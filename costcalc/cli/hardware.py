@@ -10,7 +10,7 @@ from ..errors import CostcalcError
 from ..vocab import Routing, WindowCache
 from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, Mla, MlaOpt,
                       OutputOpt, PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, axes,
-                      mla_form, models, traffic, warn)
+                      for_models, mla_form, models, traffic, warn)
 from .emit import emit, emit_listing, output_format, write_fields, write_text
 from .. import outputs
 
@@ -105,7 +105,8 @@ def memory(
     if not (device or device_file):
         raise CostcalcError("memory needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
     specs = models(preset, preset_file, config)
-    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None)
+    precision, machine = for_models(traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing,
+                                            None), specs)
     points = axes("decode", len(specs), batch=(batch, "--batch"), context=(context, "--context"))
     if window_cache is not None and not any(g.block.attention in ("window", "chunk") for spec in specs
                                             for g in spec.groups):

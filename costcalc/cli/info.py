@@ -14,7 +14,7 @@ from ..vocab import ARCHS
 from ..terminal import wrap
 from .options import (Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
                       PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, model, models,
-                      traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt,
+                      for_models, traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt,
                       RoutingOpt)
 from .emit import TABLE_WIDTH, emit, emit_listing, output_format, write_fields, write_text
 from ..vocab import Routing
@@ -100,7 +100,8 @@ def crossover(
     """
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
-    precision, _ = traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None)
+    precision, _ = for_models(traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None),
+                              specs)
     if precision is None and batch != 1:
         warn("--batch does nothing without --device or a dtype: FLOPs crossovers are per sequence")
     rows = [row for spec in specs for row in calc.crossover(spec, mla=mla, precision=precision, batch=batch)]

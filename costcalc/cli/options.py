@@ -223,6 +223,7 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
         warn("--group-size does nothing without --weight-dtype int8 or int4 (only integer weights carry scales)")
     if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype):
         warn("--routing does nothing without --device or a dtype option (it changes bytes, not FLOPs)")
+    routing_given = routing is not None
     group_size = 128 if group_size is None else group_size
     routing = Routing.expected if routing is None else routing
     for flag, value in (("--device", device), ("--device-file", device_file)):
@@ -253,7 +254,24 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
             warn(f"device {machine.device.name}'s only peak is {own[0]}: computing in {own[0]} (--act-dtype {own[0]})")
     precision = Precision(weight_dtype or Dtype.bf16, kv_dtype or Dtype.bf16, act_dtype or Dtype.bf16,
                           group_size, routing)
-    return precision, machine
+    return Traffic(precision, machine, routing_given)
+
+
+class Traffic(tuple):
+    """(precision, machine), and whether --routing was given: whether it does anything depends on
+    the models, which ``for_models`` checks."""
+
+    def __new__(cls, precision, machine, routing_given: bool = False):
+        made = super().__new__(cls, (precision, machine))
+        made.routing_given = routing_given
+        return made
+
+
+def for_models(traffic: tuple, specs: Sequence[ModelSpec]) -> tuple:
+    """(precision, machine) for these models; --routing on models without MoE layers warns."""
+    if getattr(traffic, "routing_given", False) and not any(g.block.ffn == "moe" for s in specs for g in s.groups):
+        warn(f"--routing does nothing: {', '.join(s.name for s in specs)} has no MoE layers")
+    return tuple(traffic)
 
 
 def _efficiency(text: Optional[str]) -> tuple[float, float]:

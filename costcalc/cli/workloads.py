@@ -11,7 +11,8 @@ from ..ranges import check_rows
 from ..vocab import WindowCache
 from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits,
                       LogitsOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, WideOpt,
-                      WindowCacheOpt, axes, conventions, int_list, mla_form, models, warn, with_traffic)
+                      WindowCacheOpt, axes, conventions, for_models, int_list, mla_form, models, warn,
+                      with_traffic)
 from .emit import concat, emit, interleave
 from .options import window_cache as cache_choice
 from .options import tile as parse_tile
@@ -51,7 +52,7 @@ def prefill(
     cache = cache_choice(window_cache, specs, kinds)
     if cached_prefix is None and cache != "whole":
         warn(f"--window-cache {cache} does nothing without --cached-prefix (a prefill caches nothing before it)")
-    precision, machine = traffic
+    precision, machine = for_models(traffic, specs)
     if lengths is not None:
         if precision is not None:
             raise CostcalcError("--lengths: bytes and time are modelled for uniform prompts; give --seq")
@@ -110,7 +111,7 @@ def chunked(
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
-    precision, machine = traffic
+    precision, machine = for_models(traffic, specs)
     count = 0
     for point in points:   # every schedule's size is checked before any is built
         count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
@@ -166,7 +167,7 @@ def decode(
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
-    precision, machine = traffic
+    precision, machine = for_models(traffic, specs)
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"), batch=(batch, "--batch"))
     emit(concat([interleave([calc.table(spec, "decode", c, tile=chosen, mla=mla, precision=precision,
                                         machine=machine, window_cache=cache, **points)
@@ -200,7 +201,7 @@ def generate(
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
-    precision, machine = traffic
+    precision, machine = for_models(traffic, specs)
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=(batch, "--batch"))
     emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, precision, machine,

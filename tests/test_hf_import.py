@@ -349,14 +349,26 @@ def test_dots1_windows_above_max_window_layers_and_moe_from_first_k_dense_replac
         hf.to_preset({**config, "max_window_layers": 2}, "x")           # the class's 4096 must be stated
     with pytest.raises(CostcalcError, match="'moe_layer_freq' is 2"):
         hf.to_preset({**config, "moe_layer_freq": 2}, "x")
+    windowed = {**config, "sliding_window": 8, "max_window_layers": 2}
+    assert kinds({**windowed, "use_sliding_window": True}) == kinds(windowed)    # unread, and it agrees
+    with pytest.raises(CostcalcError, match="use_sliding_window"):
+        hf.to_preset({**windowed, "use_sliding_window": False}, "x")          # it says no window where 5.23 windows
 
 
 def test_hunyuan_published_keys_must_say_what_transformers_builds():
     config = dict(BASE, model_type="hunyuan_v1_moe", num_hidden_layers=2, head_dim=16, num_experts=4,
                   moe_topk=[2, 1], num_shared_expert=[1, 1], use_mixed_mlp_moe=True, use_cla=False)
     assert kinds(config) == [(1, "gqa.moe_shared"), (1, "gqa.moe_shared")]   # k = 2, then 1
-    for key, value, message in (("use_cla", True, "cross-layer"), ("use_mixed_mlp_moe", False, "shared MLP"),
-                                ("num_shared_expert", [1, 2], "one shared MLP"), ("num_experts", [4, 4], "one integer"),
-                                ("moe_intermediate_size", 8, "intermediate_size wide"), ("head_dim", None, "head_dim")):
+    for change, message in (({"use_cla": True, "cla_share_factor": 2}, "shares keys and values across layers"),
+                            ({"use_mixed_mlp_moe": False}, "shared MLP"), ({"num_shared_expert": [1, 2]}, "one shared MLP"),
+                            ({"num_experts": [4, 4]}, "one integer"), ({"moe_intermediate_size": 8}, "intermediate_size wide"),
+                            ({"head_dim": None}, r"needs field 'head_dim' \(a number\)"),
+                            ({"attention_head_dim": 8}, "must equal head_dim")):
         with pytest.raises(CostcalcError, match=message):
-            hf.to_preset({**config, key: value}, "x")
+            hf.to_preset({**config, **change}, "x")
+    # the remote-code keys read alike in both Hunyuan families: sharing with factor 1 is no sharing
+    dense = dict(BASE, model_type="hunyuan_v1_dense", num_hidden_layers=2, head_dim=16)
+    for family in (config, dense):
+        assert hf.to_preset({**family, "use_cla": True, "cla_share_factor": 1, "org_vocab_size": 128}, "x")
+        with pytest.raises(CostcalcError, match="across layers"):
+            hf.to_preset({**family, "use_cla": True, "cla_share_factor": 2}, "x")

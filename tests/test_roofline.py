@@ -173,7 +173,6 @@ def test_generation_times(capsys):
     assert total["batch_tokens_per_s"] == pytest.approx(8 * 101 / total["time_s"])
 
 
-
 def test_a_one_token_generation_is_its_prefill(capsys):
     """--new 1 has no decode steps: the decode row moves nothing and takes no time; a sweep
     holding 1 gives the same rows as the one-token point alone."""
@@ -195,7 +194,6 @@ def test_a_one_token_generation_is_its_prefill(capsys):
     assert code == 0 and "tpot_s" not in out, err     # nothing to say is not said
 
 
-
 @pytest.mark.parametrize("convention", ["causal", "all"])
 def test_chunk_schedules_with_a_device_keep_every_row(convention, capsys):
     """Chunks before the last run no LM head: their rows have no lm_head bound, and no row of
@@ -215,7 +213,6 @@ def test_chunk_schedules_with_a_device_keep_every_row(convention, capsys):
     schedule = [r for r in timed if r["chunk"] == 1024 and r["convention"] == "causal" and r["phase"].startswith("chunk")]
     total = next(r for r in timed if r["phase"] == "total" and r["convention"] == "causal")
     assert total["time_s"] == pytest.approx(sum(r["time_s"] for r in schedule))
-
 
 
 @pytest.mark.parametrize("args", [["decode", "-p", "deepseek-v2-lite", "--context", "4k", "-b", "8"],

@@ -113,7 +113,7 @@ def family(used: str, ignored: str, extra_used: str = "", extra_ignored: str = "
            aliases: dict[str, str] | None = None, **why: str) -> Table:
     """A family's table. ``used``/``ignored``: the class's keys (space-separated); ``extra_*``: keys
     the class does not define but that the family accepts; ``why``: reasons not in ``SHARED``
-    (``head_dim_extra`` is the shared reason of an undeclared head_dim that the code reads)."""
+    (``HEAD_DIM_READ`` is the shared reason of an undeclared head_dim that the code reads)."""
     aliases = aliases or {}
     rows = {**_rows(used, USED, why), **_rows(ignored, IGNORED, why)}
     extra = {**_rows(extra_used, USED, why), **_rows(extra_ignored, IGNORED, why)}

@@ -50,7 +50,7 @@ class Reader:
         value = self.config[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise CostcalcError(f"{self.where}: field {key!r} must be {kind}, got {value!r}")
+            raise self.error(f"field {key!r} must be {kind}, got {value!r}")
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -64,13 +64,13 @@ class Reader:
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)
         if not isinstance(value, bool):
-            raise CostcalcError(f"{self.where}: field {key!r} must be true or false, got {value!r}")
+            raise self.error(f"field {key!r} must be true or false, got {value!r}")
         return value
 
     def indices(self, key: str, default: list[int]) -> list[int]:
         value = self.get(key, default)
         if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-            raise CostcalcError(f"{self.where}: field {key!r} must be a list of integers, got {value!r}")
+            raise self.error(f"field {key!r} must be a list of integers, got {value!r}")
         return value
 
     def same(self, key: str, expected: Any, why: str) -> None:

@@ -37,6 +37,20 @@ _SUMMARY_HEAD = {key: "sequence-summary head: not built by the causal LM" for ke
                  ("summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
                   "summary_use_proj")}
 
+# Keys Tencent's remote-code Hunyuan configs carry that transformers 5.23's classes do not define
+# (both Hunyuan families): the used ones must say what 5.23 builds (hf/families/common.hunyuan_keys).
+_HUNYUAN_REMOTE_USED = "use_cla cla_share_factor attention_head_dim"
+_HUNYUAN_REMOTE_IGNORED = "use_qk_norm use_rotary_pos_emb norm_type mlp_bias org_vocab_size pad_id"
+_HUNYUAN_REMOTE = dict(
+    use_cla="not read: cross-layer KV sharing must be off, or share with factor 1 (5.23 builds k_proj and "
+            "v_proj on every layer)",
+    cla_share_factor="not read: checked 1 when use_cla is true (no sharing is then what runs)",
+    attention_head_dim="not read: checked equal to head_dim",
+    use_qk_norm="RMSNorm of q and k per head: no matmul (its weights are vectors)",
+    use_rotary_pos_emb="RoPE switch: elementwise", norm_type="norm choice: not a matmul",
+    mlp_bias="not read: the MLP has no biases (biases are not counted)", org_vocab_size="tokenizer bookkeeping",
+    pad_id="token id")
+
 TABLES = {
     # the families costcalc imported before transformers 5
     "llama": family(
@@ -392,17 +406,9 @@ TABLES = {
         attention_bias="q/k/v biases: not counted"),
     "hunyuan_v1_dense": family(
         used=DENSE + " head_dim", ignored=BASE + " attention_bias eod_token_id pretraining_tp",
-        extra_used="use_cla cla_share_factor attention_head_dim",
-        extra_ignored="use_qk_norm use_rotary_pos_emb norm_type mlp_bias org_vocab_size pad_id sep_token_id",
+        extra_used=_HUNYUAN_REMOTE_USED, extra_ignored=_HUNYUAN_REMOTE_IGNORED + " sep_token_id",
         head_dim="d_h (must be a number: 5.23 reads it as is, null cannot build)",
-        eod_token_id="token id",
-        use_cla="not read: cross-layer KV sharing must be off (5.23 builds k_proj and v_proj on every layer)",
-        cla_share_factor="not read: checked 1 when use_cla is true (no sharing is then what runs)",
-        attention_head_dim="not read: checked equal to head_dim",
-        use_qk_norm="RMSNorm of q and k per head: no matmul (its weights are vectors)",
-        use_rotary_pos_emb="RoPE switch: elementwise", norm_type="norm choice: not a matmul",
-        mlp_bias="not read: the MLP has no biases (biases are not counted)", org_vocab_size="tokenizer bookkeeping",
-        pad_id="token id", sep_token_id="token id"),
+        eod_token_id="token id", sep_token_id="token id", **_HUNYUAN_REMOTE),
     "arcee": family(
         used=DENSE + " head_dim", ignored=BASE + " attention_bias mlp_bias",
         head_dim="d_h (null: hidden_size // heads; hidden_size must be a multiple of the heads)",
@@ -428,22 +434,21 @@ TABLES = {
         sliding_window="W of the windowed layers (null: none; the class default 4096 must be stated where it windows)",
         moe_layer_freq="checked: must be 1 (5.23 never reads it: every layer from first_k_dense_replace on is MoE)",
         scoring_func="routing score: elementwise (5.23 always uses sigmoid)",
-        use_sliding_window="not read by 5.23: sliding_window and max_window_layers (or layer_types) decide"),
+        use_sliding_window="not read by 5.23 (sliding_window and max_window_layers, or layer_types, decide): "
+                           "checked to say whether a layer is windowed"),
     "hunyuan_v1_moe": family(
         used=DENSE + " head_dim moe_topk num_experts",
         ignored=BASE + " attention_bias eod_token_id pretraining_tp sep_token_id output_router_logits",
-        extra_used="attention_head_dim moe_intermediate_size num_shared_expert use_cla use_mixed_mlp_moe",
-        extra_ignored="use_qk_norm", aliases={"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
+        extra_used=_HUNYUAN_REMOTE_USED + " moe_intermediate_size num_shared_expert use_mixed_mlp_moe",
+        extra_ignored=_HUNYUAN_REMOTE_IGNORED,
+        aliases={"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
         head_dim="d_h (must be a number: 5.23 reads it as is, null cannot build)",
         intermediate_size="m_e of every expert and m_s of the one shared MLP (every layer MoE)",
         num_experts="E (an integer: 5.23's experts cannot be built from a per-layer list)",
         moe_topk="k, an integer or one per layer", eod_token_id="token id", sep_token_id="token id",
-        attention_head_dim="not a field: checked equal to head_dim",
         moe_intermediate_size="not read by 5.23 (experts are intermediate_size wide): checked equal to it",
         num_shared_expert="not read by 5.23 (one shared MLP of intermediate_size): checked to be 1",
-        use_cla="not read by 5.23 (no cross-layer attention sharing): checked false",
-        use_mixed_mlp_moe="not read by 5.23 (the shared MLP is always built): checked true",
-        use_qk_norm="not read: QK norms (always built) are not matmuls"),
+        use_mixed_mlp_moe="not read by 5.23 (the shared MLP is always built): checked true", **_HUNYUAN_REMOTE),
     # multimodal wrappers: the text decoder is what costs
     "gemma3": wrapper("gemma3_text", tied=True, ignored="initializer_range mm_tokens_per_image",
                       mm_tokens_per_image="image tokens per image: a prompt length, not a size"),

@@ -66,3 +66,24 @@ def head_dim_number(r: Reader) -> None:
     """A head_dim key written null: 5.23 reads it as is, and its attention cannot be built."""
     if "head_dim" in r.config and r.config["head_dim"] is None:
         raise r.error("field 'head_dim' must be a number (5.23 reads it as is: null cannot build)")
+
+
+def stated_window(r: Reader, windowed: bool = True) -> None:
+    """Where a layer is windowed the config must state ``sliding_window`` (null for none): the
+    classes' default of 4096 is not assumed."""
+    if windowed and "sliding_window" not in r.config:
+        raise r.error("needs field 'sliding_window' (null for no window; the class default is 4096)")
+
+
+def inner_width(r: Reader, width: str = "n_embd") -> int:
+    """GPT-2-style MLP width: ``n_inner``, or 4 x the hidden width where it is null or absent."""
+    return r.need("n_inner") if r.has("n_inner") else 4 * r.need(width)
+
+
+def hunyuan_keys(r: Reader, head_dim: int) -> None:
+    """Tencent's remote-code keys both Hunyuan families carry, held to what 5.23 builds: no
+    cross-layer K/V sharing (use_cla with a share factor above 1), attention_head_dim = head_dim."""
+    if r.flag("use_cla", False) and r.count("cla_share_factor", 1) != 1:
+        raise r.error("use_cla shares keys and values across layers, which transformers 5.23 does not run "
+                      "(it builds k_proj and v_proj on every layer): set use_cla false")
+    r.same("attention_head_dim", head_dim, "it must equal head_dim (transformers 5.23 reads head_dim)")

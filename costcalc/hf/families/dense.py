@@ -7,24 +7,19 @@ from __future__ import annotations
 
 from ..reader import Layer, Reader, dense_layers
 from ..tables import SUBTABLES
-from .common import Mapper, dense, divisible, no_windows
+from .common import Mapper, dense, divisible, hunyuan_keys, inner_width, no_windows
 
 
 def _gptj(r: Reader) -> list[Layer]:
     """Multi-head attention (q, k, v, out_proj, each d x d; d_h = n_embd // n_head) and a
     non-gated MLP of n_inner (null: 4 * n_embd) in a parallel block; the LM head's bias is not counted."""
-    d, h = r.need("n_embd"), r.need("n_head")
-    if d % h:
-        raise r.error(f"n_embd ({d}) must be divisible by n_head ({h}) (transformers refuses it)")
-    m = r.need("n_inner") if r.has("n_inner") else 4 * d
-    return [{"arch": "gqa.mlp", **r.heads("mha"), "m": m} for _ in range(r.layer_count())]
+    divisible(r, "n_embd", "n_head")
+    return [{"arch": "gqa.mlp", **r.heads("mha"), "m": inner_width(r)} for _ in range(r.layer_count())]
 
 
 def _stablelm(r: Reader) -> list[Layer]:
     """d_h = hidden_size // heads, which transformers requires to divide exactly; SwiGLU."""
-    d, h = r.need("hidden_size"), r.need("num_attention_heads")
-    if d % h:
-        raise r.error(f"hidden_size ({d}) must be divisible by num_attention_heads ({h}) (transformers refuses it)")
+    divisible(r, "hidden_size", "num_attention_heads")
     return dense_layers(r, r.heads("derive", kv="stated"), no_windows(r))
 
 
@@ -55,8 +50,7 @@ def _gpt_bigcode(r: Reader) -> list[Layer]:
         heads["h_kv"] = 1
     r.same("num_key_value_heads", heads["h_kv"], f"multi_query is {str(r.flag('multi_query', True)).lower()} "
                                                   f"(transformers runs {heads['h_kv']} key/value heads)")
-    m = r.need("n_inner") if r.has("n_inner") else 4 * r.need("n_embd")
-    return [{"arch": "gqa.mlp", **heads, "m": m} for _ in range(r.layer_count())]
+    return [{"arch": "gqa.mlp", **heads, "m": inner_width(r)} for _ in range(r.layer_count())]
 
 
 def _opt(r: Reader) -> list[Layer]:
@@ -103,21 +97,16 @@ def _mpt(r: Reader) -> list[Layer]:
 
 def _hunyuan_v1_dense(r: Reader) -> list[Layer]:
     """Llama's layers with per-head QK norms; head_dim must be a number (the class default null
-    cannot build). Cross-layer attention (use_cla) is not run by 5.23: it must be off."""
-    if r.flag("use_cla", False) and r.count("cla_share_factor", 1) != 1:
-        raise r.error("use_cla shares keys and values across layers, which transformers 5.23 does not run "
-                      "(it builds k_proj and v_proj on every layer): set use_cla false")
+    cannot build); the remote-code keys held to what 5.23 runs (``hunyuan_keys``)."""
     heads = r.heads("require")
-    r.same("attention_head_dim", heads["d_h"], "it must equal head_dim (transformers 5.23 reads head_dim)")
+    hunyuan_keys(r, heads["d_h"])
     return dense_layers(r, heads, no_windows(r))
 
 
 def _arcee(r: Reader) -> list[Layer]:
     """Llama's attention with a non-gated ReLU^2 MLP (up_proj, down_proj); transformers refuses a
     hidden_size that is not a multiple of the heads."""
-    d, h = r.need("hidden_size"), r.need("num_attention_heads")
-    if d % h:
-        raise r.error(f"hidden_size ({d}) must be divisible by num_attention_heads ({h}) (transformers refuses it)")
+    divisible(r, "hidden_size", "num_attention_heads")
     return dense_layers(r, r.heads("derive"), no_windows(r), ffn="mlp")
 
 MAPPERS: dict[str, Mapper] = {

@@ -6,7 +6,7 @@ layer; DeepSeek's MoE layers are those from ``first_k_dense_replace`` on (``moe_
 from __future__ import annotations
 
 from ..reader import CHUNKED, Layer, Reader, moe_layers
-from .common import Mapper, all_moe, dense, every_layer, qwen_windows
+from .common import Mapper, all_moe, dense, every_layer, hunyuan_keys, qwen_windows, stated_window
 
 
 def _mixtral(r: Reader) -> list[Layer]:
@@ -132,9 +132,10 @@ def _dots1(r: Reader) -> list[Layer]:
     first_window = r.count("max_window_layers", 62)
     window_set = "sliding_window" not in r.config or r.has("sliding_window")
     derived = [window_set and i >= first_window for i in range(n)]
-    if any(derived) and "sliding_window" not in r.config:
-        raise r.error("needs field 'sliding_window' (null for no window; the class default is 4096)")
+    stated_window(r, any(derived))
     local = r.windowed(derived, tuple(k for k in ("sliding_window", "max_window_layers") if k in r.config))
+    r.same("use_sliding_window", any(local), "transformers 5.23 does not read it: it must say whether the layers "
+                                             "it builds (from sliding_window, max_window_layers, layer_types) are windowed")
     first = r.count("first_k_dense_replace", 0)
     m_e = r.need("moe_intermediate_size")
     expert = {"E": r.need("n_routed_experts"), "k": r.need("num_experts_per_tok"), "m_e": m_e}
@@ -143,14 +144,13 @@ def _dots1(r: Reader) -> list[Layer]:
 
 
 def _hunyuan_v1_moe(r: Reader) -> list[Layer]:
-    """Every layer MoE: num_experts experts and one ungated shared MLP, all intermediate_size wide;
-    k = moe_topk (one per layer where a list). Keys of the published file that 5.23 does not read
-    must say what 5.23 builds."""
+    """Every layer MoE: num_experts experts and one shared SwiGLU MLP with no output gate (unlike
+    qwen2_moe's), all intermediate_size wide; k = moe_topk (one per layer where a list). Keys of the
+    published file that 5.23 does not read must say what 5.23 builds (``hunyuan_keys`` too)."""
     heads = r.heads("require", kv="derive")
     n = r.layer_count()
     m = r.need("intermediate_size")
-    r.same("attention_head_dim", heads["d_h"], "it must equal head_dim")
-    r.same("use_cla", False, "transformers 5.23 has no cross-layer attention sharing")
+    hunyuan_keys(r, heads["d_h"])
     r.same("use_mixed_mlp_moe", True, "transformers 5.23 always runs the shared MLP")
     for key, value, why in (("moe_intermediate_size", m, "transformers 5.23's experts are intermediate_size wide"),
                             ("num_shared_expert", 1, "transformers 5.23 builds one shared MLP")):
@@ -167,11 +167,8 @@ def _hunyuan_v1_moe(r: Reader) -> list[Layer]:
         ks = topk
     else:
         ks = [r.need("moe_topk")] * n
-    out = []
-    for k in ks:
-        layer = moe_layers(r, heads, [False], [True], {"E": experts, "k": k, "m_e": m}, {"E_s": 1, "m_s": m})
-        out.extend(layer)
-    return out
+    return [layer for k in ks       # a layer's k is one of its sizes: one layer at a time
+            for layer in moe_layers(r, heads, [False], [True], {"E": experts, "k": k, "m_e": m}, {"E_s": 1, "m_s": m})]
 
 MAPPERS: dict[str, Mapper] = {
     "mixtral": _mixtral,

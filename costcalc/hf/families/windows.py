@@ -5,12 +5,12 @@ from __future__ import annotations
 from functools import partial
 
 from ..reader import Layer, Reader, dense_layers
-from .common import Mapper, causal_only, dense, divisible, every_layer, head_dim_number, qwen_windows
+from .common import (Mapper, causal_only, dense, divisible, every_layer, head_dim_number, qwen_windows,
+                     stated_window)
 
 
 def _mistral(r: Reader) -> list[Layer]:
-    if "sliding_window" not in r.config:
-        raise r.error("needs field 'sliding_window' (null for no window; the class default is 4096)")
+    stated_window(r)
     return dense_layers(r, r.heads("derive", kv="stated"), every_layer(r))
 
 
@@ -71,8 +71,7 @@ def _smollm3_windows(r: Reader) -> list[bool]:
 def _ministral(r: Reader) -> list[Layer]:
     """layer_types decides (absent: every layer windowed when sliding_window is set, as the class
     derives it); head_dim must be a number (5.23 reads it as is: null cannot build)."""
-    if "sliding_window" not in r.config:
-        raise r.error("needs field 'sliding_window' (null for no window; the class default is 4096)")
+    stated_window(r)
     n = r.layer_count()
     return dense_layers(r, r.heads("require", kv="stated"), r.windowed([r.has("sliding_window")] * n, ()))
 
@@ -90,8 +89,7 @@ def _cohere2(r: Reader) -> list[Layer]:
     n = r.layer_count()
     local = r.windowed([(i + 1) % every != 0 for i in range(n)],
                        ("sliding_window_pattern",) if r.has("sliding_window_pattern") else ())
-    if any(local) and "sliding_window" not in r.config:
-        raise r.error("needs field 'sliding_window' (the class default is 4096)")
+    stated_window(r, any(local))
     return dense_layers(r, r.heads("derive"), local)
 
 
@@ -99,13 +97,10 @@ def _vaultgemma(r: Reader) -> list[Layer]:
     """Gemma 2's layers without its extra norms: windows per layer_types (absent: the even layers);
     head_dim and num_key_value_heads must be stated (fixed class defaults); transformers refuses a
     hidden_size that is not a multiple of the heads."""
-    d, h = r.need("hidden_size"), r.need("num_attention_heads")
-    if d % h:
-        raise r.error(f"hidden_size ({d}) must be divisible by num_attention_heads ({h}) (transformers refuses it)")
+    divisible(r, "hidden_size", "num_attention_heads")
     n = r.layer_count()
     local = r.windowed([i % 2 == 0 for i in range(n)], ())
-    if any(local) and "sliding_window" not in r.config:
-        raise r.error("needs field 'sliding_window' (the class default is 4096)")
+    stated_window(r, any(local))
     return dense_layers(r, r.heads("require", kv="stated"), local)
 
 MAPPERS: dict[str, Mapper] = {

@@ -7,14 +7,9 @@ import sys
 import pandas as pd
 import pytest
 
+from cli_run import run
 from costcalc import calc, presets
 from costcalc.cli import main
-
-
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_prefill_table_states_conventions(capsys):

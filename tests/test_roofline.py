@@ -4,19 +4,13 @@ from fractions import Fraction
 
 import pytest
 
+from cli_run import run
 from costcalc import calc, devices, memory, presets
-from costcalc.cli import main
 from costcalc.roofline import Machine, Precision, experts_touched
 from costcalc.vocab import Routing
 
 H100 = Machine(devices.load("h100"))
 BF16 = Precision()
-
-
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def decode_row(spec, context, batch=1, precision=BF16, machine=None):

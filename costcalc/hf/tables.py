@@ -32,7 +32,10 @@ _SCALARS = dict(attention_multiplier="softmax scale", embedding_multiplier="scal
                 logits_scaling="divides the logits: elementwise", residual_multiplier="scales residual branches")
 _EVERY_LAYER = "W on every layer (null: no window; M: one sliding mask for the model)"
 
-# GPT-2-era configs carry the sequence-summary head's settings (GPT-J, GPT-BigCode)
+# GPT-2-era configs (GPT-J, GPT-BigCode): their names for the sizes, and the sequence-summary head's settings
+_GPT2_NAMES = dict(aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
+                            "max_position_embeddings": "n_positions"},
+                   n_embd="d (written for hidden_size)", n_layer="L (written for num_hidden_layers)")
 _SUMMARY_HEAD = {key: "sequence-summary head: not built by the causal LM" for key in
                  ("summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
                   "summary_use_proj")}
@@ -254,11 +257,8 @@ TABLES = {
         used="n_embd n_head n_inner n_layer tie_word_embeddings vocab_size",
         ignored="activation_function attn_pdrop bos_token_id embd_pdrop eos_token_id initializer_range "
                 "layer_norm_epsilon n_positions pad_token_id resid_pdrop rotary_dim use_cache",
-        extra_ignored="gradient_checkpointing rotary scale_attn_weights summary_activation summary_first_dropout "
-                      "summary_proj_to_labels summary_type summary_use_proj tokenizer_class",
-        aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
-                 "max_position_embeddings": "n_positions"},
-        n_embd="d (written for hidden_size)", n_layer="L (written for num_hidden_layers)",
+        extra_ignored="gradient_checkpointing rotary scale_attn_weights tokenizer_class " + " ".join(_SUMMARY_HEAD),
+        **_GPT2_NAMES,
         n_head="h_q = h_kv (multi-head: q, k, v, out_proj d x d), d_h = n_embd // n_head",
         n_inner="m of the non-gated MLP (fc_in, fc_out; null: 4 * n_embd)",
         n_positions="position range: no matmul shape", activation_function="activation: elementwise",
@@ -307,11 +307,8 @@ TABLES = {
         ignored="activation_function attention_softmax_in_fp32 attn_pdrop bos_token_id embd_pdrop eos_token_id "
                 "initializer_range layer_norm_epsilon n_positions pad_token_id resid_pdrop "
                 "scale_attention_softmax_in_fp32 scale_attn_weights use_cache",
-        extra_ignored="runner_max_sequence_length summary_activation summary_first_dropout summary_proj_to_labels "
-                      "summary_type summary_use_proj",
-        aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
-                 "max_position_embeddings": "n_positions"},
-        n_embd="d (written for hidden_size)", n_layer="L (written for num_hidden_layers)",
+        extra_ignored="runner_max_sequence_length " + " ".join(_SUMMARY_HEAD),
+        **_GPT2_NAMES,
         n_head="h_q (fused c_attn d x (d + 2 h_kv d_h)), d_h = n_embd // n_head",
         multi_query="h_kv = 1 (true: multi-query) or h_q (false)",
         num_key_value_heads="written by __post_init__ from multi_query: checked equal to what multi_query says",

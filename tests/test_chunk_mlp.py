@@ -6,6 +6,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from brute import UNIT, keys, pairs, tiled
 from costcalc import calc, codegen
 from costcalc import symbols as s
 from costcalc.core import workloads as w
@@ -13,37 +14,16 @@ from costcalc.core.breakdown import add_up
 from costcalc.core.linear import block_params, linear_terms
 from costcalc.spec import from_dict
 
-UNIT = {s.L: 1, s.d_q: 1, s.d_h: 1, s.B: 1}   # per pair of one head and layer: 4 FLOPs
-
-
-def keys(pos, size):
-    """Keys the query at 1-based position ``pos`` reads: its own chunk of ``size`` up to itself."""
-    return pos - size * ((pos - 1) // size)
-
-
-def pairs(past, new, size, full=False):
-    return sum(past + new if full else keys(pos, size) for pos in range(past + 1, past + new + 1))
-
-
-def tiled(past, new, size, bq, bk):
-    total = 0
-    for t0 in range(0, new, bq):
-        rows = range(past + t0 + 1, past + min(t0 + bq, new) + 1)
-        tiles = {(key - 1) // bk for p in rows for key in range(p - keys(p, size) + 1, p + 1)}
-        total += len(rows) * sum(min((t + 1) * bk, past + new) - t * bk for t in tiles)
-    return total
-
-
 @settings(max_examples=40, deadline=None)
 @given(past=st.integers(0, 60), new=st.integers(1, 60), size=st.integers(1, 30),
        bq=st.integers(1, 9), bk=st.integers(1, 9))
 def test_chunk_attention_equals_a_loop_under_every_convention(past, new, size, bq, bk):
     point = {**UNIT, s.T: past, s.C: new, s.W_c: size, s.b_q: bq, s.b_k: bk}
     got = {c: w.cached_prefill("chunk.dense", c).terms["attention"] for c in ("causal", "full", "tiled")}
-    assert got["causal"].xreplace(point) == 4 * pairs(past, new, size)
-    assert got["full"].xreplace(point) == 4 * pairs(past, new, size, full=True)
-    assert add_up(got["tiled"].xreplace(point)) == 4 * tiled(past, new, size, bq, bk)
-    for conv, expect in (("causal", keys(past + 1, size)), ("full", past + 1), ("tiled", tiled(past, 1, size, bq, bk))):
+    assert got["causal"].xreplace(point) == 4 * pairs(past, new, chunk=size)
+    assert got["full"].xreplace(point) == 4 * pairs(past, new, full=True)
+    assert add_up(got["tiled"].xreplace(point)) == 4 * tiled(past, new, bq, bk, chunk=size)
+    for conv, expect in (("causal", keys(past + 1, chunk=size)), ("full", past + 1), ("tiled", tiled(past, 1, bq, bk, chunk=size))):
         step = w.decode_step("chunk.dense", conv).terms["attention"].xreplace({**point, s.T: past})
         assert add_up(step) == 4 * expect, conv
 
@@ -53,8 +33,8 @@ def test_chunk_attention_equals_a_loop_under_every_convention(past, new, size, b
        bk=st.integers(1, 5))
 def test_chunked_decode_phase_is_its_steps(prompt, new, size, bq, bk):
     point = {**UNIT, s.S: prompt, s.N: new, s.W_c: size, s.b_q: bq, s.b_k: bk}
-    for conv, one in (("causal", lambda t: keys(t + 1, size)), ("full", lambda t: t + 1),
-                      ("tiled", lambda t: tiled(t, 1, size, bq, bk))):
+    for conv, one in (("causal", lambda t: keys(t + 1, chunk=size)), ("full", lambda t: t + 1),
+                      ("tiled", lambda t: tiled(t, 1, bq, bk, chunk=size))):
         phase = w.decode_phase("chunk.moe", conv).terms["attention"]
         assert add_up(phase.xreplace(point)) == 4 * sum(one(prompt + j - 1) for j in range(1, new)), conv
 
@@ -78,7 +58,7 @@ def test_the_generated_code_prints_the_chunk_formulas_exactly():
         row = calc.prefill(spec, seq, 2, "causal", logits="all")
         values = {s.BY_NAME[k]: sp.Integer(v) for k, v in spec.groups[0].numbers().items()} | {s.B: 2, s.S: seq}
         assert row["attention_flops"] == bd.terms["attention"].xreplace(values)
-        assert row["attention_flops"] == 2 * 3 * 4 * 64 * pairs(0, seq, 37)   # B L 4 d_q
+        assert row["attention_flops"] == 2 * 3 * 4 * 64 * pairs(0, seq, chunk=37)   # B L 4 d_q
     assert "//" in codegen.source("prefill", spec.groups[0].block, "causal", "last")
     # a sweep over arrays gives the same exact integers
     seqs = np.arange(30, 330)
@@ -133,7 +113,7 @@ def test_a_chunked_layer_caches_one_chunk_and_a_decode_step_loads_its_chunk():
     from costcalc.core.traffic import build
 
     read = build("decode", "chunk.dense")["attention.kv_read"]
-    assert read.xreplace(point) == 2 * keys(10_001, 8192)
+    assert read.xreplace(point) == 2 * keys(10_001, chunk=8192)
 
 
 def test_compare_answers_row_by_row_for_layer_kinds_older_recipes_do_not_model(capsys):

@@ -6,6 +6,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from brute import UNIT, pairs, tiled
 from costcalc import calc, presets
 from costcalc import symbols as s
 from costcalc.core import workloads as w
@@ -104,25 +105,8 @@ def test_deepseek_decode_is_absorbed_by_default_and_labelled():
     assert [r["mla"] for r in calc.generate(spec, 1000, 10, mla="naive")] == ["naive"] * 3
 
 
-# --- brute force ------------------------------------------------------------------------------
+# --- against brute force (tests/brute.py) --------------------------------------------------
 
-def brute_pairs(past, new, window=None, full=False):
-    total = 0
-    for pos in range(past + 1, past + new + 1):
-        total += past + new if full else (min(pos, window) if window else pos)
-    return total
-
-
-def tiled_brute(past, new, window, bq, bk):
-    total = 0
-    for t0 in range(0, new, bq):
-        rows = range(past + t0 + 1, past + min(t0 + bq, new) + 1)
-        tiles = {(key - 1) // bk for p in rows for key in range(max(1, p - window + 1) if window else 1, p + 1)}
-        total += len(rows) * sum(min((t + 1) * bk, past + new) - t * bk for t in tiles)
-    return total
-
-
-UNIT = {s.L: 1, s.d_q: 1, s.d_h: 1, s.B: 1}   # per pair of one head and layer: 4 FLOPs
 
 
 @settings(max_examples=25, deadline=None)
@@ -131,9 +115,9 @@ UNIT = {s.L: 1, s.d_q: 1, s.d_h: 1, s.B: 1}   # per pair of one head and layer: 
 def test_window_attention_equals_a_loop(past, new, window, bq, bk):
     point = {**UNIT, s.T: past, s.C: new, s.W: window, s.b_q: bq, s.b_k: bk}
     chunk = {c: w.cached_prefill("window.dense", c).terms["attention"] for c in ("causal", "full", "tiled")}
-    assert chunk["causal"].xreplace(point) == 4 * brute_pairs(past, new, window)
-    assert chunk["full"].xreplace(point) == 4 * brute_pairs(past, new, full=True)
-    assert add_up(chunk["tiled"].xreplace(point)) == 4 * tiled_brute(past, new, window, bq, bk)
+    assert chunk["causal"].xreplace(point) == 4 * pairs(past, new, window)
+    assert chunk["full"].xreplace(point) == 4 * pairs(past, new, full=True)
+    assert add_up(chunk["tiled"].xreplace(point)) == 4 * tiled(past, new, bq, bk, window)
     step = w.decode_step("window.dense").terms["attention"].xreplace({**point, s.T: past})
     assert step == 4 * min(past + 1, window)
 
@@ -167,7 +151,7 @@ def test_hybrid_model_is_the_sum_of_its_groups():
         assert row["attention_flops"] == sum(p["attention_flops"] for p in parts)
         assert row["linear_flops"] == sum(p["linear_flops"] for p in parts)
         assert row["lm_head_flops"] == parts[0]["lm_head_flops"]      # one LM head
-        local = 12 * 4 * 4096 * 2 * brute_pairs(0, seq, 128)          # 12 layers, d_q = 4096, batch 2
+        local = 12 * 4 * 4096 * 2 * pairs(0, seq, 128)          # 12 layers, d_q = 4096, batch 2
         assert parts[0]["attention_flops"] == local
 
 

@@ -36,10 +36,8 @@ SERVING = Options(window_cache="rolling")   # what a serving cache keeps: window
 
 
 def weight_bytes(spec: ModelSpec, precision: Precision) -> int:
-    counted = parameters(spec)
-    matrices = counted["block_params"] + counted["embedding_params"] + \
-        (0 if spec.tied_embeddings else counted["lm_head_params"])
-    return round(matrices * precision.bits("weight") / 8)
+    """Every matrix resident (all experts, the embedding, an untied LM head): ``total_params``."""
+    return round(parameters(spec)["total_params"] * precision.bits("weight") / 8)
 
 
 def cache_per_token(spec: ModelSpec, precision: Precision, options: Options = SERVING) -> list[tuple[int, Fraction]]:

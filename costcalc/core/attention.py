@@ -29,15 +29,17 @@ def head_dims(block: Block) -> tuple[sp.Expr, sp.Expr]:
     return s.r_kv + s.d_rope, s.r_kv
 
 
+def query_heads(block: Block) -> sp.Expr:
+    """Query heads per layer: ``h_q`` for MLA; ``d_q / d_h`` otherwise (h_q heads of width d_h
+    make up the query width d_q, the size GQA's formulas are written in)."""
+    return s.h_q if block.attention == "mla" else s.d_q / s.d_h
+
+
 def per_query_flops(keys: sp.Expr, block: "Block | str") -> sp.Expr:
     """QK^T and AV of one query over ``keys`` keys, all query heads of all layers."""
     block = coerce(block)
     qk, av = head_dims(block)
-    one_head = matmul(1, qk, keys) + matmul(1, keys, av)
-    if block.attention == "mla":
-        return sp.expand(s.L * s.h_q * one_head)
-    # h_q heads of width d_h make up the query width d_q = h_q*d_h.
-    return sp.expand((s.L * s.h_q * one_head).subs(s.h_q, s.d_q / s.d_h))
+    return sp.expand(s.L * query_heads(block) * (matmul(1, qk, keys) + matmul(1, keys, av)))
 
 
 def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, new: sp.Expr) -> sp.Expr:

@@ -124,6 +124,15 @@ def linear_terms(arch: "str | Block", n: sp.Expr) -> dict[str, sp.Expr]:
     return terms
 
 
+def lm_head_rows(logits: str, new: sp.Expr) -> sp.Expr:
+    """LM-head rows per sequence of a forward of ``new`` tokens: one (``last``), ``new``
+    (``all``), or none (``none``: a chunk before the prompt's last)."""
+    rows = {"last": sp.Integer(1), "all": new, "none": sp.Integer(0)}
+    if logits not in rows:
+        raise ValueError(f"logits must be one of {', '.join(rows)}, got {logits!r}")
+    return rows[logits]
+
+
 def lm_head_flops(rows: sp.Expr) -> sp.Expr:
     """LM head FLOPs for the given number of logit rows (tied or not, the same)."""
     return matmul(rows, LM_HEAD.fan_in, LM_HEAD.fan_out)

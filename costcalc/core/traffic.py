@@ -24,11 +24,8 @@ import sympy as sp
 from .. import symbols as s
 from ..blocks import Block, coerce
 from ..vocab import Convention
-from .attention import head_dims, keys_loaded
-from .linear import LM_HEAD, block as projections
-
-_ROWS = {"last": lambda new: 1, "all": lambda new: new, "none": lambda new: 0}
-
+from .attention import expand, head_dims, keys_loaded, query_heads
+from .linear import LM_HEAD, block as projections, lm_head_rows
 
 def kv_width(block: Block) -> sp.Expr:
     """Elements a KV cache holds per token and layer (and attention reads per key)."""
@@ -46,22 +43,21 @@ def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, ne
     out: dict[str, sp.Expr] = {}
     for p in projections(block):
         rows = batch * (new + past if p.over_cache else new) * p.uses    # MLA expanded: kv_b_proj over the cache too
-        weight = p.fan_in * p.fan_out * (p.instances if p.instances != s.E else 1)   # one routed expert
-        if not p.weight:   # MLA absorbed: the slices of kv_b_proj it multiplies, once per head
-            weight = p.fan_in * p.fan_out * p.uses
+        # one routed expert (roofline multiplies by the experts touched); MLA absorbed: the slices of
+        # kv_b_proj it multiplies, once per head
+        weight = p.fan_in * p.fan_out * (p.uses if not p.weight else 1 if p.instances == s.E else p.instances)
         out[f"{p.name}.weight"] = s.L * weight
         out[f"{p.name}.activation"] = s.L * rows * (p.fan_in + p.fan_out)
     qk, av = head_dims(block)
-    heads = s.h_q if block.attention == "mla" else s.d_q / s.d_h
-    out["attention.activation"] = sp.expand(s.L * batch * new * heads * (qk + av))
+    out["attention.activation"] = sp.expand(s.L * batch * new * query_heads(block) * (qk + av))
     keys = keys_loaded(convention, block, past, new)
     read = s.L * batch * kv_width(block)
     out["attention.kv_read"] = sp.Sum(read * keys.function, keys.limits) if isinstance(keys, sp.Sum) else read * keys
     out["attention.kv_write"] = s.L * batch * new * kv_width(block)
     if logits != "none":          # a chunk that is not the prompt's last runs no LM head
         out[f"{LM_HEAD.name}.weight"] = LM_HEAD.fan_in * LM_HEAD.fan_out
-        out[f"{LM_HEAD.name}.activation"] = batch * _ROWS[logits](new) * (LM_HEAD.fan_in + LM_HEAD.fan_out)
-    return {k: v if v.has(sp.Sum, sp.Min, sp.Max) else sp.expand(v) for k, v in out.items()}
+        out[f"{LM_HEAD.name}.activation"] = batch * lm_head_rows(logits, new) * (LM_HEAD.fan_in + LM_HEAD.fan_out)
+    return {k: expand(v) for k, v in out.items()}
 
 
 def build(workload: str, arch: "str | Block", convention: str = "causal", logits: str = "last") -> dict[str, sp.Expr]:

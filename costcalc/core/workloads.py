@@ -27,25 +27,22 @@ import sympy as sp
 
 from .. import symbols as s
 from ..blocks import Block, coerce
-from ..vocab import Convention, Logits
+from ..vocab import Convention
 from .attention import attention_flops, per_query_flops, steps_sum
 from .breakdown import Breakdown
-from .linear import LM_HEAD, lm_head_flops, operators, term_of
+from .linear import LM_HEAD, lm_head_flops, lm_head_rows, operators, term_of
 
 TRAIN_FACTOR = 3  # forward + backward ~ 3 x forward (weight and input gradients)
-# LM-head rows per sequence by logits mode: vocab.Logits, and "none" (a chunk before the last)
-_ROWS = {Logits.last.value: lambda new: 1, Logits.all.value: lambda new: new, "none": lambda new: 0}
 
 
 def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, new: sp.Expr,
             batch: sp.Expr = s.B) -> Breakdown:
     """``batch`` sequences, each running ``new`` tokens after ``past`` cached ones."""
     block, convention = coerce(arch), Convention.parse(convention, "convention")
-    if logits not in _ROWS:
-        raise ValueError(f"logits must be one of {', '.join(_ROWS)}, got {logits!r}")
+    rows = lm_head_rows(logits, new)
     ops = {name: batch * e for name, e in operators(block, new, past).items()}
     ops["attention"] = batch * attention_flops(convention, past, new, block)
-    ops[LM_HEAD.name] = lm_head_flops(batch * _ROWS[logits](new))
+    ops[LM_HEAD.name] = lm_head_flops(batch * rows)
     return Breakdown(ops, term_of(block)).map(lambda e: e)
 
 

@@ -25,12 +25,13 @@ if TYPE_CHECKING:   # bytes and time load only when asked for (a FLOPs answer st
 from .composites import chunk_schedule, chunked, chunked_table, generate, generate_table, varlen_prefill
 from .render import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
+from .vocab import DEFAULT_TILE
 
 Row = dict[str, Any]
 
 __all__ = ["prefill", "cached_prefill", "varlen_prefill", "chunk_schedule", "chunked", "chunked_table", "decode",
            "generate", "generate_table", "train", "table", "rows", "mla_form", "parameters", "executed_linear_params",
-           "rule_6p", "crossover", "tiled_fraction", "operators", "operator_terms", "WORKLOADS", "Options", "SMALL"]
+           "rule_6p", "crossover", "attention_fraction", "operators", "operator_terms", "WORKLOADS", "Options", "SMALL"]
 
 
 def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
@@ -84,11 +85,12 @@ def crossover(spec: ModelSpec, conventions=("causal", "full"), mla: str = "auto"
     return solved.crossover(spec, conventions, mla, precision, batch)
 
 
-def tiled_fraction(seq: int, tile: tuple[int, int]):
-    """Tiled / full attention of one uncached prefill of ``seq`` (``costcalc.crossover``)."""
+def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAULT_TILE):
+    """Attention under a convention over the full rectangle, one uncached prefill of ``seq``
+    (``costcalc.crossover``)."""
     from . import crossover as solved
 
-    return solved.tiled_fraction(seq, tile)
+    return solved.attention_fraction(seq, convention, tile)
 
 
 def mla_form(workload: str, mla: str) -> str:

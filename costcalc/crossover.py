@@ -22,6 +22,7 @@ from .errors import CostcalcError
 from .evaluate import Options
 from .roots import FOREVER, Poly, Root, _add, _fit, _roots
 from .spec import Group, ModelSpec
+from .vocab import DEFAULT_TILE, ORDER
 
 
 def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), mla: str = "auto",
@@ -225,12 +226,12 @@ def _value(poly: Poly, x: int) -> Fraction:
     return poly[0] + poly[1] * x + poly[2] * x * x
 
 
-def tiled_fraction(seq: int, tile: tuple[int, int]) -> Fraction:
-    """Tiled / full attention of one uncached prefill of ``seq``: what a tile kernel saves."""
+def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAULT_TILE) -> Fraction:
+    """Attention under ``convention`` over the full rectangle, for one uncached prefill of ``seq``:
+    (S+1)/2S for causal, what a tile kernel keeps for tiled. Sizes cancel: every one is 1."""
     from .evaluate import positive
 
-    ones = {"L": 1, "d": 1, "h_q": 1, "h_kv": 1, "d_h": 1, "m": 1, "V": 1, "d_q": 1, "d_kv": 1, "B": 1,
-            "S": positive("seq", seq), "b_q": tile[0], "b_k": tile[1]}   # the ratio does not depend on sizes
-    tiled = compiled.get("prefill", "gqa.dense", "tiled", "last").evaluate(ones, ["attention"])["attention"]
-    full = compiled.get("prefill", "gqa.dense", "full", "last").evaluate(ones, ["attention"])["attention"]
-    return Fraction(tiled, full)
+    ones = {**{name: 1 for name in ORDER}, "S": positive("seq", seq), "b_q": tile[0], "b_k": tile[1]}
+    part, full = (compiled.get("prefill", "gqa.dense", c, "last").evaluate(ones, ["attention"])["attention"]
+                  for c in (convention, "full"))
+    return Fraction(part, full)

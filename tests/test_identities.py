@@ -1,6 +1,8 @@
 """Identities the cost model promises, proved symbolically and checked numerically."""
 import random
+from fractions import Fraction
 
+import pytest
 import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -141,3 +143,12 @@ def test_every_closed_sum_is_keys_read_summed_position_by_position(past, new, si
     first = (value(a.chunk_start(sp.Integer(past + 1))) + 1 if block.attention == "chunk" else
              max(1, past + 2 - size) if block.attention == "window" else 1)
     assert loaded == past + new - first + 1     # every key from the first query's earliest legal key on
+
+
+@pytest.mark.parametrize("seq", [1, 7, 1000, 4096])
+def test_attention_fractions_of_a_prefill(seq):
+    """causal / full is the triangle (S+1)/2S; a tile of one query and one key is causal; a tile
+    covering the whole prompt computes the full rectangle."""
+    assert calc.attention_fraction(seq, "causal") == Fraction(seq + 1, 2 * seq)
+    assert calc.attention_fraction(seq, "tiled", (1, 1)) == calc.attention_fraction(seq, "causal")
+    assert calc.attention_fraction(seq, "tiled", (seq, seq)) == calc.attention_fraction(seq, "full") == 1

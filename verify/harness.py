@@ -165,7 +165,7 @@ def set_peak(rows: list[dict], peak: float) -> None:
 def attention_time_ratio(h_q: int, d_h: int, lengths: Sequence[int], dtype, device, repeats: int,
                          kernel_tile: tuple[int, int]) -> list[dict]:
     """Time SDPA with is_causal=True against no mask (full) and set the ratio beside the tile model."""
-    from costcalc.calc import tiled_fraction
+    from costcalc.calc import attention_fraction
 
     rows = []
     for n in lengths:
@@ -177,7 +177,7 @@ def attention_time_ratio(h_q: int, d_h: int, lengths: Sequence[int], dtype, devi
                                lambda: None, device, repeats, warmup=2)
         rows.append({"seq": n, "causal_s": float(f"{causal:.4g}"), "full_s": float(f"{full:.4g}"),
                      "measured_ratio": round(causal / full, 3),
-                     "tile_model_ratio": round(float(tiled_fraction(n, kernel_tile)), 3),
-                     "triangle_ratio": round((n + 1) / (2 * n), 3),
+                     "tile_model_ratio": round(float(attention_fraction(n, "tiled", kernel_tile)), 3),
+                     "triangle_ratio": round(float(attention_fraction(n, "causal")), 3),
                      "kernel_tile": f"{kernel_tile[0]}x{kernel_tile[1]}"})
     return rows

@@ -32,24 +32,33 @@ def intensity(flops: int, moved: int):
     return ratio(flops, moved)
 
 
+def _bound(compute_s: float, memory_s: float):
+    from .roofline import bound
+
+    return bound(compute_s, memory_s)
+
+
 def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False,
                    convention: str = "causal", logits: str = "last",
-                   tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
-    """A batch of prompts of different lengths, packed (sums) or padded to the longest."""
+                   tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+                   machine: Machine | None = None) -> Row:
+    """A batch of prompts of different lengths, packed (sums) or padded to the longest; with
+    ``precision`` or ``machine``, the bytes and times of its forwards, summed."""
     if not lengths:
         raise CostcalcError("lengths must list at least one prompt length")
     lengths = [evaluate.positive("each of lengths", n) for n in lengths]
     options = Options(convention, logits, tile, mla)
-    if padded:
-        one = evaluate.table(spec, "prefill", options, batch=[len(lengths)], seq=[max(lengths)])
-        flops = {k: v[0] for k, v in one.items() if k.endswith("_flops")}
-    else:
-        each = evaluate.table(spec, "prefill", options, batch=[1] * len(lengths), seq=lengths)
-        flops = {k: sum(v) for k, v in each.items() if k.endswith("_flops")}
+    points = {"batch": [len(lengths)], "seq": [max(lengths)]} if padded else \
+        {"batch": [1] * len(lengths), "seq": lengths}
+    each = evaluate.table(spec, "prefill", options, **points)
     row: Row = {"preset": spec.name, "workload": "varlen_prefill",
                 **options.labels(spec, find("prefill")), "batch": len(lengths),
                 "lengths": ",".join(map(str, lengths)), "padded": padded, "logits": options.logits.value}
-    row.update(flops)
+    row.update({k: sum(v) for k, v in each.items() if k.endswith("_flops")})
+    if precision is not None or machine is not None:
+        moved = _traffic(spec, find("prefill"), options, options.logits.value, precision, machine,
+                         {"B": points["batch"], "S": points["seq"]}, each["total_flops"])
+        row.update({k: sum(v) for k, v in moved.items() if k.endswith(("_bytes", "time_s"))})
     return row
 
 
@@ -120,8 +129,7 @@ def _generation_traffic(spec: ModelSpec, options: Options, precision, machine, f
         out[key] = column
     if machine is not None:
         totals = out["time_s"][2::3]
-        out["bound"][2::3] = ["memory" if m >= c else "compute" for c, m in
-                              zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
+        out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
         rows = {"ttft_s": one["time_s"],
                 "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(many["time_s"], new)],
                 "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
@@ -229,7 +237,7 @@ def _sum_of(key: str, column: list, moved: dict[str, list], flops: list[int]):
     if key == "intensity":
         return intensity(sum(flops), sum(moved["total_bytes"]))
     if key == "bound":
-        return "memory" if sum(moved["memory_time_s"]) >= sum(moved["compute_time_s"]) else "compute"
+        return _bound(sum(moved["compute_time_s"]), sum(moved["memory_time_s"]))
     if key.endswith("_bound"):
         return None
     return column[0]

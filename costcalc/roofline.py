@@ -146,11 +146,17 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
     out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in TRAFFIC)
     out.update({f"{t}_bytes": _whole(moved) for t, moved in term_bytes.items() if moved})
     if machine is not None:
-        out.update(compute_time_s=compute, memory_time_s=memory, time_s=total,
-                   bound=None if not (compute or memory) else "memory" if memory >= compute else "compute")
-        out.update({f"{t}_bound": "memory" if m >= c else "compute" for t, (c, m, _) in term_times.items() if c or m})
+        out.update(compute_time_s=compute, memory_time_s=memory, time_s=total, bound=bound(compute, memory))
+        out.update({f"{t}_bound": bound(c, m) for t, (c, m, _) in term_times.items() if c or m})
         out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
     return out
+
+
+def bound(compute_s: float, memory_s: float) -> Optional[str]:
+    """Which time is the larger: ``memory`` (ties too) or ``compute``; None where neither is spent."""
+    if not (compute_s or memory_s):
+        return None
+    return "memory" if memory_s >= compute_s else "compute"
 
 
 def group_experts_touched(group: Group, routed: int, precision: Precision) -> Fraction:

@@ -17,7 +17,7 @@ from verify.run import verify
 
 
 def test_toy_reproduces_the_tutorial_table():
-    got = toy.work_counts(build.toy())
+    got = toy.work_counts(build.toy(), presets.load("toy"))
     for key, value in toy.PUBLISHED.items():
         assert got[key] == value, key
     assert got["tokens_recompute"] == toy.PUBLISHED["tokens"]
@@ -350,7 +350,7 @@ def test_toy_positions_past_the_published_table_leave_the_published_weights():
     extra = grown.position.weight[64:]
     assert torch.equal(extra, build.toy(positions=200).position.weight[64:])       # seeded
     assert extra.abs().max() <= 0.2 and len({tuple(r.tolist()) for r in extra}) == 136
-    got = toy.work_counts(grown)
+    got = toy.work_counts(grown, presets.load("toy"))
     assert all(got[key] == value for key, value in toy.PUBLISHED.items())
 
 

@@ -27,9 +27,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from costcalc.vocab import CONVENTIONS, SUMS
+
 from .model import Absorb, Attend
 
-from costcalc.vocab import CONVENTIONS
 aten = torch.ops.aten
 _SDPA_NAMES = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention")
@@ -106,7 +107,7 @@ class Counted:
         if name == "total":
             return sum(self.operators.values()) + self.attention[convention]
         if name == "linear":
-            return sum(v for op, v in self.operators.items() if term_of.get(op) not in ("lm_head", None))
+            return sum(v for op, v in self.operators.items() if term_of.get(op) in SUMS["linear"])
         return sum(v for op, v in self.operators.items() if term_of.get(op) == name)
 
 

@@ -90,17 +90,10 @@ def varlen_prefill(spec: ModelSpec, lengths: list[int], padded: bool, tile, devi
                    window_cache: str = "whole") -> Job:
     detail = f"{'padded' if padded else 'packed'} lengths={','.join(map(str, lengths))}"
     form = calc.mla_form("prefill", mla)
-    if padded:
-        shape = {"batch": len(lengths), "seq": max(lengths)}
-    parts = [shape] if padded else [{"batch": 1, "seq": n} for n in lengths]
+    parts = [{"batch": len(lengths), "seq": max(lengths)}] if padded else [{"batch": 1, "seq": n} for n in lengths]
 
     def expected(conv, precision=None, machine=None):
-        row = calc.varlen_prefill(spec, lengths, padded, conv, "last", tile, mla)
-        if precision is None and machine is None:
-            return row
-        timed = [calc.rows(calc.table(spec, "prefill", conv, "last", tile, mla, precision, machine,
-                                      **{k: [v] for k, v in part.items()}))[0] for part in parts]
-        return {**row, **{k: sum(r[k] for r in timed) for k in timed[0] if k.endswith(("_bytes", "time_s"))}}
+        return calc.varlen_prefill(spec, lengths, padded, conv, "last", tile, mla, precision, machine)
 
     operators = lambda: _linear(_ops(*(calc.operators(spec, "prefill", mla=mla, **part) for part in parts)))
     if padded:

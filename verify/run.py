@@ -105,7 +105,7 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
     if "generate" in names:
         outcome.extras += generation_check(model, checked, seqs, batch, dev, mla, window_cache)
     if seed_toy:
-        outcome.extras += toy_checks.tutorial_table(model)
+        outcome.extras += toy_checks.tutorial_table(model, checked)
     if attention_lengths and repeats:
         ktile = KERNEL_TILE[dev.type]
         outcome.attention = attention_time_ratio(checked["h_q"], checked["d_h"], attention_lengths,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from costcalc import calc
+
 from .counting import Counter
 from .model import causal_mask
 from .jobs import Job, generation_passes, greedy
@@ -19,19 +21,19 @@ def job(prompt=PROMPT, new: int = 4) -> Job:
                passes=generation_passes(1, n, new, recompute=True), positions=n + new - 1, cache=n + new)
 
 
-def work_counts(model, prompt=PROMPT, new: int = 4) -> dict:
-    """Generated tokens, and projected rows / score pairs read from the counted FLOPs:
-    rows = q_proj FLOPs / (2 d d_q) over all layers; pairs = causal attention / (4 d_h)."""
-    c, layer = model.c, model.c.layers[0]           # the toy's layers are all alike
-    per_row = 2 * c.d * layer.h_q * layer.d_h * c.L  # q_proj FLOPs of one token through all layers
-    per_pair = 4 * layer.d_h
+def work_counts(model, spec, prompt=PROMPT, new: int = 4) -> dict:
+    """Generated tokens, and projected rows / score pairs read from the counted FLOPs, in the units
+    the core gives for one token (``calc.prefill`` at S = 1, per layer and head): rows = counted
+    q_proj FLOPs / one row's; pairs = counted causal attention / one query-key pair's."""
+    one = calc.operators(spec, "prefill", batch=1, seq=1)       # one token: one row, one pair per head
+    per_row = one["q_proj"] // spec["L"]
+    per_pair = one["attention"] // (spec["L"] * spec["h_q"])
 
     def measure(fn):
         with Counter(model) as counter:
             out = fn()
-        counts = counter.mode.get_flop_counts()
-        q = sum(sum(v.values()) for k, v in counts.items() if k.endswith(".attn.q_proj"))
-        return out, q * c.L // per_row, counter.recorder.flops["causal"] // per_pair
+        counted = counter.result()
+        return out, counted.operators["q_proj"] // per_row, counted.attention["causal"] // per_pair
 
     with torch.no_grad():
         (tokens, _), rows_c, pairs_c = measure(lambda: greedy(model, torch.tensor([prompt]), new))
@@ -49,8 +51,8 @@ def work_counts(model, prompt=PROMPT, new: int = 4) -> dict:
             "rows_cache": rows_c, "pairs_recompute": pairs_r, "pairs_cache": pairs_c}
 
 
-def tutorial_table(model) -> list[str]:
-    got = work_counts(model)
+def tutorial_table(model, spec) -> list[str]:
+    got = work_counts(model, spec)
     lines = ["seed tutorial table (toy decoder, prompt [0,1,2,3], 4 greedy tokens):",
              f"  {'item':<28}{'published':>14}{'measured':>14}"]
     for key, label in (("tokens", "generated tokens"), ("rows_recompute", "projected rows, recompute"),

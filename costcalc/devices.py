@@ -71,7 +71,7 @@ def load_all() -> list[Device]:
 def from_dict(data: Any, origin: str) -> Device:
     """Validate a profile; every error names the file and the field."""
     if not isinstance(data, dict):
-        raise CostcalcError(f"device {origin}: expected a JSON object, got {type(data).__name__}")
+        raise CostcalcError(f"device {origin}: expected a JSON object, got {jsonfile.kind(data)}")
     for key in data:
         if key not in KEYS:
             raise CostcalcError(f"device {origin}: unknown field {key!r}")
@@ -83,11 +83,12 @@ def from_dict(data: Any, origin: str) -> Device:
     if not isinstance(peaks, dict) or not peaks:
         raise CostcalcError(f"device {origin}: field 'peak_flops' must map dtypes to FLOP/s")
     for dtype, value in peaks.items():
-        _positive(origin, f"peak_flops.{dtype}", value)
-    mem_bw = _positive(origin, "mem_bw", data["mem_bw"])
-    mem_bytes = _positive(origin, "mem_bytes", data["mem_bytes"])
-    if not isinstance(mem_bytes, int):
-        raise CostcalcError(f"device {origin}: field 'mem_bytes' must be a whole number of bytes")
+        _rate(origin, f"peak_flops.{dtype}", value, PEAK_RANGE, "FLOP/s")
+    mem_bw = _rate(origin, "mem_bw", data["mem_bw"], BANDWIDTH_RANGE, "bytes/s")
+    mem_bytes = _rate(origin, "mem_bytes", data["mem_bytes"], (1, 1e18), "bytes")
+    if mem_bytes != int(mem_bytes):
+        raise CostcalcError(f"device {origin}: field 'mem_bytes' must be a whole number of bytes, got {mem_bytes!r}")
+    mem_bytes = int(mem_bytes)
     for key in ("source", "interconnect"):
         if not isinstance(data.get(key, {}), dict):
             raise CostcalcError(f"device {origin}: field {key!r} must be an object")
@@ -95,7 +96,16 @@ def from_dict(data: Any, origin: str) -> Device:
                   data.get("interconnect", {}))
 
 
-def _positive(origin: str, key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise CostcalcError(f"device {origin}: field {key!r} must be a positive number, got {value!r}")
+# What a device can be, from a microcontroller to far past any accelerator: a profile outside these
+# is a typo (a missing "e12"), and times computed on it would be noise or overflow.
+PEAK_RANGE = (1e6, 1e21)        # FLOP/s
+BANDWIDTH_RANGE = (1e3, 1e18)   # bytes/s
+
+
+def _rate(origin: str, key: str, value: Any, bounds: tuple[float, float], unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CostcalcError(f"device {origin}: field {key!r} must be a number of {unit}, got {value!r}")
+    if not bounds[0] <= value <= bounds[1]:   # NaN and infinity fail too
+        raise CostcalcError(f"device {origin}: field {key!r} must be between {bounds[0]:g} and {bounds[1]:g} "
+                            f"{unit}, got {value!r}")
     return value

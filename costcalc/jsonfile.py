@@ -40,6 +40,15 @@ class _Duplicate(ValueError):
     pass
 
 
+def kind(value: Any) -> str:
+    """A JSON value's kind as JSON names it (object, array, string, number, true/false, null)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    return {dict: "an object", list: "an array", str: "a string"}.get(type(value), "a number")
+
+
 def _unique(pairs: list) -> dict:
     """A JSON object whose keys are each given once (json keeps the last silently)."""
     out = dict(pairs)

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import blocks, vocab
+from . import blocks, jsonfile, vocab
 from .errors import CostcalcError
 from .vocab import ARCHS
 
@@ -179,7 +179,7 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
     """Validate a preset mapping; every error names its source (``origin``: "preset 'x'",
     "preset file '...'", "config '...'") and the field."""
     if not isinstance(data, dict):
-        raise CostcalcError(f"{origin}: expected a JSON object, got {type(data).__name__}")
+        raise CostcalcError(f"{origin}: expected a JSON object, got {jsonfile.kind(data)}")
     if "name" not in data:
         raise CostcalcError(f"{origin}: missing field 'name'")
     name = check_name(data["name"], f"{origin}: field 'name'")

@@ -290,6 +290,30 @@ def test_bad_device_input_is_one_line(args, message, capsys):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("peak_flops", '{"bf16": 1e-300}', "between 1e+06 and 1e+21 FLOP/s"),
+    ("peak_flops", '{"bf16": 1e999}', "between 1e+06 and 1e+21 FLOP/s"),     # JSON's overflow to infinity
+    ("mem_bw", "1e-300", "between 1000 and 1e+18 bytes/s"),
+    ("mem_bytes", "8.5", "whole number of bytes"),
+    ("mem_bytes", '"80GB"', "number of bytes"),
+])
+def test_a_device_file_outside_what_devices_are_is_one_line(field, value, message, tmp_path, capsys):
+    """Absurd rates (a missing e12) are refused at load: times on them would overflow or be noise."""
+    profile = {"name": "mine", "peak_flops": '{"bf16": 1e15}', "mem_bw": "1e12", "mem_bytes": "80000000000",
+               field: value}
+    path = tmp_path / "mine.json"
+    path.write_text("{" + ", ".join(f'"{k}": {v}' if k != "name" else f'"{k}": "{v}"' for k, v in profile.items()) + "}")
+    code, out, err = run(capsys, "decode", "-p", "toy", "--context", "4", "--device-file", str(path))
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_whole_number_of_bytes_written_as_a_float_is_whole(tmp_path, capsys):
+    path = tmp_path / "mine.json"
+    path.write_text('{"name": "mine", "peak_flops": {"bf16": 1e15}, "mem_bw": 1e12, "mem_bytes": 8e10}')
+    code, out, err = run(capsys, "devices", "show", "--device-file", str(path), "-f", "json")
+    assert code == 0 and json.loads(out)["mem_bytes"] == 80_000_000_000, err
+
+
 def test_a_device_file_of_ones_own(tmp_path, capsys):
     path = tmp_path / "mine.json"
     path.write_text(json.dumps({"name": "mine", "peak_flops": {"bf16": 1e14}, "mem_bw": 1e12, "mem_bytes": 10**11}))

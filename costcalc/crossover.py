@@ -40,7 +40,7 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
         rows[0]["t_equal"] = rows[0]["tokens"]
         rows[0]["batch"] = batch
         rows[0].update(precision.labels(spec))   # the time crossover depends on the dtypes, not the device
-        rows[0]["t_equal_time"] = None if root is None else round(root.value(), 2)
+        rows[0]["t_equal_time"] = None if root is None else root.rounded()
         rows[0]["t_equal_time_exact"] = "never" if root is None else (
             root.text() if len(root.text()) <= 40 else f"{root.value():.6f} (a rational: expected routing)")
         first = ("preset", "workload", "quantity", "convention", "mla", "exact", "tokens", "t_equal_time")
@@ -61,10 +61,10 @@ def _row(spec: ModelSpec, quantity: str, options: Options, name: str) -> dict:
     if spec.has_mla:
         row["mla"] = options.form(wl)
     row.update(exact="never", tokens=None) if root is None else row.update(exact=root.text(),
-                                                                           tokens=round(root.value(), 2))
+                                                                           tokens=root.rounded())
     if quantity == "decode_t_equal":   # keys read by the step = cached context + its own key
         row["context_exact"] = "never" if root is None else root.shift(-1).text()
-        row["context"] = None if root is None else round(root.value() - 1, 2)
+        row["context"] = None if root is None else root.shift(-1).rounded()
     row["formula"] = _formula(spec, options, quantity)
     return row
 

@@ -44,6 +44,12 @@ class Root:
     def value(self) -> float:
         return float(self.p) + float(self.q) * math.sqrt(self.m)
 
+    def rounded(self) -> "int | float":
+        """The value for tables: the integer where the root is one, else two decimals."""
+        if self.q == 0 and Fraction(self.p).denominator == 1:
+            return int(self.p)
+        return round(self.value(), 2)
+
     def shift(self, by: int) -> "Root":
         return Root(self.p + by, self.q, self.m)
 

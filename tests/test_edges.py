@@ -142,6 +142,7 @@ def test_provenance_names_files_in_this_repository_or_public_urls():
     (["memory", "-p", "toy", "-t", "4", "--device", "h100", "--routing", "worst"], "has no MoE layers"),
     (["prefill", "-p", "toy", "--seq", "4", "-f", "csv", "--wide"], "--wide does nothing with csv"),
     (["formula", "prefill", "--latex", "-f", "json"], "--latex does nothing with json"),
+    (["crossover", "-p", "toy", "--batch", "4"], "--batch does nothing"),
     (["memory", "-p", "llama-3.1-8b", "-b", "1", "-t", "1k", "--device", "h100", "--window-cache", "whole"],
      "--window-cache whole does nothing"),
 ])

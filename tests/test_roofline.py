@@ -378,3 +378,15 @@ def test_memory_keeps_what_serving_caches_keep_unless_told(capsys):
         rows[cache] = json.loads(out)[0]
     assert rows[None]["window_cache"] == "rolling" and rows["whole"]["window_cache"] == "whole"
     assert rows[None]["kv_cache_bytes"] < rows["whole"]["kv_cache_bytes"]
+
+
+def test_crossovers_print_whole_numbers_whole_and_refuse_a_zero_batch(capsys):
+    code, out, err = run(capsys, "crossover", "-p", "llama-3.1-8b", "--device", "h100", "-f", "json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["tokens"] == 26624 and isinstance(row["tokens"], int) and row["context"] == 26623
+    assert row["t_equal_time"] == 114512 and isinstance(row["t_equal_time"], int)
+    mixtral = json.loads(run(capsys, "crossover", "-p", "mixtral-8x7b", "--device", "h100", "--batch", "3",
+                             "-f", "json")[1])[0]
+    assert isinstance(mixtral["t_equal_time"], float)        # expected routing: a rational, two decimals
+    code, out, err = run(capsys, "crossover", "-p", "toy", "--device", "h100", "--batch", "0")
+    assert code == 2 and err.strip() == "error: --batch: 0 is not positive"

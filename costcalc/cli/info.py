@@ -98,6 +98,8 @@ def crossover(
 
     Example: costcalc crossover --preset llama-3.1-8b --device h100 --batch 64
     """
+    if batch < 1:
+        raise CostcalcError(f"--batch: {batch} is not positive")
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
     precision, _ = for_models(traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None),

@@ -51,6 +51,8 @@ def formula_rows(topic: str, arch: str, convention: str, logits: str) -> list[di
         terms = {"decode_t_equal": cx.decode_t_equal(block),
                  f"prefill_crossover_{convention}": cx.prefill_crossover(block, convention)}
         return [first] + [{**base, "convention": convention, "term": t, **_texts(e)} for t, e in terms.items()]
+    fixed = WORKLOADS[name].logits          # a decode step: the last position; training: all
+    logits = fixed.value if fixed is not None else logits
     breakdown = WORKLOADS[name].build(block, convention, logits)
     parts = breakdown.all_terms()
     shown = {term: pretty(e, block) for term, e in parts.items() if term != "total"}

@@ -50,7 +50,7 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
         lines = _grid(rows, shown, shares)
     if width is not None and len(rows) == 1 and (not shown or max(map(len, lines), default=0) > width):
         return _listing(rows[0], extra_notes, width)      # one row that no table fits: a field per line
-    out = ([*_wrap_header(header, width), ""] if header else []) + lines
+    out = ([*wrap_header(header, width), ""] if header else []) + lines
     conventions = {str(r.get("convention")) for r in rows}
     logits = {str(r.get("logits")) for r in rows if "logits" in r}
     footer = notes.footer(conventions, logits, set(cols)) if any(c.endswith("_flops") for c in cols) else []
@@ -89,7 +89,7 @@ def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int) -> str
     return "\n".join(lines + [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]) + "\n"
 
 
-def _wrap_header(header: str, width: int | None) -> list[str]:
+def wrap_header(header: str, width: int | None) -> list[str]:
     """The header's ``key value`` fields, as many to a line as fit."""
     if width is None or len(header) <= width:
         return [header]

@@ -219,3 +219,11 @@ def test_decode_takes_the_tile_of_the_tiled_convention(capsys):
         assert row["attention_flops"] == calc.decode(spec, 10000, convention="tiled", tile=(size, size))["attention_flops"]
         got[size] = row["attention_flops"]
     assert got[64] < got[1000]
+
+
+def test_formula_says_the_logits_a_workload_runs_and_fits_its_header(capsys):
+    code, out, _ = run(capsys, "formula", "train")
+    assert code == 0 and "logits all" in out and "logits last" not in out   # training: every position
+    assert "lm_head   = 6*B*S*V*d" in out
+    code, out, _ = run(capsys, "formula", "chunked")
+    assert code == 0 and all(len(line) <= 80 for line in out.splitlines()[:3])

@@ -11,7 +11,7 @@ from ..errors import CostcalcError
 from ..core.registry import WORKLOADS
 from ..blocks import ATTENTIONS, FFNS, FORMS
 from ..vocab import ARCHS
-from ..terminal import wrap
+from ..terminal import wrap, wrap_header
 from .options import (Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
                       PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, model, models,
                       for_models, traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt,
@@ -65,12 +65,12 @@ def formula(
     key = "latex" if latex else "formula"
     lines = []
     for conv in conventions(convention):
-        lines.append(f"{workload} ({describe(workload)}) | arch {arch} | convention {conv}"
-                     + ("" if workload == "crossover" else f" | logits {logits.value}"))
         group = [r for r in rows if r["convention"] == conv]
+        lines += wrap_header(f"{workload} ({describe(workload)}) | arch {arch} | convention {conv}"
+                             + (f" | logits {group[0]['logits']}" if "logits" in group[-1] else ""), TABLE_WIDTH)
         width = max(len(r["term"]) for r in group)
         lines += [f"  {r['term']:<{width}} = {r[key]}" for r in group] + [""]
-    lines += [line for note in notes.footer(set(conventions(convention)), {logits.value})
+    lines += [line for note in notes.footer(set(conventions(convention)), {r['logits'] for r in rows if 'logits' in r})
               for line in wrap(note, TABLE_WIDTH)]
     text = "\n".join(lines) + "\n"
     write_text(output, text)

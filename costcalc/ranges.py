@@ -28,7 +28,9 @@ def number(text: str, option: str) -> int:
     """``"128k"`` -> 131072; an integer with an optional binary suffix."""
     match = _NUMBER.match(text.strip())
     if not match:
-        raise CostcalcError(f"{option}: {text.strip()!r} is not a number (e.g. 4096, 128k, 1M)")
+        kind = "written as a whole number" if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", text.strip()) \
+            else "a number"
+        raise CostcalcError(f"{option}: {text.strip()!r} is not {kind} (e.g. 4096, 128k, 1M)")
     digits, suffix = match.groups()
     value = _value(digits, suffix, text, option)
     if value > MAX_VALUE:

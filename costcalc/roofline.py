@@ -82,15 +82,20 @@ class Machine:
 
     def __post_init__(self) -> None:
         for name in ("compute_efficiency", "memory_efficiency"):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise CostcalcError(f"{name.replace('_', ' ')} must be in (0, 1], got {value}")
+            check_efficiency(name.replace("_", " "), getattr(self, name))
 
     def peak(self, precision: Precision) -> float:
         return self.device.peak(precision.act.value) * self.compute_efficiency
 
     def bandwidth(self) -> float:
         return self.device.mem_bw * self.memory_efficiency
+
+
+def check_efficiency(name: str, value: float) -> float:
+    """A fraction of a peak reached: in (0, 1]."""
+    if not 0 < value <= 1:
+        raise CostcalcError(f"{name} must be in (0, 1], got {value}")
+    return value
 
 
 def experts_touched(E: int, k: int, tokens: int, routing: Routing) -> Fraction:

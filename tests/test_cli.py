@@ -111,6 +111,9 @@ BAD = [
     (["prefill", "--preset", "toy", "--seq", "0"], "--seq: 0 is not positive"),
     (["prefill", "--preset", "toy", "--seq", "-5"], "--seq: -5 is not positive"),
     (["prefill", "--preset", "toy", "--seq", "ten"], "--seq: 'ten' is not a number"),
+    (["prefill", "--preset", "toy", "--seq", "1e30"], "--seq: '1e30' is not written as a whole number"),
+    (["prefill", "--preset", "toy", "--seq", "4", "-f", "xml"], "'xml' is not one of 'table', 'csv'"),
+    (["prefill", "--preset", "toy", "--seq", "4", "--efficiency", "0"], "compute efficiency must be in (0, 1]"),
     (["prefill", "--preset", "toy"], "give --seq"),
     (["prefill", "--seq", "10"], "no model"),
     (["prefill", "--preset", "toy", "--preset-file", "x.json", "--seq", "10"], "give one of --preset"),
@@ -130,8 +133,8 @@ def test_bad_input_is_one_line_and_leaves_no_file(args, message, capsys, tmp_pat
     monkeypatch.chdir(tmp_path)
     target = tmp_path / "out.csv"
     code, out, err = run(capsys, *args, "--output", str(target)) if args[0] != "formula" else run(capsys, *args)
-    assert code != 0
-    assert message in err
+    assert code == 2
+    assert message in err and "Value error" not in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
     assert "Traceback" not in err and out == ""
     assert list(tmp_path.iterdir()) == []

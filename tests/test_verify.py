@@ -200,13 +200,13 @@ def test_verify_names_every_job():
 def test_verify_bad_input(args, message, capsys):
     code = main(["verify", "--preset", "toy", "--repeats", "0", *args])
     err = capsys.readouterr().err
-    assert code != 0 and message in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
 def test_verify_refuses_a_model_that_does_not_fit(capsys):
     code = main(["verify", "--preset", "llama-3.1-405b", "--device", "cpu", "--repeats", "0"])
     err = capsys.readouterr().err
-    assert code != 0 and "GiB free" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "GiB free" in err and len(err.strip().splitlines()) == 1
 
 
 def test_gpu_check_script_logic_on_cpu(tmp_path):
@@ -359,7 +359,7 @@ def test_a_length_the_machine_cannot_hold_is_refused_before_anything_is_built(mo
     monkeypatch.setattr(build, "from_spec", lambda *a, **k: pytest.fail("a decoder was built"))
     code = main(["verify", "--preset", "toy", "--device", "cpu", "--seq", "1M", "--repeats", "0"])
     err = _one_error_line(capsys)
-    assert code != 0 and "GiB free" in err and "cached_prefill B=1 C=262144 T=1048576" in err and "use --layers" in err
+    assert code == 2 and "GiB free" in err and "cached_prefill B=1 C=262144 T=1048576" in err and "use --layers" in err
 
 
 def test_csv_and_markdown_hold_the_checks_and_say_where_the_rest_is(monkeypatch, capsys):
@@ -402,7 +402,7 @@ def test_the_header_names_the_groups_kept():
 def test_more_layers_than_the_model_has_is_an_error(capsys):
     code = main(["verify", "--preset", "toy", "--layers", "99", "--repeats", "0"])
     err = capsys.readouterr().err
-    assert code != 0 and err.strip() == "error: --layers 99: toy has 2 layers"
+    assert code == 2 and err.strip() == "error: --layers 99: toy has 2 layers"
     from costcalc.errors import CostcalcError
 
     with pytest.raises(CostcalcError, match="2 layers"):

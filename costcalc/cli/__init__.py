@@ -30,7 +30,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":
             print(exc.format_message(), file=sys.stderr)
             return exc.exit_code
-        return _fail(exc.format_message())
+        return _fail(exc.format_message().replace("Value error, ", ""))   # typer's enum wording
     except typer.Abort:
         return _fail("aborted")
     except MemoryError:     # numpy's too; nothing was written (files are filled aside, then moved)

@@ -229,6 +229,8 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
     for flag, value in (("--device", device), ("--device-file", device_file)):
         if value is not None and not value.strip():
             raise CostcalcError(f"{flag}: the {'name' if flag == '--device' else 'path'} is empty")
+    if efficiency is not None:
+        _efficiency(efficiency)            # a bad value is an error even where it would do nothing
     if not (device or device_file or weight_dtype or kv_dtype or act_dtype):
         if efficiency is not None:
             warn("--efficiency does nothing without --device")
@@ -283,7 +285,9 @@ def _efficiency(text: Optional[str]) -> tuple[float, float]:
         raise CostcalcError(f"--efficiency: {text!r} is not C or C,M (fractions like 0.7,0.85)") from None
     if len(parts) not in (1, 2):
         raise CostcalcError(f"--efficiency: {text!r} is not C or C,M")
-    return parts[0], parts[-1]
+    from ..roofline import check_efficiency
+
+    return (check_efficiency("compute efficiency", parts[0]), check_efficiency("memory efficiency", parts[-1]))
 
 
 def warn(message: str) -> None:

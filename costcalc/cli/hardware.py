@@ -7,10 +7,9 @@ import typer
 
 from .. import devices as device_data, notes, units
 from ..errors import CostcalcError
-from ..vocab import Routing, WindowCache
-from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, GroupSizeOpt, KvDtypeOpt, Mla, MlaOpt,
-                      OutputOpt, PresetFileOpt, PresetOpt, RoutingOpt, WeightDtypeOpt, WideOpt, axes,
-                      for_models, mla_form, models, traffic, warn)
+from ..vocab import WindowCache
+from .options import (ConfigOpt, DeviceFileOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt,
+                      WideOpt, axes, for_models, mla_form, models, warn, with_some_traffic)
 from .emit import emit, emit_listing, output_format, write_fields, write_text
 from .. import outputs
 
@@ -69,6 +68,7 @@ def _flat(d) -> dict:
             **{f"source.{k}": v for k, v in d.source.items() if isinstance(v, str)}}
 
 
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing")
 def memory(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -78,12 +78,7 @@ def memory(
     context: Annotated[str, typer.Option("--context", "-t", metavar="T",
                                          help="Tokens each sequence holds in its KV cache (e.g. 128k); a list or "
                                               "range sweeps.")] = ...,
-    device: DeviceOpt = None,
-    device_file: DeviceFileOpt = None,
-    weight_dtype: WeightDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    group_size: GroupSizeOpt = None,
-    routing: RoutingOpt = None,
+    traffic: tuple = (None, None),
     reserve: Annotated[float, typer.Option(help="Fraction of the device's memory kept free "
                                                 "(activations, workspace).")] = 0.1,
     mla: MlaOpt = Mla.auto,
@@ -102,11 +97,10 @@ def memory(
     from ..evaluate import Options
     from ..memory import fit
 
-    if not (device or device_file):
-        raise CostcalcError("memory needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
     specs = models(preset, preset_file, config)
-    precision, machine = for_models(traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing,
-                                            None), specs)
+    precision, machine = for_models(traffic, specs)
+    if machine is None:
+        raise CostcalcError("memory needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
     points = axes("decode", len(specs), batch=(batch, "--batch"), context=(context, "--context"))
     if window_cache is not None and not any(g.block.attention in ("window", "chunk") for spec in specs
                                             for g in spec.groups):

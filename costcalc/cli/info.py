@@ -12,12 +12,10 @@ from ..core.registry import WORKLOADS
 from ..blocks import ATTENTIONS, FFNS, FORMS
 from ..vocab import ARCHS
 from ..terminal import wrap, wrap_header
-from .options import (Convention, ConventionOpt, Format, FormatOpt, Logits, LogitsOpt, OutputOpt, WideOpt,
-                      PresetFileOpt, PresetOpt, ConfigOpt, MlaOpt, Mla, mla_form, conventions, model, models,
-                      for_models, traffic, warn, DeviceOpt, DeviceFileOpt, WeightDtypeOpt, KvDtypeOpt, GroupSizeOpt,
-                      RoutingOpt)
+from .options import (ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla, MlaOpt,
+                      OutputOpt, PresetFileOpt, PresetOpt, WideOpt, conventions, for_models, mla_form, model, models,
+                      warn, with_some_traffic)
 from .emit import TABLE_WIDTH, emit, emit_listing, output_format, write_fields, write_text
-from ..vocab import Routing
 
 FORMULA_WORKLOADS = [name for name in WORKLOADS if name != "decode_phase"] + ["crossover"]
 
@@ -76,18 +74,14 @@ def formula(
     write_text(output, text)
 
 
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing")
 def crossover(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
     mla: MlaOpt = Mla.auto,
-    device: DeviceOpt = None,
-    device_file: DeviceFileOpt = None,
+    traffic: tuple = (None, None),
     batch: Annotated[int, typer.Option("--batch", "-b", metavar="B", help="Batch of the time crossover.")] = 1,
-    weight_dtype: WeightDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    group_size: GroupSizeOpt = None,
-    routing: RoutingOpt = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -102,8 +96,7 @@ def crossover(
         raise CostcalcError(f"--batch: {batch} is not positive")
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
-    precision, _ = for_models(traffic(device, device_file, weight_dtype, kv_dtype, None, group_size, routing, None),
-                              specs)
+    precision, _ = for_models(traffic, specs)
     if precision is None and batch != 1:
         warn("--batch does nothing without --device or a dtype: FLOPs crossovers are per sequence")
     rows = [row for spec in specs for row in calc.crossover(spec, mla=mla, precision=precision, batch=batch)]

@@ -51,7 +51,8 @@ WindowCacheOpt = Annotated[WindowCache, typer.Option(
     "--window-cache", help="KV cache of sliding-window layers: whole (every past key kept and masked) or "
                            "rolling (the last W-1 keys, as Hugging Face and vLLM keep); changes full only.")]
 DeviceOpt = Annotated[Optional[str], typer.Option(
-    "--device", "-d", metavar="NAME", help="Time on a device (see 'costcalc devices'): adds bytes, time and bound.")]
+    "--device", "-d", metavar="NAME", help="A device profile (see 'costcalc devices'): its peaks, bandwidth and "
+                                            "memory give the time, the fit and the time crossover.")]
 DeviceFileOpt = Annotated[Optional[str], typer.Option(
     "--device-file", metavar="PATH", help="A device profile of your own (see presets/devices/*.json).")]
 WeightDtypeOpt = Annotated[Optional[Dtype], typer.Option(
@@ -62,7 +63,7 @@ KvDtypeOpt = Annotated[Optional[Dtype], typer.Option(
 ActDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--act-dtype", help="Activations' dtype, also the compute dtype whose peak times the FLOPs.  (default: bf16)")]
 GroupSizeOpt = Annotated[Optional[int], typer.Option(
-    "--group-size", show_default=False, help="Weights per fp16 scale of int8/int4 weights.  (default: 128)")]
+    "--group-size", metavar="N", show_default=False, help="Weights per fp16 scale of int8/int4 weights.  (default: 128)")]
 RoutingOpt = Annotated[Optional[Routing], typer.Option(
     "--routing", show_default=False, help="MoE experts a forward reads: expected (uniform top-k: E(1-(1-k/E)^n)) "
                                           "or worst (min(E, n k)).  (default: expected)")]
@@ -195,10 +196,17 @@ def bundled(name: str, options: Mapping[str, tuple[Any, Any]], build):
     return decorate
 
 
-def with_traffic(command):
-    """The byte and time options (``TRAFFIC_OPTIONS``), received as ``traffic`` = (precision,
-    machine), or (None, None) for FLOPs only."""
-    return bundled("traffic", TRAFFIC_OPTIONS, traffic)(command)
+def with_traffic(command, keep: Sequence[str] = tuple(TRAFFIC_OPTIONS)):
+    """The byte and time options (``TRAFFIC_OPTIONS``, or those named in ``keep``), received as
+    ``traffic`` = (precision, machine), or (None, None) for FLOPs only."""
+    def build(**given):
+        return traffic(**{**dict.fromkeys(TRAFFIC_OPTIONS), **given})
+    return bundled("traffic", {key: TRAFFIC_OPTIONS[key] for key in keep}, build)(command)
+
+
+def with_some_traffic(*keep: str):
+    """``with_traffic`` for a command that takes only some of the options (``keep``)."""
+    return lambda command: with_traffic(command, keep)
 
 
 def window_cache(choice: Union[WindowCache, str], specs: Sequence[ModelSpec], kinds: Sequence[str]) -> str:

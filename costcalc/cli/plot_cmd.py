@@ -8,15 +8,14 @@ import typer
 
 from ..errors import CostcalcError
 from ..ranges import number, parse
-from .options import (RANGE_HELP, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt, ConfigOpt,
-                      conventions, models)
-from .options import TileOpt
+from .options import (RANGE_HELP, ConfigOpt, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt,
+                      TileOpt, conventions, models, with_some_traffic)
 from .options import tile as parse_tile
-from .options import (ActDtypeOpt, DeviceFileOpt, DeviceOpt, KvDtypeOpt, WeightDtypeOpt, traffic)
 
 MAX_POINTS = 1_000_000     # x values one figure draws (a line of more is no clearer, and slow)
 
 
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "act_dtype")
 def plot(
     what: Annotated[str, typer.Argument(metavar="WHAT", help="prefill (by prompt length), decode (by context) or "
                                              "generate (per generated token).")],
@@ -38,11 +37,7 @@ def plot(
     size: Annotated[str, typer.Option(metavar="WxH", help="Panel size in inches, WxH.")] = "7x4.5",
     dpi: Annotated[int, typer.Option(metavar="DPI", help="Resolution of a PNG.")] = 150,
     title: Annotated[Optional[str], typer.Option(metavar="TEXT", help="Figure title.")] = None,
-    device: DeviceOpt = None,
-    device_file: DeviceFileOpt = None,
-    weight_dtype: WeightDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    act_dtype: ActDtypeOpt = None,
+    traffic: tuple = (None, None),
 ) -> None:
     """Draw FLOPs by term against length for one or several presets, crossovers marked.
 
@@ -76,7 +71,7 @@ def plot(
     first = parse(prompt, "--prompt") if prompt is not None else [1]
     if len(first) != 1:
         raise CostcalcError("--prompt: a plot takes one prompt length")
-    precision, machine = traffic(device, device_file, weight_dtype, kv_dtype, act_dtype, None, None, None)
+    precision, machine = traffic
     if precision is not None and machine is None:
         raise CostcalcError("plot: dtypes draw time only with --device")
     drawn = plotting.figure(what, specs, xs, output, conventions(convention), sizes[0], first[0],

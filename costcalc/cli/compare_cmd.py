@@ -2,27 +2,22 @@
 and explained term by term; and the MFU a run reads as under each of them."""
 from __future__ import annotations
 
-import enum
 from typing import Annotated, Optional
 
 import typer
 
 from ..errors import CostcalcError
 from ..peers import TOOLS
+from ..peers.base import WORKLOADS, Case, Setup
 from ..ranges import check_rows
+from ..vocab import Choice
 from .options import (ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
                       PresetFileOpt, PresetOpt, WideOpt, axes, bundled, models, warn)
 from .emit import emit
 
 
-class Workload(str, enum.Enum):
-    prefill = "prefill"
-    decode = "decode"
-    generate = "generate"
-    train = "train"
-
-
-WorkloadArg = Annotated[Workload, typer.Argument(help="prefill, decode, generate or train.")]
+Workload = Choice("Workload", {name: name for name in WORKLOADS})     # the workloads the recipes answer
+WorkloadArg = Annotated[Workload, typer.Argument(help=", ".join(WORKLOADS[:-1]) + " or " + WORKLOADS[-1] + ".")]
 SeqOpt = Annotated[Optional[str], typer.Option(
     "--seq", "--prompt", "-s", metavar="S", help="Sequence length S (prefill, train; generate: the prompt).")]
 ContextOpt = Annotated[Optional[str], typer.Option(
@@ -43,8 +38,6 @@ MAX_CASES = 10_000   # a recipe case takes ~2 ms: beyond this a comparison runs 
 
 
 def _cases(workload: Workload, preset, preset_file, config, seq, context, new, batch):
-    from ..peers.base import Case
-
     wanted = {"prefill": ("--seq",), "train": ("--seq",), "decode": ("--context",), "generate": ("--seq", "--new")}
     given = {"--seq": seq, "--context": context, "--new": new}
     for flag, value in given.items():
@@ -53,7 +46,7 @@ def _cases(workload: Workload, preset, preset_file, config, seq, context, new, b
     for flag in wanted[workload.value]:
         if given[flag] is None:
             raise CostcalcError(f"{workload.value} needs {flag}")
-    name = {"prefill": "prefill", "train": "train", "decode": "decode", "generate": "generate"}[workload.value]
+    name = workload.value
     columns = {"--seq": ("seq", seq), "--context": ("context", context), "--new": ("new_tokens", new)}
     specs = models(preset, preset_file, config)
     grid = axes(name, len(specs), **{columns[f][0]: (columns[f][1], f) for f in wanted[workload.value]},
@@ -65,12 +58,6 @@ def _cases(workload: Workload, preset, preset_file, config, seq, context, new, b
     points = [{k: int(v[i]) for k, v in grid.items()} for i in range(n)]
     return [Case(spec, workload.value, p["batch"], p.get("seq", 0), p.get("context", 0), p.get("new_tokens", 0))
             for spec in specs for p in points]
-
-
-def _setup(attention: str, experts: str):
-    from ..peers.base import Setup
-
-    return Setup(attention, experts)
 
 
 def _emit(rows: list[dict], text, fmt, output, wide: bool) -> None:
@@ -118,7 +105,7 @@ COUNTER_OPTIONS = {   # the tools, and the Hugging Face model their executed cou
 def _counters(tools: str, hf_attention: str, hf_experts: str):
     from .. import peers
 
-    return peers.tools(tools), _setup(hf_attention, hf_experts)
+    return peers.tools(tools), Setup(hf_attention, hf_experts)
 
 
 @bundled("case", CASE_OPTIONS, dict)

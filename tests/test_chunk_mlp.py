@@ -114,17 +114,3 @@ def test_a_chunked_layer_caches_one_chunk_and_a_decode_step_loads_its_chunk():
 
     read = build("decode", "chunk.dense")["attention.kv_read"]
     assert read.xreplace(point) == 2 * keys(10_001, chunk=8192)
-
-
-def test_compare_answers_row_by_row_for_layer_kinds_older_recipes_do_not_model(capsys):
-    import json
-
-    from costcalc.cli import main
-
-    for name, kind, answers in (("pythia-6.9b", "gqa.mlp", "torch-flopcounter"),
-                                ("llama-4-scout-17b-16e", "chunk.moe_shared", None)):
-        assert main(["compare", "prefill", "--preset", name, "--seq", "64", "-f", "json"]) == 0
-        rows = {r["tool"]: r for r in json.loads(capsys.readouterr().out)}
-        assert f"(layers of kind {kind})" in rows["vllm"]["note"] and rows["vllm"]["flops"] is None
-        if answers:
-            assert rows[answers]["flops"] is not None

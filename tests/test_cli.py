@@ -230,3 +230,26 @@ def test_formula_says_the_logits_a_workload_runs_and_fits_its_header(capsys):
     assert "lm_head   = 6*B*S*V*d" in out
     code, out, _ = run(capsys, "formula", "chunked")
     assert code == 0 and all(len(line) <= 80 for line in out.splitlines()[:3])
+
+
+def test_the_built_in_lists_as_tables_put_each_field_in_its_column(capsys):
+    from costcalc import devices, units
+
+    code, out, _ = run(capsys, "devices")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["device", "bf16", "fp8", "memory", "bandwidth"]
+    h100 = devices.load("h100")
+    cells = [units.flops(h100.peak_flops["bf16"], "FLOP/s"), units.flops(h100.peak_flops["fp8"], "FLOP/s"),
+             units.nbytes(h100.mem_bytes), units.nbytes(h100.mem_bw) + "/s"]
+    row = next(line for line in lines if line.startswith("h100 "))
+    assert [c for c in cells if c in row] == cells and row.index(cells[2]) < row.index(cells[3])
+    code, out, _ = run(capsys, "presets")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:2] == ["preset", "layers"]
+    spec = presets.load("mixtral-8x7b")
+    params = calc.parameters(spec)
+    row = next(line for line in lines if line.startswith("mixtral-8x7b "))
+    expected = ["32 x gqa.moe", units.params(params["total_params"]), units.params(params["active_params"])]
+    assert all(c in row for c in expected) and row.index(expected[1]) < row.index(expected[2])
+    code, out, _ = run(capsys, "presets", "-f", "json")
+    assert json.loads(out)[0].keys() >= {"preset", "arch", "L", "total_params", "active_params"}   # every field

@@ -1,8 +1,9 @@
 """A model's FLOPs crossovers, solved exactly from its compiled terms.
 
 Attention minus the block linear layers of one sequence (B = 1, no LM head) is, as a function
-of the length, a polynomial of degree at most two on each piece between the windows of the
-model's layer groups (a window's keys stop growing at W). Each group's gap is fitted exactly
+of the length, a polynomial of degree at most two on each piece between the windows and
+attention chunks of the model's layer groups (a window's keys stop growing at W; a chunk's
+start again every W_c). Each group's gap is fitted exactly
 (rational coefficients, from its compiled recipe at three integer lengths of the piece) on
 each side of its window, the groups are added piece by piece, and the first root at or above
 length 1 is solved in closed form: a rational, or ``p + q sqrt(m)``. None of it needs sympy.
@@ -20,7 +21,7 @@ from . import compiled
 from .core.registry import workload
 from .errors import CostcalcError
 from .evaluate import Options
-from .roots import FOREVER, Poly, Root, _add, _fit, _roots
+from .roots import FOREVER, Poly, Root, add, fit, roots
 from .spec import Group, ModelSpec
 from .vocab import DEFAULT_TILE, ORDER
 
@@ -132,8 +133,8 @@ def solve(spec: ModelSpec, gap_of, windowed: bool, steps: bool = False) -> Optio
     each multiple of W_c) rather than a prompt length."""
     gaps = [_Gap(group, gap_of(i, group), windowed, steps) for i, group in enumerate(spec.groups)]
     for lo, hi in _pieces(gaps):
-        total = _add([gap.poly(lo, hi) for gap in gaps])
-        for root in _roots(total):
+        total = add([gap.poly(lo, hi) for gap in gaps])
+        for root in roots(total):
             if root.at_least(lo) and (hi == FOREVER or root.at_most(hi)):
                 return root
     return None
@@ -167,7 +168,7 @@ class _Gap:
         if (start, end) not in self.fits:
             first = start + 1 if self.chunk and self.steps and start > 1 else start
             xs = [x for x in (first, first + 1, first + 2) if x <= end] or [first]
-            self.fits[(start, end)] = _fit(self.gap, xs)
+            self.fits[(start, end)] = fit(self.gap, xs)
         return self.fits[(start, end)]
 
 
@@ -204,21 +205,21 @@ def _horizon(gaps: list[_Gap], windows: list[int], chunks: list[int]) -> int:
     for g in gaps:
         if g.chunk:
             size = g.chunk
-            poly = _fit(g.gap, [size, 2 * size, 3 * size])
+            poly = fit(g.gap, [size, 2 * size, 3 * size])
             inside = [size + size // 2, size + (size + 1) // 2, size + 1]
             dip += max(_value(poly, x) - g.gap(x) for x in inside)
         else:
             poly = g.poly(*g.piece(start))
         top.append(poly)
-    upper = _add(top)
+    upper = add(top)
     lower = (upper[0] - dip, upper[1], upper[2])
     for poly in (lower, upper):     # settled where the bound keeps one sign from some length on
         lead = next((c for c in reversed(poly) if c != 0), Fraction(0))
         if lead == 0:
             continue
         if (lead > 0) == (poly is lower):
-            roots = [r.value() for r in _roots(poly)]
-            return max([start] + [math.ceil(r) + 1 for r in roots]) + max(chunks)
+            values = [r.value() for r in roots(poly)]
+            return max([start] + [math.ceil(v) + 1 for v in values]) + max(chunks)
     return start + math.lcm(*chunks) + max(chunks)
 
 

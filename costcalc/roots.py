@@ -11,7 +11,7 @@ Poly = tuple[Fraction, Fraction, Fraction]        # c0 + c1 x + c2 x^2
 FOREVER = math.inf
 
 
-def _fit(f, xs: Sequence[int]) -> Poly:
+def fit(f, xs: Sequence[int]) -> Poly:
     """The polynomial of degree < len(xs) through (x, f(x)), exactly (Lagrange)."""
     ys = [Fraction(f(x)) for x in xs]
     coeffs = [Fraction(0)] * 3
@@ -27,7 +27,7 @@ def _fit(f, xs: Sequence[int]) -> Poly:
     return (coeffs[0], coeffs[1], coeffs[2])
 
 
-def _add(polys: list[Poly]) -> Poly:
+def add(polys: list[Poly]) -> Poly:
     return tuple(sum(p[k] for p in polys) for k in range(3))   # type: ignore[return-value]
 
 
@@ -79,7 +79,7 @@ class Root:
         return f"{self.p} {'+' if self.q > 0 else '-'} {term}"
 
 
-def _roots(poly: Poly) -> list[Root]:
+def roots(poly: Poly) -> list[Root]:
     """Real roots of c0 + c1 x + c2 x^2, smallest first."""
     c0, c1, c2 = poly
     if c2 == 0:

@@ -17,7 +17,6 @@ from .counting import CONVENTIONS, Counter
 from .model import causal_mask
 from .jobs import Job
 
-TERMS = TERM_ORDER        # every breakdown term the core knows, in its order
 # What the counter sees per convention: the linear terms do not depend on it.
 CONVENTION_FREE = tuple(t for t in TERM_ORDER if t not in ("attention", "total"))
 
@@ -132,7 +131,7 @@ def compare(preset: str, job: Job, counted, expected: dict[str, dict], operators
                 "formula_flops": formula, "counted_flops": got,
                 "ratio": round(got / formula, 6) if formula else None, "match": got == formula}
 
-    for term in TERMS:
+    for term in TERM_ORDER:
         key = f"{term}_flops"
         if key not in expected["causal"]:
             continue

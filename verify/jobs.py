@@ -1,7 +1,8 @@
 """Each workload of the cost model as a job the decoder executes, with the core's expected numbers.
 
-``JOBS`` has one job body per workload of the core's registry (``costcalc.core.registry``),
-under the same name. A ``Job`` has a ``setup`` (uncounted, untimed: filling a KV cache with
+``JOBS`` has one job body per workload of the core's registry (``costcalc.core.registry``) that
+a decoder runs as such, under the same name (``decode_phase`` runs inside ``generate``;
+``train`` is three forwards, not verified). A ``Job`` has a ``setup`` (uncounted, untimed: filling a KV cache with
 the prefix, say), a ``run`` (what is counted and timed), ``expected(convention, precision,
 machine)``: the row the calculator gives for the same sizes (with bytes and time when asked),
 and ``operators()``: the core's FLOPs of each linear operator -- read from ``costcalc.calc``,

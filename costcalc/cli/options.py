@@ -94,6 +94,8 @@ def model(preset: Optional[str], preset_file: Optional[Path], config: Optional[P
              if value]
     if len(given) > 1:
         raise CostcalcError(f"give one of --preset, --preset-file or --config, not {' and '.join(given)}")
+    if preset and "," in preset:
+        raise CostcalcError(f"--preset {preset!r}: this command takes one preset")
     if preset:
         return presets.load(preset)
     if preset_file:

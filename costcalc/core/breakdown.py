@@ -66,6 +66,10 @@ class Breakdown:
     def map(self, fn: Callable[[sp.Expr], sp.Expr]) -> "Breakdown":
         return Breakdown({op: expand(fn(e)) for op, e in self.operators.items()}, self.term_of)
 
+    def expanded(self) -> "Breakdown":
+        """Every operator's closed form expanded (sums over tiles and window splits kept)."""
+        return self.map(lambda e: e)
+
     def __add__(self, other: "Breakdown") -> "Breakdown":
         zero = sp.Integer(0)
         names = list(self.operators) + [op for op in other.operators if op not in self.operators]

@@ -5,7 +5,7 @@ recipes, ``costcalc formula`` and verify), its inputs (row column, symbol, minim
 logits policy, the phase that picks the MLA form, and the function of ``core.workloads``
 that builds its symbolic breakdown. Those with ``compiled`` are printed as code
 (``costcalc.codegen``) and evaluated (``costcalc.evaluate``); the others are composites that
-``costcalc.calc`` assembles from compiled ones.
+``costcalc.composites`` assembles from compiled ones.
 """
 from __future__ import annotations
 

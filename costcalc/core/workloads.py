@@ -43,7 +43,7 @@ def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, ne
     ops = {name: batch * e for name, e in operators(block, new, past).items()}
     ops["attention"] = batch * attention_flops(convention, past, new, block)
     ops[LM_HEAD.name] = lm_head_flops(batch * rows)
-    return Breakdown(ops, term_of(block)).map(lambda e: e)
+    return Breakdown(ops, term_of(block)).expanded()
 
 
 @lru_cache(maxsize=None)
@@ -76,7 +76,7 @@ def decode_phase(arch: "str | Block", convention: str = "causal", logits: str = 
            for op, e in step.operators.items() if op != "attention"}
     keys = steps_sum(Convention.parse(convention, "convention"), block, s.S + 1, s.S + s.N - 1)
     ops["attention"] = s.B * per_query_flops(sp.Integer(1), block) * keys
-    return Breakdown({op: ops[op] for op in step.operators}, step.term_of).map(lambda e: e)
+    return Breakdown({op: ops[op] for op in step.operators}, step.term_of).expanded()
 
 
 @lru_cache(maxsize=None)

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Optional
 from . import compiled
 from .core.registry import workload
 from .errors import CostcalcError
-from .evaluate import Options
+from .evaluate import Options, once
 from .roots import FOREVER, Poly, Root, add, fit, roots
 from .spec import Group, ModelSpec
 from .vocab import DEFAULT_TILE, ORDER
@@ -108,7 +108,7 @@ def time_root(spec: ModelSpec, precision, batch: int, mla: str = "auto") -> Opti
 
     def gap_of(index: int, group: Group):
         recipe = compiled.get("decode.bytes", options.block(group, wl).key)
-        names = [n for n in recipe.outputs if n.endswith(".weight") and (index == 0 or not n.startswith("lm_head"))]
+        names = once(index, [n for n in recipe.outputs if n.endswith(".weight")])
         base = {**group.numbers(), "B": batch}
         touched = group_experts_touched(group, batch, precision)
         weights = sum(v * (touched if n.startswith("experts.") else 1)

@@ -146,6 +146,12 @@ def table(spec: ModelSpec, name: str, options: Options, **inputs: Sequence[int])
     return out
 
 
+def once(index: int, names: Iterable[str]) -> list[str]:
+    """The outputs layer group ``index`` contributes: all, but the LM head's (``lm_head``,
+    ``lm_head.<kind>``) only in the first -- a model has one LM head, whatever its groups."""
+    return [n for n in names if index == 0 or n.split(".")[0] != "lm_head"]
+
+
 def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, point: dict[str, Sequence[int]],
             n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
     """A recipe's outputs at n points (``names``: terms and sums by default), summed over the
@@ -155,7 +161,7 @@ def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, point:
     for index, group in enumerate(spec.groups):
         recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, logits)
         base = {**group.numbers(), **options.values()}
-        own = [w for w in wanted if w != "lm_head" or index == 0]     # the model has one LM head
+        own = once(index, wanted)
         if n <= SMALL:
             got = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}, own) for i in range(n)]
             per_group.append({name: [g[name] for g in got] for name in recipe.outputs if name in own})
@@ -213,7 +219,7 @@ def operators(spec: ModelSpec, name: str, options: Options, logits: Optional[str
     for index, group in enumerate(spec.groups):
         recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, mode)
         ops = [o for o, parts in recipe.outputs.items() if parts == (compiled.ident(o),)]   # not sums
-        ops = [o for o in ops if o != "lm_head" or index == 0]
+        ops = once(index, ops)
         for op, value in recipe.evaluate({**group.numbers(), **options.values(), **point}, ops).items():
             out[op] = out.get(op, 0) + value
     return out

@@ -27,7 +27,7 @@ from . import compiled
 from .core.registry import Workload
 from .devices import Device
 from .errors import CostcalcError
-from .evaluate import Options, positive
+from .evaluate import Options, once, positive
 from .spec import Group, ModelSpec
 from .vocab import SCALE_BITS, TERMS, TRAFFIC, Dtype, Routing
 
@@ -122,8 +122,7 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
         block = options.block(group, wl).key
         base = {**group.numbers(), **options.values(), **values}
         elements = compiled.get(f"{wl.name}.bytes", block, options.convention.value, logits).evaluate(base)
-        if index:   # the model has one LM head: its traffic is the first group's
-            elements = {k: v for k, v in elements.items() if not k.startswith("lm_head.")}
+        elements = {k: elements[k] for k in once(index, elements)}      # one LM head: the first group's
         flops_recipe = compiled.get(wl.name, block, options.convention.value, logits)
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
         flops = flops_recipe.evaluate(base, operators)

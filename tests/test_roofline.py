@@ -307,6 +307,18 @@ def test_a_device_file_outside_what_devices_are_is_one_line(field, value, messag
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_devices_show_reads_in_units_as_a_table_and_keeps_the_numbers_in_csv(capsys):
+    code, out, _ = run(capsys, "devices", "show", "h100")
+    fields = dict(line.split(None, 1) for line in out.splitlines() if line.strip() and not line.startswith(" "))
+    assert code == 0 and fields["peak_flops.bf16"] == "989.5 TFLOP/s (9.895e+14)"
+    assert fields["mem_bw"] == "3.350 TB/s (3.35e+12)" and fields["mem_bytes"] == "80.00 GB (8e+10)"
+    code, out, _ = run(capsys, "devices", "show", "h100", "-f", "csv")
+    import csv
+    import io
+
+    assert next(csv.DictReader(io.StringIO(out)))["mem_bw"] == "3350000000000"
+
+
 def test_a_whole_number_of_bytes_written_as_a_float_is_whole(tmp_path, capsys):
     path = tmp_path / "mine.json"
     path.write_text('{"name": "mine", "peak_flops": {"bf16": 1e15}, "mem_bw": 1e12, "mem_bytes": 8e10}')

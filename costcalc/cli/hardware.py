@@ -56,10 +56,18 @@ def devices_show(
         write_text(output, json.dumps(profile.to_dict(), indent=2) + "\n")
         return
     row = _flat(profile)
-    if chosen == "table":
-        write_fields(output, row)
+    if chosen == "table":       # readable units; CSV and JSON keep the numbers as the profile has them
+        write_fields(output, row, _readable)
         return
     emit([row], fmt, output)
+
+
+def _readable(key: str, value) -> str:
+    if key.startswith("peak_flops."):
+        return f"{units.flops(value, 'FLOP/s')} ({value:g})"
+    if key in ("mem_bw", "mem_bytes"):
+        return f"{units.nbytes(value)}{'/s' if key == 'mem_bw' else ''} ({value:g})"
+    return str(value)
 
 
 def _flat(d) -> dict:

@@ -22,7 +22,7 @@ import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import vocab
-from .compiled import ident
+from .vocab import ident
 from .blocks import Block
 from .core.breakdown import Breakdown
 from .core import traffic

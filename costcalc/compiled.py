@@ -57,11 +57,6 @@ def sympy_version() -> str:
         return f"unknown at {getattr(spec, 'origin', None)}"
 
 
-def ident(name: str) -> str:
-    """An output's name as a Python identifier (``experts.up_proj`` -> ``experts__up_proj``)."""
-    return name.replace(".", "__")
-
-
 def cache_dir() -> Path:
     root = os.environ.get("COSTCALC_CACHE_DIR")
     if root:

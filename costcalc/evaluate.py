@@ -15,7 +15,7 @@ from . import compiled
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .spec import ModelSpec
-from .vocab import DEFAULT_TILE, SUMS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
+from .vocab import DEFAULT_TILE, SUMS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache, ident
 
 Table = dict[str, list]    # columns of equal length, in row order
 SMALL = 256   # up to this many points a sweep is evaluated point by point (no numpy import)
@@ -218,7 +218,7 @@ def operators(spec: ModelSpec, name: str, options: Options, logits: Optional[str
     out: dict[str, int] = {}
     for index, group in enumerate(spec.groups):
         recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, mode)
-        ops = [o for o, parts in recipe.outputs.items() if parts == (compiled.ident(o),)]   # not sums
+        ops = [o for o, parts in recipe.outputs.items() if parts == (ident(o),)]   # not sums
         ops = once(index, ops)
         for op, value in recipe.evaluate({**group.numbers(), **options.values(), **point}, ops).items():
             out[op] = out.get(op, 0) + value

@@ -71,6 +71,12 @@ def meaning(name: str) -> str:
     return next(n.meaning for n in MODEL + DERIVED + WORKLOAD if n.name == name)
 
 
+def ident(name: str) -> str:
+    """An operator's name as a Python identifier (``experts.up_proj`` -> ``experts__up_proj``):
+    how the compiled recipes name its expression."""
+    return name.replace(".", "__")
+
+
 # --- choices ---------------------------------------------------------------------------
 
 class Choice(str, enum.Enum):

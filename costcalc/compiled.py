@@ -1,38 +1,40 @@
-"""The derived expressions as cached generated code: exact evaluation without sympy.
+"""The derived expressions as a cached recipe: exact evaluation without sympy.
 
 ``get(recipe, block, convention, logits)`` returns a ``Compiled`` recipe. The first use
-derives it with the sympy core and prints it (``costcalc.codegen``); the source is cached
-on disk under a key that hashes the core's own source files and the sympy version (its
-behaviour shapes the generated code), so any change to either regenerates it. A later start
-loads the cached module: no sympy import.
+derives it with the sympy core and prints it as data (``costcalc.codegen``: each term's
+expression text and the tables around it); the data is cached on disk as JSON
+(``costcalc.cachefile``: this user's files only, signed to their key) in a folder named by a
+hash of the core's own source files and the sympy version (its behaviour shapes the printed
+expressions), so any change to either derives again. A later start loads the data: no sympy
+import.
 
-Cache directory: ``$COSTCALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/costcalc``, else
-``~/.cache/costcalc``. An unwritable or corrupt cache is never an error: the recipe is
-derived again in memory (and rewritten where possible); the reason is logged (``costcalc
+Loading never executes the file. Each expression is parsed (``ast``) and held to a grammar
+of integer arithmetic (``check``): int constants, the term's parameters, ``+ - * //``,
+``**`` by a constant, unary minus, the helpers ``_min``/``_max``/``_cdiv`` defined here,
+and ``sum(... for t in range(...))``. The checked trees are compiled into functions that
+see no builtins but those. A file that fails anything is derived again: an unwritable,
+foreign, corrupt or hostile cache is never an error; the reason is logged (``costcalc
 --verbose`` shows it).
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import itertools
+import json
+import keyword
 import operator
-import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from . import cachefile
+from .cachefile import cache_dir, log
+
 _PACKAGE = Path(__file__).resolve().parent
 # The files whose content decides the generated code.
-SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "core/*.py")
+SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "cachefile.py", "core/*.py")
 INT64_SAFE = 2**62  # bound below which every intermediate fits int64 with room to spare
-
-
-def log(message: str, *args: Any) -> None:
-    """Say why a recipe is derived again (shown by ``costcalc --verbose``); logging loads only then."""
-    import logging
-
-    logging.getLogger("costcalc.compiled").info(message, *args)
 
 
 @lru_cache(maxsize=None)
@@ -55,14 +57,6 @@ def sympy_version() -> str:
         return text.split('__version__ = "', 1)[1].split('"', 1)[0]
     except (AttributeError, TypeError, OSError, IndexError):   # an unusual install: hash the package's path
         return f"unknown at {getattr(spec, 'origin', None)}"
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("COSTCALC_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "costcalc"
 
 
 class Compiled:
@@ -209,43 +203,186 @@ def _monomial(powers: tuple, point: Mapping[str, int]) -> int:
     return value
 
 
-CHECK = "# checksum "   # the last line of a cached module: the sha256 of everything above it
 
 
-def _signed(text: str) -> str:
-    return f"{text}{CHECK}{hashlib.sha256(text.encode()).hexdigest()}\n"
+# --- the helpers a recipe's expressions call (defined here, never read from the cache) ---------
+
+def _pick(numpy_name: str, builtin: Any) -> Any:
+    def pick(*xs: Any) -> Any:
+        if any(hasattr(x, "__array__") for x in xs):   # arrays: numpy.minimum / numpy.maximum
+            import functools
+            import numpy
+            return functools.reduce(getattr(numpy, numpy_name), xs)
+        return builtin(xs)
+    return pick
 
 
-def _load(path: Path, key: str) -> tuple[Optional[Compiled], str]:
-    """The cached recipe, or None and why it could not be used. A file is used only if its
-    checksum holds (a partial, stale or hand-edited file is derived again); loading it may
-    fail in any way, and never becomes an error."""
+_min = _pick("minimum", min)
+_max = _pick("maximum", max)
+
+
+def _cdiv(a: Any, b: Any) -> Any:
+    return -((-a) // b)
+
+
+CALLS = {"_min": _min, "_max": _max, "_cdiv": _cdiv, "sum": sum, "range": range}
+MAX_POWER = 64   # the largest exponent an expression may hold (the core's are below 5)
+_BINARY = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Pow)
+
+
+# --- a recipe from data: every expression held to the grammar, then compiled ------------------
+
+def _name(name: Any) -> str:
+    """A parameter or loop variable: an ASCII identifier that is no keyword, helper or dunder."""
+    if not (isinstance(name, str) and name.isascii() and name.isidentifier() and not keyword.iskeyword(name)
+            and not name.startswith("_") and name not in CALLS):
+        raise ValueError(f"{name!r} is not a parameter name")
+    return name
+
+
+def check(text: Any, params: Iterable[str]) -> ast.expr:
+    """The tree of an expression of printed integer arithmetic, or ValueError: int constants,
+    names among ``params`` (and a loop's variable inside its ``sum``), ``+ - * //``, ``**``
+    by an int constant up to MAX_POWER, unary minus, calls of ``_min``/``_max``/``_cdiv``, and
+    ``sum(EXPR for NAME in range(...))`` with one ``for`` and no ``if``. Nothing else: no
+    attribute, subscript, string, float, comparison, lambda or keyword argument."""
+    if not isinstance(text, str):
+        raise ValueError("an expression is not text")
+    tree = ast.parse(text, mode="eval")
+    stack: list[tuple[Any, frozenset]] = [(tree.body, frozenset(params))]
+    while stack:
+        node, names = stack.pop()
+        kind = type(node)
+        if kind is ast.Constant:
+            if type(node.value) is not int:
+                raise ValueError(f"constant {node.value!r} is not an int")
+        elif kind is ast.Name:
+            if node.id not in names:
+                raise ValueError(f"name {node.id!r} is not a parameter")
+        elif kind is ast.BinOp:
+            if type(node.op) not in _BINARY:
+                raise ValueError(f"operator {type(node.op).__name__} is not arithmetic")
+            if type(node.op) is ast.Pow and not (type(node.right) is ast.Constant and type(node.right.value) is int
+                                                 and 0 <= node.right.value <= MAX_POWER):
+                raise ValueError("a power that is not a small int constant")
+            stack += [(node.left, names), (node.right, names)]
+        elif kind is ast.UnaryOp and type(node.op) is ast.USub:
+            stack.append((node.operand, names))
+        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id in ("_min", "_max", "_cdiv", "sum"):
+            call, args = node.func.id, node.args
+            if node.keywords or not args or (call == "_cdiv" and len(args) != 2):
+                raise ValueError(f"a call of {call} with other arguments")
+            if call == "sum":
+                stack += _loop(args, names)
+            else:
+                stack += [(a, names) for a in args]
+        else:
+            raise ValueError(f"{kind.__name__} is not part of the grammar")
+    return tree.body
+
+
+def _loop(args: list, names: frozenset) -> list[tuple[Any, frozenset]]:
+    """The parts of ``sum(EXPR for NAME in range(...))`` to check, with NAME known inside EXPR."""
+    gen = args[0]
+    if len(args) != 1 or type(gen) is not ast.GeneratorExp or len(gen.generators) != 1:
+        raise ValueError("sum over anything but one generator")
+    loop = gen.generators[0]
+    source = loop.iter
+    if (type(loop.target) is not ast.Name or loop.ifs or loop.is_async or type(source) is not ast.Call
+            or type(source.func) is not ast.Name or source.func.id != "range" or source.keywords
+            or not 1 <= len(source.args) <= 3):
+        raise ValueError("a loop other than `for NAME in range(...)`")
+    var = _name(loop.target.id)
+    if var in names:
+        raise ValueError(f"loop variable {var!r} hides a parameter")
+    return [(a, names) for a in source.args] + [(gen.elt, names | {var})]
+
+
+def _functions(key: str, exprs: list[tuple[tuple[str, ...], ast.expr]]) -> tuple:
+    """Checked trees as functions ``f(p1, p2, ..., **_)``, compiled in one go, seeing only CALLS."""
+    at = {"lineno": 1, "col_offset": 0, "end_lineno": 1, "end_col_offset": 0}   # (fix_missing_locations is slow)
+
+    def arguments(params: tuple[str, ...]) -> ast.arguments:
+        return ast.arguments(posonlyargs=[], args=[ast.arg(p, **at) for p in params], vararg=None, kwonlyargs=[],
+                             kw_defaults=[], kwarg=ast.arg("_", **at), defaults=[])
+
+    tree = ast.Expression(ast.Tuple([ast.Lambda(arguments(p), body, **at) for p, body in exprs], ast.Load(), **at))
+    return eval(compile(tree, f"<costcalc {key}>", "eval"), {"__builtins__": {}, **CALLS})   # noqa: S307 -- checked
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{what} is not a list of names")
+    return value
+
+
+def _table(value: Any, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not a table")
+    return value
+
+
+def build(key: str, data: Any) -> Compiled:
+    """A ``Compiled`` recipe from its data (``codegen.recipe``, as JSON gives it back), or
+    ValueError where anything in it is not what codegen writes."""
+    data = _table(data, "the recipe")
+    args = tuple(_name(a) for a in _strings(data["args"], "args"))
+    terms, exprs, bounded = [], [], []
+    for term in data["terms"]:
+        name, bound = term["name"], term["bound"]
+        if not isinstance(name, str) or name in terms:
+            raise ValueError(f"term name {name!r}")
+        terms.append(name)
+        for part in ([term] if bound is None else [term, bound]):
+            params = tuple(_name(p) for p in _strings(part["params"], f"{name}'s parameters"))
+            if not set(params) <= set(args) or len(set(params)) != len(params):
+                raise ValueError(f"{name}'s parameters are not among the recipe's")
+            try:
+                exprs.append((params, check(part["expr"], params)))
+            except (ValueError, SyntaxError, RecursionError, MemoryError) as exc:
+                raise ValueError(f"{name}: {type(exc).__name__}: {exc}") from None
+        if bound is not None:
+            bounded.append(name)
+    outputs = {out: tuple(_strings(parts, out)) for out, parts in _table(data["outputs"], "outputs").items()}
+    vector = _table(data["vector"], "vector")
+    poly = {name: (int(den), tuple((int(c), tuple((str(x), int(e)) for x, e in powers)) for c, powers in monos))
+            for name, (den, monos) in _table(data["poly"], "poly").items()}
+    known = set(terms)
+    if (any(not set(parts) <= known for parts in outputs.values()) or vector != {t: t in bounded for t in terms}
+            or not set(poly) <= set(bounded)
+            or any(den < 1 or any(x not in args or e < 1 for _, powers in monos for x, e in powers)
+                   for den, monos in poly.values())):
+        raise ValueError("its tables do not match its terms")
+    constants, term_of = _table(data["constants"], "constants"), _table(data["term_of"], "term_of")
+    if not all(isinstance(k, str) and isinstance(v, str) for table in (constants, term_of) for k, v in table.items()):
+        raise ValueError("its constants are not text")
+    fns = iter(_functions(key, exprs))
+    namespace: dict[str, Any] = {"TERMS": tuple(terms), "OUTPUTS": outputs, "VECTOR": vector, "POLY": poly,
+                                 "ARGS": args, "CONSTANTS": constants, "TERM_OF": term_of}
+    for name in terms:
+        namespace[name] = next(fns)
+        if name in bounded:
+            namespace[f"{name}__bound"] = next(fns)
+    return Compiled(key, namespace)
+
+
+FORMAT = 1   # the layout of a recipe's data; a change is a change of this file, hence of core_hash
+
+
+def _load(found: cachefile.Place, key: str) -> tuple[Optional[Compiled], str]:
+    """The recipe cached for ``key``, or None and why it could not be used. A file is used only
+    if its signature holds, it names this key and this core, and every expression passes the
+    grammar; whatever else is wrong with it, it is derived again, never an error."""
+    body, why = found.load(key)
+    if body is None:
+        return None, why
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None, "not cached yet"
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"unreadable ({exc})"
-    body, _, last = text.rstrip("\n").rpartition("\n")
-    if not last.startswith(CHECK) or _signed(body + "\n") != text:
-        return None, "unusable (its checksum does not hold: partial, stale or edited)"
-    try:
-        namespace: dict[str, Any] = {}
-        exec(compile(text, str(path), "exec"), namespace)
-        return Compiled(key, namespace), ""
+        data = json.loads(body)
+        if data["format"] != FORMAT or data["key"] != key or data["core"] != core_hash():
+            return None, "unusable (stored for another key or core)"
+        return build(key, data), ""
     except Exception as exc:   # noqa: BLE001 -- whatever is wrong with a cache file, derive again
         return None, f"unusable ({type(exc).__name__}: {exc})"
-
-
-def _store(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(_signed(text))
-        os.replace(tmp, path)
-    except OSError as exc:
-        log("could not cache %s: %s (derived again next time)", path, exc)
 
 
 _LOADED: dict[tuple[str, str], Compiled] = {}   # recipes of this process, by cache folder and key
@@ -254,6 +391,7 @@ _LOADED: dict[tuple[str, str], Compiled] = {}   # recipes of this process, by ca
 def forget() -> None:
     """Drop the recipes this process holds (the disk cache stays): the next ``get`` loads again."""
     _LOADED.clear()
+    cachefile.forget()
 
 
 def get(recipe: str, block: str, convention: str = "causal", logits: str = "last") -> Compiled:
@@ -262,19 +400,20 @@ def get(recipe: str, block: str, convention: str = "causal", logits: str = "last
 
     block_ = coerce(block)
     key = f"{recipe}-{block_.key}-{convention}-{logits}"
-    path = cache_dir() / core_hash() / f"{key}.py"
-    slot = (str(path.parent), key)
+    slot = (str(cache_dir()), key)
     if slot in _LOADED:
         return _LOADED[slot]
-    found, why = _load(path, key)
+    where, why = cachefile.place(core_hash())
+    found, why = _load(where, key) if where is not None else (None, why)
     if found is None:
         from . import codegen
 
         log("deriving %s: %s", key, why)
-        text = codegen.source(recipe, block_, str(convention), str(logits), stamp=f"core={core_hash()}")
-        _store(path, text)
-        namespace: dict[str, Any] = {}
-        exec(compile(text, f"<costcalc {key}>", "exec"), namespace)
-        found = Compiled(key, namespace)
+        data = {"format": FORMAT, "key": key, "core": core_hash(),
+                **codegen.recipe(recipe, block_, str(convention), str(logits))}
+        body = json.dumps(data).encode()
+        if where is not None:
+            where.store(key, body)
+        found = build(key, json.loads(body))   # as a later start reads it back
     _LOADED[slot] = found
     return found

@@ -1,5 +1,6 @@
-"""The generated-code cache: same numbers as the sympy core, regenerated when the core
-changes, robust to a bad cache, and a calculation that starts without sympy or pandas."""
+"""The recipe cache: same numbers as the sympy core, regenerated when the core changes,
+robust to a bad cache, and a calculation that starts without sympy or pandas.
+(tests/test_cache_trust.py: a hostile cache.)"""
 import json
 import os
 import random
@@ -89,7 +90,7 @@ def test_a_warm_calculation_imports_neither_sympy_nor_pandas(tmp_path, fmt):
     first = run(PROBE.format(args=args), tmp_path)
     assert first.returncode == 0, first.stderr
     assert "sympy" in first.stdout.splitlines()[-1]            # the first run derives
-    assert list(tmp_path.glob(f"{compiled.core_hash()}/prefill-gqa.dense-causal-last.py"))
+    assert list(tmp_path.glob(f"{compiled.core_hash()}/prefill-gqa.dense-causal-last.json"))
     second = run(PROBE.format(args=args), tmp_path)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines()[-1] == "MODULES []"      # the second one does not
@@ -104,19 +105,19 @@ def test_a_corrupt_or_stale_cache_is_derived_again(tmp_path, monkeypatch):
     compiled.forget()
     try:
         good = compiled.get("decode", "dense", "causal", "last")
-        path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.py"
+        path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.json"
         assert path.is_file()
-        path.write_text("TERMS = (  # truncated")
+        path.write_text(path.read_text()[:100])   # truncated
         compiled.forget()
         again = compiled.get("decode", "dense", "causal", "last")
         values = presets.load("llama-3.1-8b").numbers() | {"B": 3, "T": 999}
         assert again.evaluate(values) == good.evaluate(values)
-        assert "def attention" in path.read_text()               # rewritten whole
+        assert '"name": "attention"' in path.read_text()         # rewritten whole
         # Another core (a different hash) never reads this directory's code.
         monkeypatch.setattr(compiled, "core_hash", lambda: "0" * 16)
         compiled.forget()
         compiled.get("decode", "dense", "causal", "last")
-        assert (tmp_path / ("0" * 16) / "decode-gqa.dense-causal-last.py").is_file()
+        assert (tmp_path / ("0" * 16) / "decode-gqa.dense-causal-last.json").is_file()
     finally:
         compiled.forget()
 
@@ -155,26 +156,25 @@ def test_a_cache_that_cannot_load_says_why_under_verbose(tmp_path):
     code = PROBE.format(args=["--verbose", "decode", "-p", "toy", "--context", "4"])
     first = run(code, tmp_path)
     assert first.returncode == 0 and "deriving decode-gqa.dense-causal-last: not cached yet" in first.stderr
-    (tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.py").write_text("TERMS = (")
+    (tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.json").write_text('{"hmac": "')
     again = run(code, tmp_path)
-    assert again.returncode == 0 and "checksum does not hold" in again.stderr
+    assert again.returncode == 0 and "signature does not hold" in again.stderr
     quiet = run(PROBE.format(args=["decode", "-p", "toy", "--context", "4"]), tmp_path)
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
-@pytest.mark.parametrize("body", ["import nonexistent_module_xyz\n", "x = 1 / 0\n",
-                                  "TERMS = ()\nOUTPUTS = {'total': ()}\n"])
+@pytest.mark.parametrize("body", ["import nonexistent_module_xyz\n", "{}\n", '{"hmac": "00", "recipe": {}}\n'])
 def test_any_bad_cache_file_is_derived_again_even_a_well_formed_one(tmp_path, monkeypatch, body):
     monkeypatch.setenv("COSTCALC_CACHE_DIR", str(tmp_path))
     compiled.forget()
     try:
         good = compiled.get("decode", "dense", "causal", "last")
-        path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.py"
+        path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.json"
         path.write_text(body)
         compiled.forget()
         again = compiled.get("decode", "dense", "causal", "last")
         values = presets.load("llama-3.1-8b").numbers() | {"B": 3, "T": 999}
         assert again.evaluate(values) == good.evaluate(values)
-        assert path.read_text().splitlines()[-1].startswith(compiled.CHECK)   # rewritten whole, signed
+        assert json.loads(path.read_text())["recipe"]["key"] == "decode-gqa.dense-causal-last"   # rewritten, whole
     finally:
         compiled.forget()

@@ -96,7 +96,7 @@ class Place(NamedTuple):
         body = raw[_BODY:-len(_TAIL)]
         if (not raw.startswith(_HEAD) or raw[_BODY - len(_MID):_BODY] != _MID or not raw.endswith(_TAIL)
                 or not hmac.compare_digest(raw[len(_HEAD):_BODY - len(_MID)], _sign(self.secret, body))):
-            return None, "unusable (its signature does not hold: partial, edited, or not written by you for this key)"
+            return None, "unusable (its signature does not hold: partial, edited, or signed with another secret)"
         return body, ""
 
     def store(self, key: str, body: bytes) -> None:
@@ -130,7 +130,8 @@ def _folder(path: Path) -> str:
     if not stat.S_ISDIR(st.st_mode):
         return f"cache folder {path} is not a folder"
     why = _foreign(st, private=False)
-    return f"cache folder {path} not used: {why}" if why else ""
+    hint = f" (`chmod go-w {path}` if it is yours alone)" if why.startswith("mode") else ""
+    return f"cache folder {path} not used: {why}{hint}" if why else ""
 
 
 def _foreign(st: os.stat_result, private: bool) -> str:

@@ -9,7 +9,7 @@ expressions), so any change to either derives again. A later start loads the dat
 import.
 
 Loading never executes the file. Each expression is parsed (``ast``) and held to a grammar
-of integer arithmetic (``check``): int constants, the term's parameters, ``+ - * //``,
+of integer arithmetic (``costcalc.grammar``): int constants, the term's parameters, ``+ - * //``,
 ``**`` by a constant, unary minus, the helpers ``_min``/``_max``/``_cdiv`` defined here,
 and ``sum(... for t in range(...))``. The checked trees are compiled into functions that
 see no builtins but those. A file that fails anything is derived again: an unwritable,
@@ -18,22 +18,21 @@ foreign, corrupt or hostile cache is never an error; the reason is logged (``cos
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import itertools
 import json
-import keyword
 import operator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-from . import cachefile
+from . import cachefile, grammar
 from .cachefile import cache_dir, log
 
 _PACKAGE = Path(__file__).resolve().parent
 # The files whose content decides the generated code.
-SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "cachefile.py", "core/*.py")
+SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "cachefile.py", "grammar.py",
+           "core/*.py")
 INT64_SAFE = 2**62  # bound below which every intermediate fits int64 with room to spare
 
 
@@ -225,89 +224,7 @@ def _cdiv(a: Any, b: Any) -> Any:
     return -((-a) // b)
 
 
-CALLS = {"_min": _min, "_max": _max, "_cdiv": _cdiv, "sum": sum, "range": range}
-MAX_POWER = 64   # the largest exponent an expression may hold (the core's are below 5)
-_BINARY = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Pow)
-
-
-# --- a recipe from data: every expression held to the grammar, then compiled ------------------
-
-def _name(name: Any) -> str:
-    """A parameter or loop variable: an ASCII identifier that is no keyword, helper or dunder."""
-    if not (isinstance(name, str) and name.isascii() and name.isidentifier() and not keyword.iskeyword(name)
-            and not name.startswith("_") and name not in CALLS):
-        raise ValueError(f"{name!r} is not a parameter name")
-    return name
-
-
-def check(text: Any, params: Iterable[str]) -> ast.expr:
-    """The tree of an expression of printed integer arithmetic, or ValueError: int constants,
-    names among ``params`` (and a loop's variable inside its ``sum``), ``+ - * //``, ``**``
-    by an int constant up to MAX_POWER, unary minus, calls of ``_min``/``_max``/``_cdiv``, and
-    ``sum(EXPR for NAME in range(...))`` with one ``for`` and no ``if``. Nothing else: no
-    attribute, subscript, string, float, comparison, lambda or keyword argument."""
-    if not isinstance(text, str):
-        raise ValueError("an expression is not text")
-    tree = ast.parse(text, mode="eval")
-    stack: list[tuple[Any, frozenset]] = [(tree.body, frozenset(params))]
-    while stack:
-        node, names = stack.pop()
-        kind = type(node)
-        if kind is ast.Constant:
-            if type(node.value) is not int:
-                raise ValueError(f"constant {node.value!r} is not an int")
-        elif kind is ast.Name:
-            if node.id not in names:
-                raise ValueError(f"name {node.id!r} is not a parameter")
-        elif kind is ast.BinOp:
-            if type(node.op) not in _BINARY:
-                raise ValueError(f"operator {type(node.op).__name__} is not arithmetic")
-            if type(node.op) is ast.Pow and not (type(node.right) is ast.Constant and type(node.right.value) is int
-                                                 and 0 <= node.right.value <= MAX_POWER):
-                raise ValueError("a power that is not a small int constant")
-            stack += [(node.left, names), (node.right, names)]
-        elif kind is ast.UnaryOp and type(node.op) is ast.USub:
-            stack.append((node.operand, names))
-        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id in ("_min", "_max", "_cdiv", "sum"):
-            call, args = node.func.id, node.args
-            if node.keywords or not args or (call == "_cdiv" and len(args) != 2):
-                raise ValueError(f"a call of {call} with other arguments")
-            if call == "sum":
-                stack += _loop(args, names)
-            else:
-                stack += [(a, names) for a in args]
-        else:
-            raise ValueError(f"{kind.__name__} is not part of the grammar")
-    return tree.body
-
-
-def _loop(args: list, names: frozenset) -> list[tuple[Any, frozenset]]:
-    """The parts of ``sum(EXPR for NAME in range(...))`` to check, with NAME known inside EXPR."""
-    gen = args[0]
-    if len(args) != 1 or type(gen) is not ast.GeneratorExp or len(gen.generators) != 1:
-        raise ValueError("sum over anything but one generator")
-    loop = gen.generators[0]
-    source = loop.iter
-    if (type(loop.target) is not ast.Name or loop.ifs or loop.is_async or type(source) is not ast.Call
-            or type(source.func) is not ast.Name or source.func.id != "range" or source.keywords
-            or not 1 <= len(source.args) <= 3):
-        raise ValueError("a loop other than `for NAME in range(...)`")
-    var = _name(loop.target.id)
-    if var in names:
-        raise ValueError(f"loop variable {var!r} hides a parameter")
-    return [(a, names) for a in source.args] + [(gen.elt, names | {var})]
-
-
-def _functions(key: str, exprs: list[tuple[tuple[str, ...], ast.expr]]) -> tuple:
-    """Checked trees as functions ``f(p1, p2, ..., **_)``, compiled in one go, seeing only CALLS."""
-    at = {"lineno": 1, "col_offset": 0, "end_lineno": 1, "end_col_offset": 0}   # (fix_missing_locations is slow)
-
-    def arguments(params: tuple[str, ...]) -> ast.arguments:
-        return ast.arguments(posonlyargs=[], args=[ast.arg(p, **at) for p in params], vararg=None, kwonlyargs=[],
-                             kw_defaults=[], kwarg=ast.arg("_", **at), defaults=[])
-
-    tree = ast.Expression(ast.Tuple([ast.Lambda(arguments(p), body, **at) for p, body in exprs], ast.Load(), **at))
-    return eval(compile(tree, f"<costcalc {key}>", "eval"), {"__builtins__": {}, **CALLS})   # noqa: S307 -- checked
+CALLS = {"_min": _min, "_max": _max, "_cdiv": _cdiv, "sum": sum, "range": range}   # grammar.CALLS: all an expression sees
 
 
 def _strings(value: Any, what: str) -> list[str]:
@@ -326,19 +243,19 @@ def build(key: str, data: Any) -> Compiled:
     """A ``Compiled`` recipe from its data (``codegen.recipe``, as JSON gives it back), or
     ValueError where anything in it is not what codegen writes."""
     data = _table(data, "the recipe")
-    args = tuple(_name(a) for a in _strings(data["args"], "args"))
-    terms, exprs, bounded = [], [], []
+    args = tuple(grammar.name(a) for a in _strings(data["args"], "args"))
+    terms, exprs, bounded = [], [], []   # exprs: (parameters, checked tree) of each term and bound
     for term in data["terms"]:
         name, bound = term["name"], term["bound"]
         if not isinstance(name, str) or name in terms:
             raise ValueError(f"term name {name!r}")
         terms.append(name)
         for part in ([term] if bound is None else [term, bound]):
-            params = tuple(_name(p) for p in _strings(part["params"], f"{name}'s parameters"))
+            params = tuple(grammar.name(p) for p in _strings(part["params"], f"{name}'s parameters"))
             if not set(params) <= set(args) or len(set(params)) != len(params):
                 raise ValueError(f"{name}'s parameters are not among the recipe's")
             try:
-                exprs.append((params, check(part["expr"], params)))
+                exprs.append((params, grammar.check(part["expr"], params)))
             except (ValueError, SyntaxError, RecursionError, MemoryError) as exc:
                 raise ValueError(f"{name}: {type(exc).__name__}: {exc}") from None
         if bound is not None:
@@ -356,7 +273,7 @@ def build(key: str, data: Any) -> Compiled:
     constants, term_of = _table(data["constants"], "constants"), _table(data["term_of"], "term_of")
     if not all(isinstance(k, str) and isinstance(v, str) for table in (constants, term_of) for k, v in table.items()):
         raise ValueError("its constants are not text")
-    fns = iter(_functions(key, exprs))
+    fns = iter(grammar.functions(f"<costcalc {key}>", exprs, CALLS))
     namespace: dict[str, Any] = {"TERMS": tuple(terms), "OUTPUTS": outputs, "VECTOR": vector, "POLY": poly,
                                  "ARGS": args, "CONSTANTS": constants, "TERM_OF": term_of}
     for name in terms:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from costcalc import cachefile, compiled, presets
+from costcalc import cachefile, compiled, grammar, presets
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "prefill-gqa.dense-causal-last"
@@ -107,6 +107,15 @@ def test_planted_code_with_a_valid_signature_never_runs(cache, tmp_path, caplog,
         assert again().evaluate(POINT) == good
     assert f"deriving {KEY}: unusable (ValueError: attention:" in caplog.text
     assert not marker.exists()
+
+
+def test_the_grammar_names_the_helpers_compiled_defines():
+    assert set(grammar.CALLS) == set(compiled.CALLS)
+    assert grammar.check("sum(_min(S, t) for t in range(0, _cdiv(S, b_q)))", ["S", "b_q"])
+    with pytest.raises(ValueError, match="hides a parameter"):
+        grammar.check("sum(S for S in range(1))", ["S"])
+    with pytest.raises(ValueError, match="not a parameter"):
+        grammar.check("sum(t for t in range(1)) + t", ["S"])
 
 
 @pytest.mark.parametrize("params", [["__import__"], ["sum"], ["B", "B"], ["not an identifier"], ["zz"]])

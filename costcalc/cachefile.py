@@ -152,7 +152,8 @@ def read(path: Path, limit: int, private: bool = False) -> tuple[Optional[bytes]
     except FileNotFoundError:
         return None, MISSING
     except OSError as exc:
-        return None, f"{path.name} unreadable ({exc.strerror or exc}{', a symbolic link?' if exc.errno == errno.ELOOP else ''})"
+        link = ", a symbolic link" if exc.errno == errno.ELOOP else ""
+        return None, f"{path.name} unreadable ({exc.strerror or exc}{link})"
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

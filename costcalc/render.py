@@ -116,8 +116,8 @@ def write_csv(data: Union[Rows, Table], handle) -> None:
         _write_columns(data, handle, writer)
         return
     cols = columns(data)
-    writer.writerow(cols)
-    writer.writerows([["" if (v := row.get(c)) is None else v for c in cols] for row in data])
+    for cells in [cols, *(["" if (v := row.get(c)) is None else v for c in cols] for row in data)]:
+        handle.write(",".join(map(_field, cells)) + "\n")
 
 
 CHUNK = 1 << 16   # rows formatted per block: bounded memory for million-row sweeps
@@ -155,6 +155,12 @@ def _cell_text(value: Any) -> str:
     return _quote(text) if isinstance(value, str) and _needs_quote(text) else text
 
 
+def _field(value: Any) -> str:
+    """A cell's CSV text as ``csv.writer`` writes it, except that a bare ``\\r`` is quoted too."""
+    text = str(value)
+    return _quote(text) if _needs_quote(text) else text
+
+
 def _needs_quote(text: str) -> bool:
     return any(c in text for c in ',"\r\n') or text != text.strip()
 
@@ -169,6 +175,11 @@ def _texts(values: Sequence[str]) -> list[str]:
 
 
 def _quote(text: str) -> str:
+    """One field as the csv module quotes it, and a field holding ``\\n`` or ``\\r`` always
+    (``csv.writer`` with an empty line terminator leaves those bare before Python 3.13)."""
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="").writerow([text])
-    return buffer.getvalue()
+    quoted = buffer.getvalue()
+    if ("\n" in text or "\r" in text) and not quoted.startswith('"'):
+        quoted = '"' + text.replace('"', '""') + '"'
+    return quoted

@@ -134,14 +134,14 @@ def _take(layers: list[dict], n: int) -> list[dict]:
     return [{**g, "count": c} for g, c in zip(layers, counts) if c]
 
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")   # the whole name: fullmatch (``$`` passes a final newline)
 
 
 def check_name(name: Any, where: str) -> str:
     """A preset name: letters, digits, ``.``, ``_``, ``-``, not starting with a dot or dash
     (it is also a file name: no folders, nothing hidden)."""
-    if not isinstance(name, str) or not NAME.match(name) or len(name) > 100:
-        raise CostcalcError(f"{where}: {name!r} is not a preset name (letters, digits, '.', '_' and '-', "
+    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 100:
+        raise CostcalcError(f"{where}: {quote(name)} is not a preset name (letters, digits, '.', '_' and '-', "
                             f"starting with a letter or digit, at most 100 characters)")
     return name
 

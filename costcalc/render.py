@@ -85,11 +85,13 @@ def write(data: Union[Rows, Table], fmt: str, handle, extra_notes: Sequence[str]
 def render(data: Union[Rows, Table], fmt: str, extra_notes: Sequence[str] = (), width: int | None = None) -> str:
     """The whole text of one format; ``width`` limits a table (columns dropped to fit)."""
     if fmt == "table":
+    from .printable import escape     # text for a reader: a file's control characters shown, not obeyed
+
         from .terminal import table
 
-        return table(as_rows(data), extra_notes, width)
+        return escape(table(as_rows(data), extra_notes, width), lines=True)
     if fmt == "markdown":
-        return frame(data).to_markdown(index=False) + "\n"
+        return escape(frame(data).to_markdown(index=False) + "\n", lines=True)
     if fmt in ("csv", "json"):
         buffer = io.StringIO()
         write(data, fmt, buffer)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any, Mapping, Sequence, Union
 
 
@@ -84,9 +85,9 @@ def write(data: Union[Rows, Table], fmt: str, handle, extra_notes: Sequence[str]
 
 def render(data: Union[Rows, Table], fmt: str, extra_notes: Sequence[str] = (), width: int | None = None) -> str:
     """The whole text of one format; ``width`` limits a table (columns dropped to fit)."""
-    if fmt == "table":
     from .printable import escape     # text for a reader: a file's control characters shown, not obeyed
 
+    if fmt == "table":
         from .terminal import table
 
         return escape(table(as_rows(data), extra_notes, width), lines=True)
@@ -106,7 +107,14 @@ def write_json(data: Union[Rows, Table], handle) -> None:
     names = list(cols)
     handle.write("[")
     for index, values in enumerate(zip(*cols.values(), strict=True)):
-        record = json.dumps(dict(zip(names, values)), indent=2).replace("\n", "\n  ")
+        try:
+            record = json.dumps(dict(zip(names, values)), indent=2, allow_nan=False).replace("\n", "\n  ")
+        except ValueError:   # NaN or infinity, which JSON cannot hold: the inputs' ranges should have stopped it
+            from .errors import CostcalcError
+
+            bad = [n for n, v in zip(names, values) if isinstance(v, float) and not math.isfinite(v)]
+            raise CostcalcError(f"internal error: row {index + 1} has a value that is not a finite number "
+                                f"({', '.join(bad) or 'nested'}); JSON cannot hold it") from None
         handle.write(("\n  " if index == 0 else ",\n  ") + record)
     handle.write("\n]\n" if names and length(cols) else "]\n")
 

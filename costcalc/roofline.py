@@ -91,10 +91,13 @@ class Machine:
         return self.device.mem_bw * self.memory_efficiency
 
 
+EFFICIENCY_MIN = 1e-3   # a tenth of a percent of a peak: below it a time is noise (or, subnormal, infinite)
+
+
 def check_efficiency(name: str, value: float) -> float:
-    """A fraction of a peak reached: in (0, 1]."""
-    if not 0 < value <= 1:
-        raise CostcalcError(f"{name} must be in (0, 1], got {value}")
+    """A fraction of a peak reached: in [``EFFICIENCY_MIN``, 1] (NaN fails too)."""
+    if not EFFICIENCY_MIN <= value <= 1:
+        raise CostcalcError(f"{name} must be between {EFFICIENCY_MIN:g} and 1, got {value}")
     return value
 
 
@@ -102,6 +105,8 @@ def experts_touched(E: int, k: int, tokens: int, routing: Routing) -> Fraction:
     """Distinct experts a forward routing ``tokens`` tokens (k each) reads, per MoE layer."""
     if routing == Routing.worst:
         return Fraction(min(E, tokens * k))
+    if k >= E:      # every expert, whatever the tokens (and log1p(-1) below has no value)
+        return Fraction(E)
     if tokens * math.log2(max(E, 2)) <= EXACT_BITS:
         return E * (1 - Fraction(E - k, E) ** tokens)
     return Fraction(E * -math.expm1(tokens * math.log1p(-k / E)))   # beyond exact: a double, ~1e-16 relative

@@ -123,12 +123,17 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: Fraction(0) for t in TERMS}
+    per_element = {kind: precision.bits(kind) / 8 for kind in TRAFFIC}   # bytes, exact
+    recipes: dict[str, tuple] = {}      # by block kind: groups of one kind share their recipes
     for index, group in enumerate(spec.groups):
         block = options.block(group, wl).key
+        if block not in recipes:
+            recipes[block] = (compiled.get(f"{wl.name}.bytes", block, options.convention.value, logits),
+                              compiled.get(wl.name, block, options.convention.value, logits))
+        bytes_recipe, flops_recipe = recipes[block]
         base = {**group.numbers(), **options.values(), **values}
-        elements = compiled.get(f"{wl.name}.bytes", block, options.convention.value, logits).evaluate(base)
+        elements = bytes_recipe.evaluate(base)
         elements = {k: elements[k] for k in once(index, elements)}      # one LM head: the first group's
-        flops_recipe = compiled.get(wl.name, block, options.convention.value, logits)
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
         flops = flops_recipe.evaluate(base, operators)
         term_of = flops_recipe.term_of
@@ -137,9 +142,11 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
             moved = Fraction(0)
             for kind in TRAFFIC:
                 count = elements.get(f"{op}.{kind}", 0)
+                if not count:        # nothing moved: exact sums, so skipping a zero changes no number
+                    continue
                 if kind == "weight" and op.startswith("experts."):
                     count = count * touched
-                part = count * precision.bits(kind) / 8
+                part = count * per_element[kind]
                 kinds[kind] += part
                 moved += part
             term = term_of[op]

@@ -47,10 +47,15 @@ class Reader:
         return self.int(key)
 
     def int(self, key: str, minimum: int = 1) -> int:
+        """An integer of ``minimum`` and up, at most ``spec.MAX_SIZE`` (a size, count or index)."""
+        from ..spec import MAX_SIZE
+
         value = self.config[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise self.error(f"field {quote(key)} must be {kind}, got {quote(value)}")
+        if value > MAX_SIZE:
+            raise self.error(f"field {quote(key)} is too large (at most {MAX_SIZE:,}), got {quote(value)}")
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -82,10 +87,10 @@ class Reader:
         """num_hidden_layers, at most ``spec.MAX_LAYERS``: checked before any per-layer work."""
         from ..spec import MAX_LAYERS
 
-        n = self.need("num_hidden_layers")
-        if n > MAX_LAYERS:
+        n = self.config.get("num_hidden_layers")
+        if isinstance(n, int) and not isinstance(n, bool) and n > MAX_LAYERS:
             raise self.error(f"field 'num_hidden_layers' is too large (at most {MAX_LAYERS:,}), got {quote(n)}")
-        return n
+        return self.need("num_hidden_layers")
 
     def heads(self, head_dim: str = "derive", kv: str = "derive") -> dict[str, int]:
         """h_q, h_kv, d_h as the family's code reads them. ``head_dim``: ``derive`` (absent or

@@ -10,6 +10,11 @@ from the top level). The order of the groups does not change any FLOPs count.
 
 Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), and ``stated``
 (the parameter counts the publisher states, checked by the tests).
+
+Limits, checked before any work: every size at most ``MAX_SIZE`` (2^40, as lengths and batches),
+at most ``MAX_LAYERS`` layers and ``MAX_GROUPS`` groups, no control character in any text. At
+these limits every count stays an exact integer far from a float's range (the largest, a
+training step at 2^40 tokens x 2^40 sequences, is below 2^300), so tables and units never overflow.
 """
 from __future__ import annotations
 

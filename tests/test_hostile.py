@@ -50,6 +50,10 @@ def test_a_name_with_a_trailing_newline_is_refused(capsys, tmp_path, monkeypatch
     code, _, err = run(capsys, "prefill", "--preset-file", _preset(tmp_path, file="evil.json", name="evil\n"),
                        "--seq", "1024", "-f", "csv")
     assert code == 2 and one_error(err, "is not a preset name")
+    config = tmp_path / "evil\n.json"       # a config's name is its file's: the same check
+    config.write_bytes((HF / "llama-3.1-8b.json").read_bytes())
+    code, _, err = run(capsys, "prefill", "--config", str(config), "--seq", "1024", "-f", "csv")
+    assert code == 2 and one_error(err, "is not a preset name")
     with pytest.raises(CostcalcError):
         spec.check_name("x\n", "name")
 

@@ -59,7 +59,7 @@ def compare_text(rows: Sequence[dict], width: int = 80) -> str:
     cannot = []
     for row in rows:
         if row["flops"] is None and "convention" in row:     # the tiled sum of a very long prefill
-            out += wrap(f"{name:<{LEFT}}{row['note']}", width)
+            out += _wrap(f"{name:<{LEFT}}{row['note']}", width, indent="", more=" " * LEFT)
             continue
         if row["flops"] is None:
             cannot.append(row)
@@ -91,7 +91,7 @@ def mfu_text(rows: Sequence[dict], width: int = 80) -> str:
     for row in rows:
         name = f"costcalc {row['convention']}" if "convention" in row else row["tool"]
         if row["flops"] is None and "convention" in row:     # the tiled sum of a very long prefill
-            out += wrap(f"{name:<{LEFT}}{row['note']}", width)
+            out += _wrap(f"{name:<{LEFT}}{row['note']}", width, indent="", more=" " * LEFT)
             continue
         if row["flops"] is None:
             cannot.append(row)

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import quote
+
 ATTENTIONS = ("gqa", "window", "mla", "chunk")
 FFNS = ("dense", "moe", "mlp")
 FORMS = ("naive", "absorbed", "expanded")
@@ -53,11 +55,11 @@ class Block:
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
-            raise ValueError(f"unknown attention kind {self.attention!r}; expected one of {', '.join(ATTENTIONS)}")
+            raise ValueError(f"unknown attention kind {quote(self.attention)}; expected one of {', '.join(ATTENTIONS)}")
         if self.ffn not in FFNS:
-            raise ValueError(f"unknown FFN kind {self.ffn!r}; expected one of {', '.join(FFNS)}")
+            raise ValueError(f"unknown FFN kind {quote(self.ffn)}; expected one of {', '.join(FFNS)}")
         if self.form not in FORMS:
-            raise ValueError(f"unknown MLA form {self.form!r}; expected one of {', '.join(FORMS)}")
+            raise ValueError(f"unknown MLA form {quote(self.form)}; expected one of {', '.join(FORMS)}")
         if self.attention != "mla" and (self.q_lora or self.form != "naive"):
             raise ValueError("q_lora and form apply to mla attention only")
         if self.ffn != "moe" and self.shared:
@@ -65,7 +67,7 @@ class Block:
         if self.shared_gate and not self.shared:
             raise ValueError("a shared-expert gate needs shared experts")
         if self.cache not in CACHES:
-            raise ValueError(f"unknown window cache {self.cache!r}; expected one of {', '.join(CACHES)}")
+            raise ValueError(f"unknown window cache {quote(self.cache)}; expected one of {', '.join(CACHES)}")
         if self.cache != "whole" and self.attention != "window":
             raise ValueError("a rolling cache applies to window attention only")
 
@@ -115,7 +117,7 @@ def parse(key: str) -> Block:
     try:
         attn, ffn = key.split(".")
     except ValueError:
-        raise ValueError(f"block {key!r} is not ATTENTION.FFN (e.g. gqa.dense, window.moe)") from None
+        raise ValueError(f"block {quote(key)} is not ATTENTION.FFN (e.g. gqa.dense, window.moe)") from None
     cache = "rolling" if attn.endswith("-rolling") else "whole"
     attn = attn.removesuffix("-rolling")
     form = next((f for f in FORMS if attn.endswith(f"-{f}")), "naive")

@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import jsonfile
-from .errors import CostcalcError
+from . import jsonfile, printable
+from .errors import CostcalcError, quote
 from .spec import check_name
 
 KEYS = ("name", "title", "peak_flops", "mem_bw", "mem_bytes", "interconnect", "source")
@@ -74,10 +74,13 @@ def from_dict(data: Any, origin: str) -> Device:
         raise CostcalcError(f"device {origin}: expected a JSON object, got {jsonfile.kind(data)}")
     for key in data:
         if key not in KEYS:
-            raise CostcalcError(f"device {origin}: unknown field {key!r}")
+            raise CostcalcError(f"device {origin}: unknown field {quote(key)}")
+    printable.check_all(f"device {origin}", data)   # a title or a dtype is shown as written: no control characters
+    if not isinstance(data.get("title", ""), str):
+        raise CostcalcError(f"device {origin}: field 'title' must be a string")
     for key in ("name", "peak_flops", "mem_bw", "mem_bytes"):
         if key not in data:
-            raise CostcalcError(f"device {origin}: missing field {key!r}")
+            raise CostcalcError(f"device {origin}: missing field {quote(key)}")
     name = check_name(data["name"], f"device {origin}: field 'name'")
     peaks = data["peak_flops"]
     if not isinstance(peaks, dict) or not peaks:
@@ -87,12 +90,12 @@ def from_dict(data: Any, origin: str) -> Device:
     mem_bw = _rate(origin, "mem_bw", data["mem_bw"], BANDWIDTH_RANGE, "bytes/s")
     mem_bytes = _rate(origin, "mem_bytes", data["mem_bytes"], (1, 1e18), "bytes")
     if mem_bytes != int(mem_bytes):
-        raise CostcalcError(f"device {origin}: field 'mem_bytes' must be a whole number of bytes, got {mem_bytes!r}")
+        raise CostcalcError(f"device {origin}: field 'mem_bytes' must be a whole number of bytes, got {quote(mem_bytes)}")
     mem_bytes = int(mem_bytes)
     for key in ("source", "interconnect"):
         if not isinstance(data.get(key, {}), dict):
-            raise CostcalcError(f"device {origin}: field {key!r} must be an object")
-    return Device(name, dict(peaks), mem_bw, mem_bytes, str(data.get("title", "")), data.get("source", {}),
+            raise CostcalcError(f"device {origin}: field {quote(key)} must be an object")
+    return Device(name, dict(peaks), mem_bw, mem_bytes, data.get("title", ""), data.get("source", {}),
                   data.get("interconnect", {}))
 
 
@@ -104,8 +107,8 @@ BANDWIDTH_RANGE = (1e3, 1e18)   # bytes/s
 
 def _rate(origin: str, key: str, value: Any, bounds: tuple[float, float], unit: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CostcalcError(f"device {origin}: field {key!r} must be a number of {unit}, got {value!r}")
+        raise CostcalcError(f"device {origin}: field {quote(key)} must be a number of {unit}, got {quote(value)}")
     if not bounds[0] <= value <= bounds[1]:   # NaN and infinity fail too
-        raise CostcalcError(f"device {origin}: field {key!r} must be between {bounds[0]:g} and {bounds[1]:g} "
-                            f"{unit}, got {value!r}")
+        raise CostcalcError(f"device {origin}: field {quote(key)} must be between {bounds[0]:g} and {bounds[1]:g} "
+                            f"{unit}, got {quote(value)}")
     return value

@@ -104,6 +104,14 @@ def check_inputs(wl: Workload, inputs: dict[str, Sequence[int]]) -> int:
 MAX_TILE_STEPS = 5_000_000   # query tiles summed one by one (~3 us each) before a tiled sweep is refused
 
 
+class TooManyTiles(CostcalcError):
+    """A tiled sweep refused before it starts (``steps``: the query tiles it would add up)."""
+
+    def __init__(self, message: str, steps: int) -> None:
+        super().__init__(message)
+        self.steps = steps
+
+
 def check_tile_work(wl: Workload, options: Options, inputs: dict[str, Sequence[int]], n: int) -> None:
     """The tiled convention adds up its query tiles one by one (a sum over tiles has no closed
     form): refuse a sweep whose tiles would run for minutes, before it starts."""
@@ -116,9 +124,9 @@ def check_tile_work(wl: Workload, options: Options, inputs: dict[str, Sequence[i
     longest = int(values.max()) if hasattr(values, "max") else max(values)
     per_point = longest if wl.phase == "decode" else -(-longest // options.tile[0])
     if per_point * n > MAX_TILE_STEPS:
-        raise CostcalcError(f"the tiled convention adds up query tiles one by one: this sweep has about "
-                            f"{per_point * n:,} (at most {MAX_TILE_STEPS:,}); use a larger --tile, fewer points, "
-                            f"or --convention causal/full")
+        raise TooManyTiles(f"the tiled convention adds up query tiles one by one: this sweep has about "
+                           f"{per_point * n:,} (at most {MAX_TILE_STEPS:,}); use a larger --tile, fewer points, "
+                           f"or --convention causal/full", per_point * n)
 
 
 def _below(name: str, value: Any, minimum: int) -> None:

@@ -29,11 +29,15 @@ def read(path: Union[str, Path], what: str) -> Any:
     try:
         return json.loads(decoded, object_pairs_hook=_unique)
     except _Duplicate as exc:
-        raise _error(f"{what} {text!r}: field {exc.args[0]!r} appears twice in one object (which one is meant?)")
+        from .errors import quote
+
+        raise _error(f"{what} {text!r}: field {quote(exc.args[0])} appears twice in one object (which one is meant?)")
     except json.JSONDecodeError as exc:
         raise _error(f"{what} {text!r}: not valid JSON ({exc.msg} at line {exc.lineno})")
     except RecursionError:
         raise _error(f"{what} {text!r}: nested too deeply")
+    except ValueError as exc:    # an integer past Python's 4,300-digit conversion limit
+        raise _error(f"{what} {text!r}: not a JSON description ({str(exc).split(';')[0]})")
 
 
 class _Duplicate(ValueError):

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import jsonfile
-from .errors import CostcalcError
+from .errors import CostcalcError, quote
 from .spec import ModelSpec, from_dict
 
 
@@ -28,9 +28,9 @@ def names() -> list[str]:
 
 def load(name: str) -> ModelSpec:
     """A built-in preset by name; an unknown name suggests the nearest ones."""
-    spec = from_dict(jsonfile.built_in(_root(), name, "preset", "costcalc presets"), origin=f"preset {name!r}")
+    spec = from_dict(jsonfile.built_in(_root(), name, "preset", "costcalc presets"), origin=f"preset {quote(name)}")
     if spec.name != name:
-        raise CostcalcError(f"preset {name!r}: field 'name' is {spec.name!r}, expected the file name")
+        raise CostcalcError(f"preset {quote(name)}: field 'name' is {quote(spec.name)}, expected the file name")
     return spec
 
 

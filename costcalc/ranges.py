@@ -21,12 +21,12 @@ from .errors import CostcalcError
 SUFFIX = {"": 1, "k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2, "g": 1024**3, "G": 1024**3}
 MAX_ROWS = 10_000_000     # rows one command may build (presets x conventions x points), checked before any
 MAX_VALUE = 2**40         # a trillion tokens: anything larger is a typo
-_NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgG]?)$")
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)([kKmMgG]?)")
 
 
 def number(text: str, option: str) -> int:
     """``"128k"`` -> 131072; an integer with an optional binary suffix."""
-    match = _NUMBER.match(text.strip())
+    match = _NUMBER.fullmatch(text.strip())
     if not match:
         kind = "written as a whole number" if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", text.strip()) \
             else "a number"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any, Mapping, Sequence, Union
 
 
@@ -84,12 +85,14 @@ def write(data: Union[Rows, Table], fmt: str, handle, extra_notes: Sequence[str]
 
 def render(data: Union[Rows, Table], fmt: str, extra_notes: Sequence[str] = (), width: int | None = None) -> str:
     """The whole text of one format; ``width`` limits a table (columns dropped to fit)."""
+    from .printable import escape     # text for a reader: a file's control characters shown, not obeyed
+
     if fmt == "table":
         from .terminal import table
 
-        return table(as_rows(data), extra_notes, width)
+        return escape(table(as_rows(data), extra_notes, width), lines=True)
     if fmt == "markdown":
-        return frame(data).to_markdown(index=False) + "\n"
+        return escape(frame(data).to_markdown(index=False) + "\n", lines=True)
     if fmt in ("csv", "json"):
         buffer = io.StringIO()
         write(data, fmt, buffer)
@@ -104,7 +107,14 @@ def write_json(data: Union[Rows, Table], handle) -> None:
     names = list(cols)
     handle.write("[")
     for index, values in enumerate(zip(*cols.values(), strict=True)):
-        record = json.dumps(dict(zip(names, values)), indent=2).replace("\n", "\n  ")
+        try:
+            record = json.dumps(dict(zip(names, values)), indent=2, allow_nan=False).replace("\n", "\n  ")
+        except ValueError:   # NaN or infinity, which JSON cannot hold: the inputs' ranges should have stopped it
+            from .errors import CostcalcError
+
+            bad = [n for n, v in zip(names, values) if isinstance(v, float) and not math.isfinite(v)]
+            raise CostcalcError(f"internal error: row {index + 1} has a value that is not a finite number "
+                                f"({', '.join(bad) or 'nested'}); JSON cannot hold it") from None
         handle.write(("\n  " if index == 0 else ",\n  ") + record)
     handle.write("\n]\n" if names and length(cols) else "]\n")
 
@@ -116,8 +126,8 @@ def write_csv(data: Union[Rows, Table], handle) -> None:
         _write_columns(data, handle, writer)
         return
     cols = columns(data)
-    writer.writerow(cols)
-    writer.writerows([["" if (v := row.get(c)) is None else v for c in cols] for row in data])
+    for cells in [cols, *(["" if (v := row.get(c)) is None else v for c in cols] for row in data)]:
+        handle.write(",".join(map(_field, cells)) + "\n")
 
 
 CHUNK = 1 << 16   # rows formatted per block: bounded memory for million-row sweeps
@@ -155,6 +165,12 @@ def _cell_text(value: Any) -> str:
     return _quote(text) if isinstance(value, str) and _needs_quote(text) else text
 
 
+def _field(value: Any) -> str:
+    """A cell's CSV text as ``csv.writer`` writes it, except that a bare ``\\r`` is quoted too."""
+    text = str(value)
+    return _quote(text) if _needs_quote(text) else text
+
+
 def _needs_quote(text: str) -> bool:
     return any(c in text for c in ',"\r\n') or text != text.strip()
 
@@ -169,6 +185,11 @@ def _texts(values: Sequence[str]) -> list[str]:
 
 
 def _quote(text: str) -> str:
+    """One field as the csv module quotes it, and a field holding ``\\n`` or ``\\r`` always
+    (``csv.writer`` with an empty line terminator leaves those bare before Python 3.13)."""
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="").writerow([text])
-    return buffer.getvalue()
+    quoted = buffer.getvalue()
+    if ("\n" in text or "\r" in text) and not quoted.startswith('"'):
+        quoted = '"' + text.replace('"', '""') + '"'
+    return quoted

@@ -91,10 +91,13 @@ class Machine:
         return self.device.mem_bw * self.memory_efficiency
 
 
+EFFICIENCY_MIN = 1e-3   # a tenth of a percent of a peak: below it a time is noise (or, subnormal, infinite)
+
+
 def check_efficiency(name: str, value: float) -> float:
-    """A fraction of a peak reached: in (0, 1]."""
-    if not 0 < value <= 1:
-        raise CostcalcError(f"{name} must be in (0, 1], got {value}")
+    """A fraction of a peak reached: in [``EFFICIENCY_MIN``, 1] (NaN fails too)."""
+    if not EFFICIENCY_MIN <= value <= 1:
+        raise CostcalcError(f"{name} must be between {EFFICIENCY_MIN:g} and 1, got {value}")
     return value
 
 
@@ -102,6 +105,8 @@ def experts_touched(E: int, k: int, tokens: int, routing: Routing) -> Fraction:
     """Distinct experts a forward routing ``tokens`` tokens (k each) reads, per MoE layer."""
     if routing == Routing.worst:
         return Fraction(min(E, tokens * k))
+    if k >= E:      # every expert, whatever the tokens (and log1p(-1) below has no value)
+        return Fraction(E)
     if tokens * math.log2(max(E, 2)) <= EXACT_BITS:
         return E * (1 - Fraction(E - k, E) ** tokens)
     return Fraction(E * -math.expm1(tokens * math.log1p(-k / E)))   # beyond exact: a double, ~1e-16 relative
@@ -118,12 +123,17 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: Fraction(0) for t in TERMS}
+    per_element = {kind: precision.bits(kind) / 8 for kind in TRAFFIC}   # bytes, exact
+    recipes: dict[str, tuple] = {}      # by block kind: groups of one kind share their recipes
     for index, group in enumerate(spec.groups):
         block = options.block(group, wl).key
+        if block not in recipes:
+            recipes[block] = (compiled.get(f"{wl.name}.bytes", block, options.convention.value, logits),
+                              compiled.get(wl.name, block, options.convention.value, logits))
+        bytes_recipe, flops_recipe = recipes[block]
         base = {**group.numbers(), **options.values(), **values}
-        elements = compiled.get(f"{wl.name}.bytes", block, options.convention.value, logits).evaluate(base)
+        elements = bytes_recipe.evaluate(base)
         elements = {k: elements[k] for k in once(index, elements)}      # one LM head: the first group's
-        flops_recipe = compiled.get(wl.name, block, options.convention.value, logits)
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
         flops = flops_recipe.evaluate(base, operators)
         term_of = flops_recipe.term_of
@@ -132,9 +142,11 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
             moved = Fraction(0)
             for kind in TRAFFIC:
                 count = elements.get(f"{op}.{kind}", 0)
+                if not count:        # nothing moved: exact sums, so skipping a zero changes no number
+                    continue
                 if kind == "weight" and op.startswith("experts."):
                     count = count * touched
-                part = count * precision.bits(kind) / 8
+                part = count * per_element[kind]
                 kinds[kind] += part
                 moved += part
             term = term_of[op]

@@ -10,6 +10,11 @@ from the top level). The order of the groups does not change any FLOPs count.
 
 Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), and ``stated``
 (the parameter counts the publisher states, checked by the tests).
+
+Limits, checked before any work: every size at most ``MAX_SIZE`` (2^40, as lengths and batches),
+at most ``MAX_LAYERS`` layers and ``MAX_GROUPS`` groups, no control character in any text. At
+these limits every count stays an exact integer far from a float's range (the largest, a
+training step at 2^40 tokens x 2^40 sequences, is below 2^300), so tables and units never overflow.
 """
 from __future__ import annotations
 
@@ -17,10 +22,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import blocks, jsonfile, vocab
-from .errors import CostcalcError
+from . import blocks, jsonfile, printable, vocab
+from .errors import CostcalcError, quote
 from .vocab import ARCHS
 
+MAX_SIZE = 2**40        # any one size (d, V, a head count, an expert width ...): larger is a typo
+MAX_LAYERS = 2**16      # layers in a model (L, a group's count, their sum): published models have a few hundred
+MAX_GROUPS = 1024       # layer groups in a preset or a config's distinct layer kinds, checked before any work
 META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated")
 SIZE_KEYS = tuple(n.name for n in vocab.MODEL)
 MODEL_KEYS = ("d", "V")          # one value for the whole model
@@ -134,21 +142,24 @@ def _take(layers: list[dict], n: int) -> list[dict]:
     return [{**g, "count": c} for g, c in zip(layers, counts) if c]
 
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")   # the whole name: fullmatch (``$`` passes a final newline)
 
 
 def check_name(name: Any, where: str) -> str:
     """A preset name: letters, digits, ``.``, ``_``, ``-``, not starting with a dot or dash
     (it is also a file name: no folders, nothing hidden)."""
-    if not isinstance(name, str) or not NAME.match(name) or len(name) > 100:
-        raise CostcalcError(f"{where}: {name!r} is not a preset name (letters, digits, '.', '_' and '-', "
+    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 100:
+        raise CostcalcError(f"{where}: {quote(name)} is not a preset name (letters, digits, '.', '_' and '-', "
                             f"starting with a letter or digit, at most 100 characters)")
     return name
 
 
-def _positive(origin: str, key: str, value: Any) -> int:
+def _positive(origin: str, key: str, value: Any, most: int = MAX_SIZE) -> int:
+    """A positive integer of at most ``most`` (``MAX_SIZE``; ``MAX_LAYERS`` for a layer count)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise CostcalcError(f"{origin}: field {key!r} must be a positive integer, got {value!r}")
+        raise CostcalcError(f"{origin}: field {quote(key)} must be a positive integer, got {quote(value)}")
+    if value > most:
+        raise CostcalcError(f"{origin}: field {quote(key)} is too large (at most {most:,}), got {quote(value)}")
     return value
 
 
@@ -157,18 +168,18 @@ def _block(origin: str, where: str, arch: Any) -> blocks.Block:
         raise CostcalcError(f"{origin}: {where}missing field 'arch'")
     if not isinstance(arch, str):
         raise CostcalcError(f"{origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
-                            f"kind like window.dense, got {arch!r}")
+                            f"kind like window.dense, got {quote(arch)}")
     try:
         return blocks.parse(arch)
     except ValueError as exc:
         raise CostcalcError(f"{origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
-                            f"kind ATTENTION.FFN like window.dense or mla_q.moe_shared, got {arch!r} ({exc})") from None
+                            f"kind ATTENTION.FFN like window.dense or mla_q.moe_shared: {exc}") from None
 
 
 def _check_group(origin: str, where: str, block: blocks.Block, sizes: dict[str, int]) -> None:
     for key in MODEL_KEYS + block.sizes():
         if key not in sizes:
-            raise CostcalcError(f"{origin}: {where}missing field {key!r} ({vocab.meaning(key)})")
+            raise CostcalcError(f"{origin}: {where}missing field {quote(key)} ({vocab.meaning(key)})")
     if "h_kv" in block.sizes() and sizes["h_q"] % sizes["h_kv"]:
         raise CostcalcError(f"{origin}: {where}h_q={sizes['h_q']} is not divisible by h_kv={sizes['h_kv']}")
     if block.ffn == "moe" and sizes["k"] > sizes["E"]:
@@ -183,14 +194,16 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
     if "name" not in data:
         raise CostcalcError(f"{origin}: missing field 'name'")
     name = check_name(data["name"], f"{origin}: field 'name'")
+    printable.check_all(origin, data)       # a title (or any text) is shown as written: no control characters
     for key in data:
         if key not in META_KEYS and key not in SIZE_KEYS:
-            raise CostcalcError(f"{origin}: unknown field {key!r}")
-    top = {key: _positive(origin, key, data[key]) for key in SIZE_KEYS if key in data}
+            raise CostcalcError(f"{origin}: unknown field {quote(key)}")
+    top = {key: _positive(origin, key, data[key], MAX_LAYERS if key == "L" else MAX_SIZE)
+           for key in SIZE_KEYS if key in data}
     if "layers" in data:
         for key in ("arch", "L"):
             if key in data:
-                raise CostcalcError(f"{origin}: field {key!r} conflicts with 'layers' (give it per group)")
+                raise CostcalcError(f"{origin}: field {quote(key)} conflicts with 'layers' (give it per group)")
         groups = _groups(origin, data["layers"], top)
         kinds = {g.arch for g in groups}
         arch = kinds.pop() if len(kinds) == 1 else "hybrid"
@@ -214,8 +227,10 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
             hint = ""
             if arch in ("dense", "moe") and key in ("m", "E", "k", "m_e"):
                 hint = f" (only for arch {'moe' if arch == 'dense' else 'dense'})"
-            raise CostcalcError(f"{origin}: unknown field {key!r}{hint}")
+            raise CostcalcError(f"{origin}: unknown field {quote(key)}{hint}")
     sizes = {**top, "L": sum(g.count for g in groups)}
+    if sizes["L"] > MAX_LAYERS:
+        raise CostcalcError(f"{origin}: the layer groups hold {sizes['L']:,} layers (at most {MAX_LAYERS:,})")
     source = data.get("source", {})
     if not isinstance(source, dict):
         raise CostcalcError(f"{origin}: field 'source' must be an object")
@@ -235,6 +250,9 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
 def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:
     if not isinstance(layers, list) or not layers:
         raise CostcalcError(f"{origin}: field 'layers' must be a non-empty list of groups")
+    if len(layers) > MAX_GROUPS:
+        raise CostcalcError(f"{origin}: field 'layers' lists {len(layers):,} groups (at most {MAX_GROUPS:,}; "
+                            f"identical layers go in one group with a count)")
     out = []
     for index, group in enumerate(layers, start=1):
         where = f"layers[{index}]: "
@@ -242,13 +260,13 @@ def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:
             raise CostcalcError(f"{origin}: {where}expected an object")
         for key in group:
             if key not in ("count", "arch") + SIZE_KEYS or key in MODEL_KEYS + ("L",):
-                raise CostcalcError(f"{origin}: {where}unknown field {key!r}")
-        count = _positive(origin, f"layers[{index}].count", group.get("count"))
+                raise CostcalcError(f"{origin}: {where}unknown field {quote(key)}")
+        count = _positive(origin, f"layers[{index}].count", group.get("count"), MAX_LAYERS)
         block = _block(origin, where, group.get("arch"))
         own = {k: _positive(origin, f"layers[{index}].{k}", v) for k, v in group.items() if k in SIZE_KEYS}
         for key in own:
             if key not in block.sizes():
-                raise CostcalcError(f"{origin}: {where}field {key!r} is not used by arch {block.key}")
+                raise CostcalcError(f"{origin}: {where}field {quote(key)} is not used by arch {block.key}")
         sizes = {**top, **own}
         _check_group(origin, where, block, sizes)
         out.append(Group(count, block, {k: sizes[k] for k in MODEL_KEYS + block.sizes()}))

@@ -113,7 +113,7 @@ BAD = [
     (["prefill", "--preset", "toy", "--seq", "ten"], "--seq: 'ten' is not a number"),
     (["prefill", "--preset", "toy", "--seq", "1e30"], "--seq: '1e30' is not written as a whole number"),
     (["prefill", "--preset", "toy", "--seq", "4", "-f", "xml"], "'xml' is not one of 'table', 'csv'"),
-    (["prefill", "--preset", "toy", "--seq", "4", "--efficiency", "0"], "compute efficiency must be in (0, 1]"),
+    (["prefill", "--preset", "toy", "--seq", "4", "--efficiency", "0"], "compute efficiency must be between 0.001 and 1"),
     (["prefill", "--preset", "toy"], "give --seq"),
     (["prefill", "--seq", "10"], "no model"),
     (["prefill", "--preset", "toy", "--preset-file", "x.json", "--seq", "10"], "give one of --preset"),

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+import hostile
 from costcalc.cli import main
 from costcalc.vocab import Dtype, MlaForm, Routing, WindowCache
 
@@ -96,17 +97,18 @@ VALUES = {
     "--kv-dtype": _choice(Dtype, "fp4"),
     "--act-dtype": _choice(Dtype, "tf32", "fp64_tensor"),
     "--group-size": (["128", "32", "1", "3", "99999999999999999999"], ["0", "-1", "-128", "1e3", "x", ""]),
-    "--efficiency": (["0.7", "0.7,0.8", "1", "1,1", "1e-300"],
-                     ["1.5", "0.5,1.5", "0", "-0.5", "x", "", "0.7,", ",0.8", "0.7,0.8,0.9", "nan", "inf"]),
+    "--efficiency": (["0.7", "0.7,0.8", "1", "1,1", "0.001"],
+                     ["1.5", "0.5,1.5", "0", "-0.5", "x", "", "0.7,", ",0.8", "0.7,0.8,0.9", "nan", "inf", "1e-300",
+                      "1e-320", "1,5e-324"]),
     "--reserve": (["0.1", "0", "0.99"], ["1", "-0.1", "1.5", "nan", "x", ""]),
     "--format": (["table", "csv", "markdown", "json"], ["yaml"]),
     "--tile": (["128", "64x32", "1x1"], ["0", "x", "128x", "3,4"]),
     "--tools": (["all", "vllm", "vllm,fvcore"], ["nope", ""]),
     "--hf-attention": (["eager", "sdpa"], ["flash"]),
     "--hf-experts": (["grouped_mm", "batched_mm", "eager"], ["x"]),
-    "--time": (["1", "0.5"], ["0", "-1", "inf", "nan", "x"]),
-    "--tokens-per-s": (["1000", "1e9"], ["0", "x"]),
-    "--peak": (["989.5T", "1e15"], ["0", "-1", "T", "9e999", "x"]),
+    "--time": (["1", "0.5", "1e-9"], ["0", "-1", "inf", "nan", "x", "1e-320", "2e9"]),
+    "--tokens-per-s": (["1000", "1e9"], ["0", "x", "5e-324", "1e16"]),
+    "--peak": (["989.5T", "1e15"], ["0", "-1", "T", "9e999", "x", "1e-300", "5e-324", "1e22"]),
     "--name": (["mine", "my-model.v2", "toy"], ["", "../evil", "a/b", ".hidden", "-dash", "x" * 101]),
     "--title": (["A title", "caf\xe9"], [""]),
     "--arch": (["dense", "moe", "window.moe", "mla_q.moe_shared"], ["x.y", "gqa"]),
@@ -307,3 +309,53 @@ def test_the_tables_hold_each_commands_own_options():
             command = command.commands[word]
         model = MODEL_OPTIONS if name in MODEL or name == "presets show" else set()
         assert options(command) == set(listed) | model, name
+
+
+@seed(int(os.environ.get("CLI_SEED", 20250117)))
+@settings(max_examples=int(os.environ.get("CLI_HOSTILE_EXAMPLES", 60)), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(case=hostile.hostile_lines())
+def test_hostile_files_and_targets_end_in_output_or_one_error(case, tmp_path, capsys):
+    """A mutated config, preset or device file, and an odd -o target: exit 0 with the output,
+    or exit 2 with one error line; no traceback, no control character on stdout, no stray file,
+    and the input as it was."""
+    kind, data, template, target_name = case
+    out = tmp_path / f"h{next(_EXAMPLE)}"
+    out.mkdir()
+    source = tmp_path / f"{out.name}-{kind}.json"
+    source.write_bytes(data)
+    target = hostile.make_target(target_name, out, source)
+    argv = [str(source) if a == "F" else a for a in template] + (["-o", str(target)] if target else [])
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.is_symlink()}
+    drain = hostile.Drain(target) if target_name == "@fifo" else None
+    shown = f"costcalc {' '.join(argv)!r} ({data[:300]!r})"
+    capsys.readouterr()
+    here = os.getcwd()
+    os.chdir(out)
+    try:
+        code = main(argv)
+    except BaseException as exc:
+        pytest.fail(f"{shown} raised {type(exc).__name__}: {exc}")
+    finally:
+        os.chdir(here)
+        streamed = drain.close() if drain else b""
+    stdout, err = capsys.readouterr()
+    others = [line for line in err.splitlines() if line.strip() and not line.startswith("warning: ")]
+    assert "Traceback" not in err, (shown, err)
+    assert not hostile.CONTROL.search(stdout + streamed.decode("utf-8", "replace")), (shown, "a control character shown")
+    if target_name != "@link-to-input":
+        # -o onto a link to the input is the audit's A1, which the output module's own change
+        # refuses; until then the link's target may be replaced (by the output, whole).
+        assert source.read_bytes() == data, (shown, "changed its input")
+    names = sorted(p.name for p in out.iterdir())
+    assert not any(".tmp" in name for name in names), (shown, "left a temporary file", names)
+    if code == 0:
+        assert all(line.startswith("wrote ") for line in others), (shown, err)
+        assert stdout or streamed or (target is not None and target.exists()), (shown, "no output")
+    else:
+        assert code == 2, (shown, code, err)
+        assert len(others) == 1 and others[0].startswith("error: ") and len(others[0]) < 2000, (shown, err[:2000])
+        assert stdout == "" and not streamed, (shown, "a failure printed output")
+        now = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.is_symlink()}
+        assert now == before, (shown, "a failure left files", sorted(now))

@@ -274,7 +274,7 @@ def test_every_built_in_device_has_a_source_and_dense_peaks():
 @pytest.mark.parametrize("args, message", [
     (["decode", "-p", "toy", "--context", "4", "--device", "h1000"], "unknown device 'h1000'; did you mean"),
     (["decode", "-p", "toy", "--context", "4", "--device", "h100", "--device-file", "x.json"], "not both"),
-    (["decode", "-p", "toy", "--context", "4", "--device", "h100", "--efficiency", "1.5"], "must be in (0, 1]"),
+    (["decode", "-p", "toy", "--context", "4", "--device", "h100", "--efficiency", "1.5"], "must be between 0.001 and 1"),
     (["decode", "-p", "toy", "--context", "4", "--device", "h100", "--efficiency", "fast"], "--efficiency"),
     (["decode", "-p", "toy", "--context", "4", "--act-dtype", "int4"], "not a compute dtype"),
     (["decode", "-p", "toy", "--context", "4", "--device", "a100", "--act-dtype", "fp8"], "no fp8 peak"),

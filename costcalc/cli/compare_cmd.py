@@ -187,6 +187,10 @@ def _peak(text: Optional[str], device: Optional[str], device_file: Optional[str]
             value = float("nan")
         if not value > 0 or value == float("inf"):
             raise CostcalcError(f"--peak: {text!r} is not a positive number of FLOP/s (e.g. 989.5e12 or 989.5T)")
+        from ..devices import PEAK_RANGE
+
+        if not PEAK_RANGE[0] <= value <= PEAK_RANGE[1]:      # as a device file's peaks
+            raise CostcalcError(f"--peak must be between {PEAK_RANGE[0]:g} and {PEAK_RANGE[1]:g} FLOP/s, got {value:g}")
         return value, "--peak"
     from .. import devices
 

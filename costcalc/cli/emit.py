@@ -104,12 +104,15 @@ def write_fields(output: Optional[str], row: Mapping[str, Any], show=lambda key,
     the table width (a URL is never broken)."""
     import textwrap
 
-    pad = max(map(len, row))
+    from ..printable import escape
+
+    pad = max(len(escape(key)) for key in row)
     room = max(20, TABLE_WIDTH - pad - 2)
     lines = []
     for key, value in row.items():
-        parts = textwrap.wrap(show(key, value), room, break_long_words=False, break_on_hyphens=False) or [""]
-        lines += [f"{key:<{pad}}  {parts[0]}"] + [" " * (pad + 2) + part for part in parts[1:]]
+        text = escape(show(key, value))     # a file's text, shown: never a control character
+        parts = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False) or [""]
+        lines += [f"{escape(key):<{pad}}  {parts[0]}"] + [" " * (pad + 2) + part for part in parts[1:]]
     write_text(output, "\n".join(lines) + "\n")
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import calc, notes, outputs, presets, units
+from .. import calc, notes, outputs, presets, ranges, units
 from ..errors import CostcalcError
 from ..core.registry import WORKLOADS
 from ..blocks import ATTENTIONS, FFNS, FORMS
@@ -81,7 +81,7 @@ def crossover(
     config: ConfigOpt = None,
     mla: MlaOpt = Mla.auto,
     traffic: tuple = (None, None),
-    batch: Annotated[int, typer.Option("--batch", "-b", metavar="B", help="Batch of the time crossover.")] = 1,
+    batch: Annotated[str, typer.Option("--batch", "-b", metavar="B", help="Batch of the time crossover.")] = "1",
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -92,6 +92,7 @@ def crossover(
 
     Example: costcalc crossover --preset llama-3.1-8b --device h100 --batch 64
     """
+    batch = ranges.number(batch, "--batch")    # the one check of every length and batch (at most 2^40)
     if batch < 1:
         raise CostcalcError(f"--batch: {batch} is not positive")
     specs = models(preset, preset_file, config)

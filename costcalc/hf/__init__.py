@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import jsonfile
-from ..errors import CostcalcError
-from ..spec import ModelSpec, from_dict
+from ..errors import CostcalcError, quote
+from ..spec import MAX_GROUPS, ModelSpec, from_dict
 from .families import MAPPERS
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
@@ -66,12 +66,12 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         raise CostcalcError(f"{where}: missing field 'model_type' (the model family; supported: "
                             f"{', '.join(FAMILIES)})")
     if not isinstance(family, str):
-        raise CostcalcError(f"{where}: field 'model_type' must be a string (the model family), got {family!r}")
+        raise CostcalcError(f"{where}: field 'model_type' must be a string (the model family), got {quote(family)}")
     if family in OUT_OF_REACH:
-        raise CostcalcError(f"{where}: model_type {family!r} is not supported: its layers use "
+        raise CostcalcError(f"{where}: model_type {quote(family)} is not supported: its layers use "
                             f"{OUT_OF_REACH[family]}, a block kind costcalc does not model")
     if family not in TABLES:
-        raise CostcalcError(f"{where}: model_type {family!r} is not supported; supported: "
+        raise CostcalcError(f"{where}: model_type {quote(family)} is not supported; supported: "
                             f"{', '.join(FAMILIES)}")
     tied = None
     if family in WRAPPERS:
@@ -83,8 +83,11 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         config = {**config["text_config"], "model_type": family}
     reader = _reader(config, family, where)
     layers = MAPPERS[family](reader)
+    groups = _groups(layers)
+    if len(groups) > MAX_GROUPS:
+        raise CostcalcError(f"{where}: its layers are of {len(groups):,} different kinds (at most {MAX_GROUPS:,})")
     preset: dict[str, Any] = {"name": name, "title": name, "d": reader.need("hidden_size"),
-                              "V": reader.need("vocab_size"), "layers": _groups(layers)}
+                              "V": reader.need("vocab_size"), "layers": groups}
     preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings",
                                                                           TIED_DEFAULT.get(family, False))
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
@@ -98,7 +101,7 @@ def _reader(config: dict, family: str, where: str) -> Reader:
     known = table.known()
     for key, value in config.items():
         if value is not None and key not in known:
-            raise CostcalcError(f"{where}: field {key!r} ({family}) is not understood and may change "
+            raise CostcalcError(f"{where}: field {quote(key)} ({family}) is not understood and may change "
                                 f"the cost; costcalc does not guess -- remove it if it does not")
     if config.get("is_encoder_decoder"):
         raise CostcalcError(f"{where}: is_encoder_decoder is true: only decoder-only models are costed")
@@ -108,16 +111,16 @@ def _reader(config: dict, family: str, where: str) -> Reader:
 
 
 def _groups(layers: list[Layer]) -> list[dict]:
-    """Layers -> groups of identical layers, in order of first appearance, with counts."""
-    groups: list[dict] = []
+    """Layers -> groups of identical layers, in order of first appearance, with counts (one
+    look-up a layer: linear in the layer count, whatever the number of groups)."""
+    groups: dict[frozenset, dict] = {}
     for layer in layers:
-        for group in groups:
-            if {k: v for k, v in group.items() if k != "count"} == layer:
-                group["count"] += 1
-                break
+        key = frozenset(layer.items())
+        if key in groups:
+            groups[key]["count"] += 1
         else:
-            groups.append({"count": 1, **layer})
-    return groups
+            groups[key] = {"count": 1, **layer}
+    return list(groups.values())
 
 
 def _flatten(preset: dict) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..errors import CostcalcError
+from ..errors import CostcalcError, quote
 
 SLIDING, FULL, CHUNKED = "sliding_attention", "full_attention", "chunked_attention"
 Layer = dict   # one layer: {"arch": ..., sizes...}
@@ -28,7 +28,7 @@ class Reader:
             if self.has(alias):
                 if self.has(target) and self.config[target] != self.config[alias]:
                     raise self.error(f"fields {alias!r} and {target!r} (the same field) disagree: "
-                                     f"{self.config[alias]!r} vs {self.config[target]!r}")
+                                     f"{quote(self.config[alias])} vs {quote(self.config[target])}")
                 self.config[target] = self.config[alias]
             self.config.pop(alias, None)
             if target in self.config:
@@ -43,14 +43,19 @@ class Reader:
     def need(self, key: str) -> int:
         """A size the config must state: a positive integer."""
         if not self.has(key):
-            raise CostcalcError(f"{self.where}: {self.family} needs field {key!r}")
+            raise CostcalcError(f"{self.where}: {self.family} needs field {quote(key)}")
         return self.int(key)
 
     def int(self, key: str, minimum: int = 1) -> int:
+        """An integer of ``minimum`` and up, at most ``spec.MAX_SIZE`` (a size, count or index)."""
+        from ..spec import MAX_SIZE
+
         value = self.config[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise self.error(f"field {key!r} must be {kind}, got {value!r}")
+            raise self.error(f"field {quote(key)} must be {kind}, got {quote(value)}")
+        if value > MAX_SIZE:
+            raise self.error(f"field {quote(key)} is too large (at most {MAX_SIZE:,}), got {quote(value)}")
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -64,21 +69,27 @@ class Reader:
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)
         if not isinstance(value, bool):
-            raise self.error(f"field {key!r} must be true or false, got {value!r}")
+            raise self.error(f"field {quote(key)} must be true or false, got {quote(value)}")
         return value
 
     def indices(self, key: str, default: list[int]) -> list[int]:
         value = self.get(key, default)
         if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-            raise self.error(f"field {key!r} must be a list of integers, got {value!r}")
+            raise self.error(f"field {quote(key)} must be a list of integers, got {quote(value)}")
         return value
 
     def same(self, key: str, expected: Any, why: str) -> None:
         """A key transformers does not read must not say something else than what it does."""
         if self.has(key) and self.config[key] != expected:
-            raise self.error(f"field {key!r} is {self.config[key]!r} but {why}")
+            raise self.error(f"field {quote(key)} is {quote(self.config[key])} but {why}")
 
     def layer_count(self) -> int:
+        """num_hidden_layers, at most ``spec.MAX_LAYERS``: checked before any per-layer work."""
+        from ..spec import MAX_LAYERS
+
+        n = self.config.get("num_hidden_layers")
+        if isinstance(n, int) and not isinstance(n, bool) and n > MAX_LAYERS:
+            raise self.error(f"field 'num_hidden_layers' is too large (at most {MAX_LAYERS:,}), got {quote(n)}")
         return self.need("num_hidden_layers")
 
     def heads(self, head_dim: str = "derive", kv: str = "derive") -> dict[str, int]:
@@ -92,7 +103,7 @@ class Reader:
             return {"h_q": h_q, "h_kv": h_q, "d_h": self.need("hidden_size") // h_q}
         for key, mode in (("num_key_value_heads", kv), ("head_dim", head_dim)):
             if mode in ("stated", "require") and key not in self.config:
-                raise self.error(f"needs field {key!r} (its class default is a fixed number, "
+                raise self.error(f"needs field {quote(key)} (its class default is a fixed number, "
                                  f"not derived from the other sizes)")
         h_kv = self.int("num_key_value_heads") if self.has("num_key_value_heads") else h_q
         if self.has("head_dim"):
@@ -113,7 +124,7 @@ class Reader:
         kinds = [FULL if k == "attention" else k for k in kinds]      # transformers' legacy spelling
         for kind in kinds:
             if kind not in allowed:
-                raise self.error(f"layer type {kind!r} is not one this family runs (expected {', '.join(allowed)})")
+                raise self.error(f"layer type {quote(kind)} is not one this family runs (expected {', '.join(allowed)})")
         return kinds
 
     def windowed(self, derived: list[bool], legacy: tuple[str, ...], kind: str = SLIDING) -> list[bool]:

@@ -8,19 +8,27 @@ from fractions import Fraction
 from typing import Any, Optional, Sequence
 
 from ..errors import CostcalcError
+from ..evaluate import MAX_TILE_STEPS, TooManyTiles
 from ..vocab import CONVENTIONS
 from . import TOOLS, compare
 from .base import Case, Costcalc, Setup
 
 
 
+# A measured run: a nanosecond to 30 years; a rate of one token in 1,000 s to 10^15 tokens/s. Outside
+# these the input is a typo, and a subnormal one would make the MFU infinite.
+TIME_RANGE = (1e-9, 1e9)            # seconds
+RATE_RANGE = (1e-3, 1e15)           # tokens per second
+
+
 def seconds(case: Case, time_s: Optional[float], tokens_per_s: Optional[float]) -> float:
     """The run's time: given, or the case's tokens (``Case.tokens``) at the given rate."""
     if (time_s is None) == (tokens_per_s is None):
         raise CostcalcError("give one of --time SECONDS or --tokens-per-s N")
-    value, flag = (time_s, "--time") if time_s is not None else (tokens_per_s, "--tokens-per-s")
-    if not value > 0 or value == float("inf"):
-        raise CostcalcError(f"{flag} must be a positive number, got {value}")
+    value, flag, (low, high) = ((time_s, "--time", TIME_RANGE) if time_s is not None
+                                else (tokens_per_s, "--tokens-per-s", RATE_RANGE))
+    if not low <= value <= high:     # NaN fails too
+        raise CostcalcError(f"{flag} must be between {low:g} and {high:g}, got {value}")
     return time_s if time_s is not None else case.tokens / tokens_per_s
 
 
@@ -39,9 +47,15 @@ def utilisation(case: Case, time_s: float, peak: float, names: Sequence[str] = T
     default = ("causal, logits " + ("all" if case.workload == "train" else "last")
                + (", MLA auto" if case.spec.has_mla else ""))
     for convention in CONVENTIONS:
-        flops = cc.total(convention=convention)
         note = "tiles of 128 x 128" if convention == "tiled" else ""
-        rows.append({**base, "convention": convention, "flops": flops, "mfu": flops / (time_s * peak),
+        try:
+            flops = cc.total(convention=convention)
+        except TooManyTiles as exc:     # a long prefill: its tiles are not added up here (mfu has no --tile)
+            flops = None
+            note = (f"tiled not worked out: about {exc.steps:,} query tiles of 128 to add one by one "
+                    f"(at most {MAX_TILE_STEPS:,})")
+        rows.append({**base, "convention": convention, "flops": flops,
+                     "mfu": None if flops is None else flops / (time_s * peak),
                      "peak_flops": peak, "peak_from": peak_from, "time_s": time_s, "note": note,
                      "costcalc_config": default})
     for row in compare(case, names, setup):

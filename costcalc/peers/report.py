@@ -58,6 +58,9 @@ def compare_text(rows: Sequence[dict], width: int = 80) -> str:
                   f"{first['costcalc_config']})", width, "", "  "), ""]
     cannot = []
     for row in rows:
+        if row["flops"] is None and "convention" in row:     # the tiled sum of a very long prefill
+            out += _wrap(f"{name:<{LEFT}}{row['note']}", width, indent="", more=" " * LEFT)
+            continue
         if row["flops"] is None:
             cannot.append(row)
             continue
@@ -87,6 +90,9 @@ def mfu_text(rows: Sequence[dict], width: int = 80) -> str:
     cannot = []
     for row in rows:
         name = f"costcalc {row['convention']}" if "convention" in row else row["tool"]
+        if row["flops"] is None and "convention" in row:     # the tiled sum of a very long prefill
+            out += _wrap(f"{name:<{LEFT}}{row['note']}", width, indent="", more=" " * LEFT)
+            continue
         if row["flops"] is None:
             cannot.append(row)
             continue

@@ -5,6 +5,7 @@ MPT, Arcee). Fused projections cost the projections they fuse; parallel attentio
 ALiBi run no matmul."""
 from __future__ import annotations
 
+from ...errors import quote
 from ..reader import Layer, Reader, dense_layers
 from ..tables import SUBTABLES
 from .common import Mapper, dense, divisible, hunyuan_keys, inner_width, no_windows
@@ -81,7 +82,7 @@ def _mpt(r: Reader) -> list[Layer]:
     divisible(r, "d_model", "n_heads")
     attn = r.get("attn_config", {})
     if not isinstance(attn, dict):
-        raise r.error(f"field 'attn_config' must be an object, got {attn!r}")
+        raise r.error(f"field 'attn_config' must be an object, got {quote(attn)}")
     known = SUBTABLES["mpt"]["attn_config"].known()
     for key, value in attn.items():
         if value is not None and key not in known:
@@ -89,7 +90,7 @@ def _mpt(r: Reader) -> list[Layer]:
                           f"not guess -- remove it if it does not")
     kind = attn.get("attn_type") or "multihead_attention"
     if kind != "multihead_attention":
-        raise r.error(f"attn_config.attn_type is {kind!r}: transformers 5.23 builds multi-head attention (Wqkv "
+        raise r.error(f"attn_config.attn_type is {quote(kind)}: transformers 5.23 builds multi-head attention (Wqkv "
                       f"d x 3d) whatever it says, which is not this checkpoint's model")
     r.same("expansion_ratio", 4, "transformers 5.23 builds an MLP of 4 x d_model whatever it says")
     return [{"arch": "gqa.mlp", **r.heads("mha"), "m": 4 * r.need("d_model")} for _ in range(r.layer_count())]

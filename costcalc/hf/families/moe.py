@@ -5,6 +5,7 @@ the even layers below ``max_window_layers``; qwen3_moe with ``use_sliding_window
 layer; DeepSeek's MoE layers are those from ``first_k_dense_replace`` on (``moe_layer_freq`` 1)."""
 from __future__ import annotations
 
+from ...errors import quote
 from ..reader import CHUNKED, Layer, Reader, moe_layers
 from .common import Mapper, all_moe, dense, every_layer, hunyuan_keys, qwen_windows, stated_window
 
@@ -156,7 +157,7 @@ def _hunyuan_v1_moe(r: Reader) -> list[Layer]:
                             ("num_shared_expert", 1, "transformers 5.23 builds one shared MLP")):
         given = r.get(key)
         if given is not None and any(v != value for v in (given if isinstance(given, list) else [given])):
-            raise r.error(f"field {key!r} is {given!r} but {why} ({value})")
+            raise r.error(f"field {quote(key)} is {quote(given)} but {why} ({value})")
     if isinstance(r.get("num_experts"), list):
         raise r.error("'num_experts' must be one integer (transformers 5.23 cannot build per-layer expert counts)")
     experts = r.need("num_experts")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from ...errors import quote
 from ..reader import Layer, Reader, dense_layers
 from .common import (Mapper, causal_only, dense, divisible, every_layer, head_dim_number, qwen_windows,
                      stated_window)
@@ -43,7 +44,7 @@ def _exaone4_windows(r: Reader) -> list[bool]:
     pattern = r.get("sliding_window_pattern", 4)
     if isinstance(pattern, str):
         if not pattern or set(pattern) - {"L", "G"}:
-            raise r.error(f"sliding_window_pattern {pattern!r} is not a string of L (local) and G (global)")
+            raise r.error(f"sliding_window_pattern {quote(pattern)} is not a string of L (local) and G (global)")
         derived = [pattern[i % len(pattern)] == "L" for i in range(n)]
     else:
         every = r.count("sliding_window_pattern", 4, minimum=1)

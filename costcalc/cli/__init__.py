@@ -94,14 +94,15 @@ def run() -> None:
     except Stopped as stop:
         _end_by(stop.signum)
     if code == EXIT_INTERRUPTED:
-        interrupted()
+        _interrupted()
     sys.exit(code)
 
 
-def interrupted() -> None:
-    """Exit 130 at once. CPython remembers an interrupt that escaped code it ran from a string
-    (the methods dataclasses and namedtuple generate at import) and, caught or not, would end
-    the process by SIGINT instead of exiting 130; ``os._exit`` skips that."""
+def _interrupted() -> None:
+    """Exit 130 at once, the standard streams flushed. CPython 3.11 was seen to end a run whose
+    interrupt landed in an import (caught, and 130 asked for) by SIGINT instead, silently: it
+    remembers an interrupt that escaped code it ran from a string, as dataclasses and
+    namedtuple generate their methods. ``os._exit`` leaves before that."""
     import os
 
     for stream in (sys.stdout, sys.stderr):
@@ -115,14 +116,15 @@ def interrupted() -> None:
 def _stop_on_signals() -> None:
     import signal
 
+    numbers = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]   # no SIGHUP on Windows
+
     def stop(signum, frame):
-        for name in STOP_SIGNALS:     # once: a second signal does not cut the clean-up short
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        for number in numbers:     # once: a second signal does not cut the clean-up short
+            signal.signal(number, signal.SIG_IGN)
         raise Stopped(signum)
 
-    for name in STOP_SIGNALS:
-        number = getattr(signal, name, None)     # no SIGHUP on Windows
-        if number is not None and signal.getsignal(number) != signal.SIG_IGN:
+    for number in numbers:
+        if signal.getsignal(number) != signal.SIG_IGN:
             signal.signal(number, stop)
 
 

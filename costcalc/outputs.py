@@ -254,8 +254,14 @@ def _atomic(dest: Target, fill: Callable[[IO[Any]], Any], mode: str) -> None:
         keep = stat.S_IMODE(old.st_mode)
     except FileNotFoundError:
         old, keep = None, 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".costcalc-", suffix=".tmp")
+    held = _hold_signals()
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".costcalc-", suffix=".tmp")
+    except BaseException:
+        _release(held)
+        raise
+    try:
+        _release(held)      # a signal that came meanwhile is raised here, where the file is removed
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as handle:
             fill(handle)
         if old is not None:
@@ -287,13 +293,33 @@ def _keep_owner(tmp: str, old: os.stat_result, dest: Target) -> None:
         try:
             os.chown(tmp, uid, old.st_gid)
             break
-        except PermissionError:
+        except OSError:          # EPERM; or a file system without owners
             continue
     mine = os.stat(tmp)
     lost = [f"{what} {had} (now {now})" for what, had, now in
             (("owner", old.st_uid, mine.st_uid), ("group", old.st_gid, mine.st_gid)) if had != now]
     if lost:
         say(f"warning: {dest.printed}: replaced, but its {' and '.join(lost)} could not be kept")
+
+
+def _hold_signals():
+    """Hold Ctrl-C, SIGTERM and SIGHUP (pending) while the temporary file is made: one landing
+    after its creation but before ``tmp`` is known would leave it behind. The old mask, or
+    None where there is no ``pthread_sigmask``."""
+    import signal
+
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, {getattr(signal, name) for name in
+                                                         ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)})
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _release(held) -> None:
+    if held is not None:
+        import signal
+
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _umask() -> int:

@@ -1,3 +1,9 @@
-from costcalc.cli import run
+"""``python -m costcalc``: the console script's entry, ``costcalc.cli.run``."""
+try:
+    from costcalc.cli import run
+except KeyboardInterrupt:      # Ctrl-C before run() is in place: as quiet as run() would be
+    import os
+
+    os._exit(130)
 
 run()

@@ -1,10 +1,14 @@
 """Reading a JSON file a user names (a preset, a config, a device profile): every failure is
-one ``CostcalcError`` line naming the file and the problem."""
+one ``CostcalcError`` line naming the file and the problem. Every file read is noted
+(``outputs.reading``): a command never replaces a file it reads."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Union
+
+from . import outputs
 
 MAX_BYTES = 50 * 2**20   # no model description is this large
 
@@ -17,6 +21,7 @@ def read(path: Union[str, Path], what: str) -> Any:
         if p.is_dir():
             raise IsADirectoryError(21, "is a directory")
         with open(p, "rb") as handle:
+            outputs.reading(os.fstat(handle.fileno()), f"{what} {text!r}")
             raw = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise _error(f"cannot read {what} {text!r}: {exc.strerror or exc}")

@@ -11,6 +11,19 @@
   never truncated, never replaced by a regular file.
 - A directory, an empty path, a socket or block device, a missing or unwritable folder:
   one ``CostcalcError`` naming the problem, raised by ``target`` before anything is computed.
+- A file this command reads (a config, a preset or device file: whatever ``jsonfile.read``
+  opened), by any name -- a symlink to it or a hard link -- is never replaced: whichever of
+  the check and the read comes second refuses it, before the work, and ``_atomic`` checks
+  again just before the move.
+- A replaced file keeps its mode, and its owner and group where the process may set them
+  (root may; anyone else keeps the group if a member of it). Where it cannot, the file is
+  still written, and one warning says who owns it now.
+- The format follows the name given (``-o r.csv`` is CSV even as a link to ``store_12``);
+  the temporary file is ``.costcalc-XXXXXXXX.tmp`` beside the target, so any name that fits
+  the folder fits it too.
+- A closed standard output is an error (``CostcalcError``), never a traceback. The CLI
+  writes characters a non-UTF-8 standard output cannot encode as backslash escapes
+  (``\\xe1``), and ``say`` drops a line for a closed or broken standard error.
 """
 from __future__ import annotations
 
@@ -39,10 +52,49 @@ class Target:
     kind: str
     path: Optional[Path] = None
     shown: str = "standard output"
+    option: str = "--output"
 
     @property
     def suffix(self) -> str:
-        return self.path.suffix.lower() if self.path is not None else ""   # a FIFO named f.csv too
+        """The suffix of the name given (a FIFO named f.csv too; a link named r.csv to store_12)."""
+        return Path(self.shown).suffix.lower() if self.path is not None else ""
+
+    @property
+    def printed(self) -> str:
+        """The name given, as a message shows it: control characters escaped (a newline in a
+        name does not split the line), the rest as typed."""
+        return printable(self.shown)
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters written as Python escapes (``\\n``, ``\\x1b``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+# Files this process reads and files it will replace, by (st_dev, st_ino): one may not be
+# the other, whatever the names. ``forget`` starts a new command (the CLI's ``main``).
+_read: dict[tuple[int, int], str] = {}
+_replaced: dict[tuple[int, int], Target] = {}
+
+
+def forget() -> None:
+    """Start afresh: no file read, no target checked (a new command in this process)."""
+    _read.clear()
+    _replaced.clear()
+
+
+def reading(info: os.stat_result, what: str) -> None:
+    """Note that this process reads the file ``info`` describes (``what`` names it, as "config
+    'c.json'"); a target already checked to be replaced is refused now, before any work."""
+    key = (info.st_dev, info.st_ino)
+    _read[key] = what
+    if key in _replaced:
+        raise _same_file(_replaced[key], what)
+
+
+def _same_file(dest: Target, what: str) -> CostcalcError:
+    return CostcalcError(f"{dest.option}: {dest.shown!r} is the {what} this command reads, and would be "
+                         f"replaced by its output; give another file")
 
 
 def target(path: Union[str, Path, None], option: str = "--output") -> Target:
@@ -71,11 +123,29 @@ def target(path: Union[str, Path, None], option: str = "--output") -> Target:
         return Target("stream", p, text)
     if not stat.S_ISREG(info.st_mode):
         raise CostcalcError(f"{option}: {text!r} is not a regular file, a FIFO or a character device")
-    real = Path(os.path.realpath(p))
+    real = _real(p, text, option)
     if not os.access(real, os.W_OK):
         raise CostcalcError(f"{option}: cannot write {text!r}: permission denied")
     _writable_folder(real.parent, text, option)
-    return Target("file", real, text)
+    dest = Target("file", real, text, option)
+    key = (info.st_dev, info.st_ino)
+    if key in _read:
+        raise _same_file(dest, _read[key])
+    _replaced[key] = dest
+    return dest
+
+
+def _real(p: Path, text: str, option: str) -> Path:
+    """The path with every link resolved (the file an atomic replace must put in place)."""
+    try:
+        return Path(os.path.realpath(p))
+    except OSError as exc:     # a relative name in a folder removed since (getcwd fails)
+        try:
+            os.getcwd()
+        except OSError:
+            raise CostcalcError(f"{option}: cannot write {text!r}: the current directory no longer "
+                                f"exists; give an absolute path") from None
+        raise CostcalcError(f"{option}: cannot write {text!r}: {exc.strerror or exc}") from None
 
 
 def _is_stdout(p: Path) -> bool:
@@ -100,9 +170,9 @@ def _existing_stream(p: Path, text: str, option: str) -> Target:
 def _new_file(p: Path, text: str, option: str) -> Target:
     if text.endswith(os.sep):
         raise CostcalcError(f"{option}: {text!r} names a directory that does not exist; give a file name")
-    real = Path(os.path.realpath(p))
+    real = _real(p, text, option)
     _writable_folder(real.parent, text, option)
-    return Target("file", real, text)
+    return Target("file", real, text, option)
 
 
 def _writable_folder(folder: Path, text: str, option: str) -> None:
@@ -136,6 +206,8 @@ def write(dest: Target, fill: Callable[[IO[Any]], Any], binary: bool = False) ->
     mode = "wb" if binary else "w"
     try:
         if dest.kind == "stdout":
+            if sys.stdout is None:      # started with standard output closed (>&-)
+                raise CostcalcError("cannot write to standard output: it is closed (give -o FILE)")
             fill(sys.stdout.buffer if binary else sys.stdout)
             (sys.stdout.buffer if binary else sys.stdout).flush()
         elif dest.kind == "stream":    # in place: appended, never truncated (a log behind /dev/stderr)
@@ -143,12 +215,12 @@ def write(dest: Target, fill: Callable[[IO[Any]], Any], binary: bool = False) ->
             with os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8", "newline": ""})) as handle:
                 fill(handle)
         else:
-            _atomic(dest.path, fill, mode)
+            _atomic(dest, fill, mode)
     except BrokenPipeError:
-        _quiet_stdout()
         if dest.kind == "stdout":   # `costcalc ... | head`: the reader has what it wanted
+            _quiet(sys.stdout)
             raise ReaderGone() from None
-        raise CostcalcError(f"cannot write {dest.shown}: the reader closed the pipe") from None
+        raise CostcalcError(f"cannot write {dest.shown!r}: the reader closed the pipe") from None
     except OSError as exc:
         raise CostcalcError(f"cannot write {dest.shown!r}: {exc.strerror or exc}") from None
 
@@ -157,17 +229,43 @@ def write_text(dest: Target, text: str) -> None:
     write(dest, lambda handle: handle.write(text))
 
 
-def _atomic(path: Path, fill: Callable[[IO[Any]], Any], mode: str) -> None:
-    """Fill a temporary file beside ``path``, then move it into place. A replaced file keeps
-    its permission bits; a new one gets the usual mode (mkstemp alone makes 0600)."""
+def say(line: str) -> None:
+    """One line on standard error, if there is one: with standard error closed (``2>&-``) or
+    its reader gone, the line is dropped -- never sent to standard output instead."""
+    stream = sys.stderr
+    if stream is None:
+        return
     try:
-        keep = stat.S_IMODE(os.stat(path).st_mode)
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):     # a broken pipe, a closed file
+        _quiet(stream)
+
+
+def _atomic(dest: Target, fill: Callable[[IO[Any]], Any], mode: str) -> None:
+    """Fill a temporary file beside the target, then move it into place. A replaced file keeps
+    its permission bits, owner and group (``_keep_owner``); a new one gets the usual mode
+    (mkstemp alone makes 0600). The temporary name has a fixed length, so it fits wherever
+    the target's name fits. Any exception -- an interrupt or a signal the CLI turns into
+    one included -- removes the temporary file."""
+    path = dest.path
+    try:
+        old: Optional[os.stat_result] = os.stat(path)
+        keep = stat.S_IMODE(old.st_mode)
     except FileNotFoundError:
-        keep = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        old, keep = None, 0o666 & ~_umask()
+    held = _hold_signals()
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".costcalc-", suffix=".tmp")
+    except BaseException:
+        _release(held)
+        raise
+    try:
+        _release(held)      # a signal that came meanwhile is raised here, where the file is removed
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as handle:
             fill(handle)
+        if old is not None:
+            _keep_owner(tmp, old, dest)     # before chmod: a chown clears set-id bits
         os.chmod(tmp, keep)
         try:
             info = os.lstat(path)
@@ -175,10 +273,53 @@ def _atomic(path: Path, fill: Callable[[IO[Any]], Any], mode: str) -> None:
             info = None
         if info is not None and not stat.S_ISREG(info.st_mode):   # made a FIFO (or else) since it was checked
             raise CostcalcError(f"cannot write {str(path)!r}: it is no longer a regular file; not replaced")
+        if info is not None and (info.st_dev, info.st_ino) in _read:   # an input moved there since
+            raise _same_file(dest, _read[info.st_dev, info.st_ino])
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _keep_owner(tmp: str, old: os.stat_result, dest: Target) -> None:
+    """Give the new file the replaced file's owner and group, as far as this process may:
+    root sets both; anyone else may set a group they belong to. What cannot be kept is said
+    in one warning, and the file is written all the same (the shell's ``>`` would keep the
+    owner; refusing would lose the work done)."""
+    mine = os.stat(tmp)
+    if (mine.st_uid, mine.st_gid) == (old.st_uid, old.st_gid):
+        return
+    for uid in (old.st_uid, -1):
+        try:
+            os.chown(tmp, uid, old.st_gid)
+            break
+        except OSError:          # EPERM; or a file system without owners
+            continue
+    mine = os.stat(tmp)
+    lost = [f"{what} {had} (now {now})" for what, had, now in
+            (("owner", old.st_uid, mine.st_uid), ("group", old.st_gid, mine.st_gid)) if had != now]
+    if lost:
+        say(f"warning: {dest.printed}: replaced, but its {' and '.join(lost)} could not be kept")
+
+
+def _hold_signals():
+    """Hold Ctrl-C, SIGTERM and SIGHUP (pending) while the temporary file is made: one landing
+    after its creation but before ``tmp`` is known would leave it behind. The old mask, or
+    None where there is no ``pthread_sigmask``."""
+    import signal
+
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, {getattr(signal, name) for name in
+                                                         ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)})
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _release(held) -> None:
+    if held is not None:
+        import signal
+
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _umask() -> int:
@@ -187,10 +328,12 @@ def _umask() -> int:
     return mask
 
 
-def _quiet_stdout() -> None:
-    """After a closed pipe, stop Python complaining again when it flushes stdout at exit."""
+def _quiet(stream) -> None:
+    """After a closed pipe, point the stream's descriptor at /dev/null: Python writes nothing
+    more there, nor complains again when it flushes at exit."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
         pass

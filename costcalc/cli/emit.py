@@ -82,7 +82,7 @@ def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt
     writer = own(chosen, width) if own is not None else None
     outputs.write(dest, writer or (lambda handle: write(rows, chosen, handle, notes, width)))
     if dest.kind != "stdout":
-        typer.echo(f"wrote {count} row{'' if count == 1 else 's'} ({chosen}) to {dest.shown}", err=True)
+        typer.echo(f"wrote {count} row{'' if count == 1 else 's'} ({chosen}) to {dest.printed}", err=True)
 
 
 def output_format(fmt: Optional[Format], dest: outputs.Target) -> str:

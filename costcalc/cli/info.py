@@ -197,7 +197,7 @@ def presets_import(
         data["title"] = title
     from_dict(data, origin=f"preset {name!r}")   # what is written loads back
     outputs.write_text(dest, json.dumps(data, indent=2) + "\n")
-    typer.echo(f"wrote {dest.shown} ({spec.arch}, {len(spec.groups)} layer group{'s' if len(spec.groups) > 1 else ''}, "
+    typer.echo(f"wrote {dest.printed} ({spec.arch}, {len(spec.groups)} layer group{'s' if len(spec.groups) > 1 else ''}, "
                f"{units.params(calc.parameters(spec)['total_params'])} parameters)", err=True)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import CostcalcError
+from ..outputs import printable
 from ..ranges import number, parse
 from .options import (RANGE_HELP, ConfigOpt, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt,
                       TileOpt, conventions, models, with_some_traffic)
@@ -78,7 +79,7 @@ def plot(
                             logits.value, parse_tile(tile, conventions(convention)), style, _size(size), dpi, title,
                             (precision, machine) if machine else None)
     marks = [m["label"] for p in drawn.panels for m in p["markers"]]
-    typer.echo(f"wrote {output} ({len(specs)} panel{'s' if len(specs) > 1 else ''}, {len(xs)} points"
+    typer.echo(f"wrote {printable(str(output))} ({len(specs)} panel{'s' if len(specs) > 1 else ''}, {len(xs)} points"
                + (f"; marked: {'; '.join(marks)}" if marks else "") + ")", err=True)
 
 

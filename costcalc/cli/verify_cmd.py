@@ -113,14 +113,14 @@ def verify(
                 else report_mod.table_document(outcome, None if wide else TABLE_WIDTH))
         outputs.write_text(dest, text)
         if dest.kind != "stdout":
-            typer.echo(f"wrote {outcome.summary} ({chosen}) to {dest.shown}", err=True)
+            typer.echo(f"wrote {outcome.summary} ({chosen}) to {dest.printed}", err=True)
     if profile_dest is not None and outcome.profile is not None:
         import json
 
         outputs.write_text(profile_dest, json.dumps(outcome.profile.to_dict(), indent=2) + "\n")
-        typer.echo(f"wrote the measured device profile to {profile_dest.shown}", err=True)
+        typer.echo(f"wrote the measured device profile to {profile_dest.printed}", err=True)
     if report is not None:
         for path in report_mod.write(outcome, report_files, f"costcalc verify: {outcome.title}"):
-            typer.echo(f"wrote {path}", err=True)
+            typer.echo(f"wrote {outputs.printable(str(path))}", err=True)
     if not outcome.ok:
         raise CostcalcError(f"{outcome.mismatches} counted terms differ from the formulas")

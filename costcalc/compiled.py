@@ -22,6 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from .blocks import Block
+from .vocab import Convention, Logits
+
 _PACKAGE = Path(__file__).resolve().parent
 # The files whose content decides the generated code.
 SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "core/*.py")
@@ -261,12 +264,9 @@ def forget() -> None:
     _LOADED.clear()
 
 
-def get(recipe: str, block: str, convention: str = "causal", logits: str = "last") -> Compiled:
-    """The compiled recipe of a block kind (``Block`` key), from the disk cache or derived now."""
-    from .blocks import coerce
-
-    block_ = coerce(block)
-    key = f"{recipe}-{block_.key}-{convention}-{logits}"
+def get(recipe: str, block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Compiled:
+    """The compiled recipe of a block kind, from the disk cache or derived now."""
+    key = f"{recipe}-{block.key}-{convention.value}-{logits.value}"
     path = cache_dir() / core_hash() / f"{key}.py"
     slot = (str(path.parent), key)
     if slot in _LOADED:
@@ -276,7 +276,7 @@ def get(recipe: str, block: str, convention: str = "causal", logits: str = "last
         from . import codegen
 
         log("deriving %s: %s", key, why)
-        text = codegen.source(recipe, block_, str(convention), str(logits), stamp=f"core={core_hash()}")
+        text = codegen.source(recipe, block, convention.value, logits.value, stamp=f"core={core_hash()}")
         _store(path, text)
         namespace: dict[str, Any] = {}
         exec(compile(text, f"<costcalc {key}>", "exec"), namespace)

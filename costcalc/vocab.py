@@ -101,6 +101,7 @@ CONVENTION_SETS = {"both": ("causal", "full"), "all": ("causal", "full", "tiled"
 class Logits(Choice):
     last = "last"       # one LM-head row per sequence
     all = "all"         # a row per new token
+    none = "none"       # no LM head: a chunk that is not the prompt's last (no command offers it)
 
 
 class MlaForm(Choice):

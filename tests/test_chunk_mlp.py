@@ -101,13 +101,14 @@ def test_crossovers_over_chunks_are_where_a_scan_finds_them():
 
 def test_a_chunked_layer_caches_one_chunk_and_a_decode_step_loads_its_chunk():
     from costcalc import memory, presets
+    from costcalc.evaluate import Query
     from costcalc.roofline import Precision
 
     spec = presets.load("llama-4-scout-17b-16e")          # 36 chunked (8192) + 12 global layers
     per_layer = 2 * 8 * 128 * 2                           # K and V, h_kv d_h each, 2 bytes (bf16)
     for context in (4096, 8192, 100_000):
         expect = per_layer * (12 * context + 36 * min(context, 8192))
-        assert memory.kv_cache_bytes(spec, Precision(), 1, context) == expect
+        assert memory.kv_cache_bytes(Query(spec, "decode", memory.SERVING, Precision()), 1, context) == expect
     # a decode step's K/V read in a chunked layer: the keys of its own chunk (itself included)
     point = {**UNIT, s.T: 10_000, s.W_c: 8192, s.d_kv: 1}
     from costcalc.core.traffic import build

@@ -37,6 +37,9 @@ class Workload:
     routed: tuple[str, ...] = ()       # the inputs whose product is the tokens one forward routes
     tiled_over: str = ""               # the input whose queries the tiled convention sums tile by tile
                                        # (a decode phase: one query a step); "" for none worth capping
+    extras: tuple[str, ...] = ()       # columns its rows add beside the FLOPs (``costcalc.calc.EXTRAS``)
+    axis: str = ""                     # the x axis ``costcalc plot`` draws it against; "" for none
+    compared: bool = False             # ``costcalc compare`` answers it (its inputs are the case's sizes)
 
     @property
     def build(self) -> Callable:
@@ -55,7 +58,7 @@ _CHUNK, _PREFIX = Input("chunk", "C", 1), Input("prefix", "T", 0)
 
 WORKLOADS = {w.name: w for w in (
     Workload("prefill", "B prompts of S tokens", (_B, _S), "prefill", traffic="0,S", routed=("B", "S"),
-             tiled_over="S"),
+             tiled_over="S", axis="prompt length S (tokens)", compared=True),
     Workload("cached_prefill", "C new tokens over T cached", (_B, _CHUNK, _PREFIX), "cached_prefill",
              aliases=("cached-prefill", "chunk"), traffic="T,C", routed=("B", "C"), tiled_over="C"),
     Workload("varlen_prefill", "packed variable-length batch (padded: prefill at S = max S_i)",
@@ -63,11 +66,13 @@ WORKLOADS = {w.name: w for w in (
     Workload("chunked", "n chunks of C tokens after T cached, logits on the last",
              (_B, _S, _CHUNK, _PREFIX), "uniform_chunks", compiled=False),
     Workload("decode", "one decode step over T cached tokens", (_B, _T), "decode_step", Logits.last, "decode",
-             traffic="T,1", routed=("B",)),
+             traffic="T,1", routed=("B",), extras=("per_token",), axis="cached context T (tokens)", compared=True),
     Workload("decode_phase", "the N-1 decode steps after a prefill of S", (_B, _S, _N), "decode_phase",
              Logits.last, "decode", traffic="steps", routed=("B",), tiled_over="N"),
-    Workload("generate", "prefill of S plus N-1 decode steps", (_B, _S, _N), "generation", compiled=False),
-    Workload("train", "forward with all-position logits x 3", (_B, _S), "train_step", Logits.all, tiled_over="S"),
+    Workload("generate", "prefill of S plus N-1 decode steps", (_B, _S, _N), "generation", compiled=False,
+             axis="generated token j", compared=True),
+    Workload("train", "forward with all-position logits x 3", (_B, _S), "train_step", Logits.all, tiled_over="S",
+             extras=("rule_6p",), compared=True),
 )}
 
 

@@ -1,7 +1,7 @@
 """Commands that evaluate a workload: prefill, chunked, decode, generate, train."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -55,9 +55,9 @@ def prefill(
     precision, machine = for_models(traffic, specs)
     if lengths is not None:   # one batch of its own lengths, under the whole window cache
         given = {"--seq": seq, "--cached-prefix": cached_prefix, "--batch": None if batch == "1" else batch}
-        emit(_varlen([Query(spec, "prefill", o, precision, machine) for spec in specs
-                      for o in _options(kinds, logits.value, chosen, mla)], lengths, padded, given), fmt, output,
-             wide=wide)
+        each = _options(kinds, logits=logits.value, tile=chosen, mla=mla)
+        queries = [Query(spec, "prefill", o, precision, machine) for spec in specs for o in each]
+        emit(_varlen(queries, lengths, padded, given), fmt, output, wide=wide)
         return
     if seq is None:
         raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
@@ -69,7 +69,8 @@ def prefill(
         points = axes("cached_prefill", len(specs) * len(kinds), chunk=(seq, "--seq"),
                       prefix=(cached_prefix, "--cached-prefix"), batch=(batch, "--batch"))
     name = "prefill" if cached_prefix is None else "cached_prefill"
-    each = _options(kinds, logits.value, chosen, mla, "whole" if cached_prefix is None else cache)
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla,
+                    window_cache="whole" if cached_prefix is None else cache)
     emit(concat([interleave([calc.answer(Query(spec, name, o, precision, machine), **points) for o in each])
                  for spec in specs]), fmt, output, wide=wide)
 
@@ -88,9 +89,10 @@ def _varlen(queries: list, lengths: str, padded: bool, given: dict) -> list[dict
     return [calc.varlen(query, sizes, padded) for query in queries]
 
 
-def _options(kinds: list[str], logits: str, tile: tuple[int, int], mla: str, cache: str = "whole") -> list[Options]:
-    """The options of a command, one record per convention asked for."""
-    return [Options(c, logits, tile, mla, cache) for c in kinds]
+def _options(kinds: list[str], **given: Any) -> list[Options]:
+    """The options of a command (``given``: the fields of ``Options`` it sets), one record per
+    convention asked for."""
+    return [Options(c, **given) for c in kinds]
 
 
 @with_traffic
@@ -127,7 +129,7 @@ def chunked(
     for point in points:   # every schedule's size is checked before any is built
         count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
     check_rows(count * len(specs) * len(kinds), "the chunk schedules")
-    each = _options(kinds, logits.value, chosen, mla, cache)
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache)
     for spec in specs:
         for point in points:
             for o in each:
@@ -181,7 +183,7 @@ def decode(
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"), batch=(batch, "--batch"))
-    each = _options(kinds, "last", chosen, mla, cache)
+    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache)
     emit(concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **points) for o in each])
                  for spec in specs]),
          fmt, output, [_decode_note(specs, cache)], wide)
@@ -215,7 +217,7 @@ def generate(
     precision, machine = for_models(traffic, specs)
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=(batch, "--batch"))
-    each = _options(kinds, logits.value, chosen, mla, cache)
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache)
     emit(concat([interleave([calc.generation(Query(spec, "generate", o, precision, machine), **points) for o in each],
                             block=3) for spec in specs]), fmt, output, wide=wide)
 
@@ -240,7 +242,7 @@ def train(
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
-    each = _options(kinds, "all", chosen, mla)
+    each = _options(kinds, logits="all", tile=chosen, mla=mla)
     emit(concat([interleave([calc.answer(Query(spec, "train", o), **points) for o in each]) for spec in specs]),
          fmt, output, [notes.TRAIN], wide)
 

@@ -25,6 +25,12 @@ Table = dict[str, list]    # columns of equal length, in row order
 SMALL = 256   # up to this many points a sweep is evaluated point by point (no numpy import)
 
 
+def positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CostcalcError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Options:
     """What a number is computed under: the attention convention, the logits mode, the tile
@@ -151,12 +157,6 @@ class Recipe:
 
     def columns(self, values: dict[str, Any], n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
         return self.code.columns(values, n, self._own(names))
-
-
-def positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CostcalcError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def check_inputs(wl: Workload, inputs: dict[str, Sequence[int]]) -> int:

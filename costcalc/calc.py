@@ -122,7 +122,7 @@ def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAUL
 
 
 def mla_form(workload: str, mla: str) -> str:
-    """The MLA form a workload runs: ``auto`` is absorbed for decode steps, naive otherwise."""
+    """The MLA form a workload runs (``Options.form``)."""
     return Options(mla=mla).form(find(workload)).value
 
 

@@ -1,4 +1,5 @@
-"""Every workload of the cost model, declared once in ``WORKLOADS``, and its symbolic breakdown.
+"""The symbolic breakdown of every workload (each declared once in ``core.registry.WORKLOADS``,
+which names its builder here).
 
 Everything is built from one step, ``forward``: B sequences each run ``new`` tokens
 through the blocks after ``past`` cached tokens. The workloads are that step at
@@ -16,8 +17,6 @@ particular sizes, or sums of it:
 
 ``logits`` is ``last`` (one LM-head row per sequence) or ``all`` (a row per new token);
 internally also ``none``, for a chunk that is not the prompt's last.
-
-``costcalc.core.registry`` declares each workload once and names its builder here.
 """
 from __future__ import annotations
 

@@ -276,7 +276,7 @@ def get(recipe: str, block: Block, convention: Convention = Convention.causal, l
         from . import codegen
 
         log("deriving %s: %s", key, why)
-        text = codegen.source(recipe, block, convention.value, logits.value, stamp=f"core={core_hash()}")
+        text = codegen.source(recipe, block, convention, logits, stamp=f"core={core_hash()}")
         _store(path, text)
         namespace: dict[str, Any] = {}
         exec(compile(text, f"<costcalc {key}>", "exec"), namespace)

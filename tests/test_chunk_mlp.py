@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 from brute import UNIT, keys, pairs, tiled
 from costcalc import calc, codegen
 from costcalc import symbols as s
-from costcalc.core import workloads as w
 from costcalc.core.breakdown import add_up
-from costcalc.core.linear import block_params, linear_terms
 from costcalc.spec import from_dict
+from named import linear, workloads as w
+
+block_params, linear_terms = linear.block_params, linear.linear_terms
 
 @settings(max_examples=40, deadline=None)
 @given(past=st.integers(0, 60), new=st.integers(1, 60), size=st.integers(1, 30),
@@ -111,7 +112,9 @@ def test_a_chunked_layer_caches_one_chunk_and_a_decode_step_loads_its_chunk():
         assert memory.kv_cache_bytes(Query(spec, "decode", memory.SERVING, Precision()), 1, context) == expect
     # a decode step's K/V read in a chunked layer: the keys of its own chunk (itself included)
     point = {**UNIT, s.T: 10_000, s.W_c: 8192, s.d_kv: 1}
-    from costcalc.core.traffic import build
+    from named import traffic
+
+    build = traffic.build
 
     read = build("decode", "chunk.dense")["attention.kv_read"]
     assert read.xreplace(point) == 2 * keys(10_001, chunk=8192)

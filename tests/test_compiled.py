@@ -66,7 +66,9 @@ def test_generated_traffic_equals_the_sympy_core(kind, arch, convention):
 
 
 def test_p_lin_recipe_equals_the_core():
-    from costcalc.core.linear import p_lin
+    from named import linear
+
+    p_lin = linear.p_lin
     from costcalc.core.breakdown import exact_int
 
     for spec in presets.load_all():

@@ -10,7 +10,7 @@ from costcalc import calc, presets
 from costcalc import symbols as s
 from costcalc.blocks import parse
 from costcalc.cli import main
-from costcalc.core import workloads as w
+from named import workloads as w
 from costcalc.core.matmul import matmul
 
 UP = s.h_q * (s.d_nope + s.d_v)          # kv_b_proj's width

@@ -2,11 +2,10 @@
 import sympy as sp
 
 from costcalc import symbols as s
-from costcalc.core import crossover as cx
-from costcalc.core import workloads as w
 from costcalc.blocks import Block
-from costcalc.core.attention import attention_sum, keys_read
-from costcalc.core.linear import p_lin
+from named import attention, crossover as cx, linear, workloads as w
+
+attention_sum, keys_read, p_lin = attention.attention_sum, attention.keys_read, linear.p_lin
 
 L, d, d_q, d_kv, m, E, k, m_e, V = s.L, s.d, s.d_q, s.d_kv, s.m, s.E, s.k, s.m_e, s.V
 B, S, T, C, N = s.B, s.S, s.T, s.C, s.N

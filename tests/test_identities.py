@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from costcalc import calc, presets
 from costcalc import symbols as s
-from costcalc.core import workloads as w
-from costcalc.core.attention import attention_flops
 from costcalc.core.breakdown import add_up
+from named import attention, workloads as w
+
+attention_flops = attention.attention_flops
 
 n = sp.Symbol("n", integer=True, positive=True)
 
@@ -122,7 +123,7 @@ def test_every_closed_sum_is_keys_read_summed_position_by_position(past, new, si
     from dataclasses import replace
 
     from costcalc.blocks import coerce
-    from costcalc.core import attention as a
+    from named import attention as a
     from costcalc.vocab import Convention
 
     arch, _, cache = kind.partition("@")

@@ -375,7 +375,9 @@ def test_one_query_loads_the_keys_it_reads(key, convention):
 
     from costcalc import symbols as s
     from costcalc.blocks import parse
-    from costcalc.core.attention import keys_loaded, keys_read
+    from named import attention
+
+    keys_loaded, keys_read = attention.keys_loaded, attention.keys_read
     from costcalc.vocab import Convention
 
     block, conv = parse(key), Convention(convention)

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from brute import UNIT, pairs, tiled
 from costcalc import calc, presets
 from costcalc import symbols as s
-from costcalc.core import workloads as w
-from costcalc.core.attention import attention_flops, per_query_flops
 from costcalc.core.breakdown import add_up
-from costcalc.core.linear import linear_terms
 from costcalc.spec import from_dict
+from named import attention, linear, workloads as w
+
+attention_flops, per_query_flops, linear_terms = attention.attention_flops, attention.per_query_flops, linear.linear_terms
 
 n = sp.Symbol("n", integer=True, nonnegative=True)
 

@@ -6,7 +6,7 @@ import pytest
 
 from costcalc import calc, presets, ranges
 from costcalc import symbols as s
-from costcalc.core import workloads as w
+from named import workloads as w
 from costcalc.errors import CostcalcError
 
 # --- range syntax -------------------------------------------------------------------

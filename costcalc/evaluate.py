@@ -139,12 +139,13 @@ class Query:
 
 class Recipe:
     """A layer group's compiled recipe as a query charges it: the LM head's outputs
-    (``lm_head``, ``lm_head.<kind>``) in the first group only -- a model has one LM head,
-    whatever its groups."""
+    (``lm_head``, ``lm_head.<kind>``), and the ``total`` that holds it, in the first group
+    only -- a model has one LM head, whatever its groups (a model's total is its groups'
+    terms added: ``evaluate.columns``)."""
 
     def __init__(self, code: Any, head: bool) -> None:
         self.code, self.head = code, head
-        self.outputs = [n for n in code.outputs if head or n.split(".")[0] != "lm_head"]
+        self.outputs = [n for n in code.outputs if head or (n.split(".")[0] != "lm_head" and n != "total")]
         self.operators = [n for n in self.outputs if n in code.term_of]
         self.term_of: dict[str, str] = code.term_of
         self.constants: dict[str, str] = code.constants

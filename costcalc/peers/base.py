@@ -36,12 +36,9 @@ class Case:
     new: int = 0
 
     def inputs(self) -> dict[str, int]:
-        """The row columns of this case's sizes."""
-        if self.workload == "decode":
-            return {"batch": self.batch, "context": self.context}
-        if self.workload == "generate":
-            return {"batch": self.batch, "seq": self.seq, "new_tokens": self.new}
-        return {"batch": self.batch, "seq": self.seq}
+        """The row columns of this case's sizes: its workload's inputs (``core.registry``)."""
+        sizes = {"batch": self.batch, "seq": self.seq, "context": self.context, "new_tokens": self.new}
+        return {i.column: sizes[i.column] for i in REGISTRY[self.workload].inputs}
 
     @property
     def tokens(self) -> int:

@@ -146,12 +146,13 @@ class Recipe:
     def __init__(self, code: Any, head: bool) -> None:
         self.code, self.head = code, head
         self.outputs = [n for n in code.outputs if head or (n.split(".")[0] != "lm_head" and n != "total")]
+        self._kept = set(self.outputs)
         self.operators = [n for n in self.outputs if n in code.term_of]
         self.term_of: dict[str, str] = code.term_of
         self.constants: dict[str, str] = code.constants
 
     def _own(self, names: Optional[Iterable[str]]) -> list[str]:
-        return self.outputs if names is None else [n for n in names if n in self.outputs]
+        return self.outputs if names is None else [n for n in names if n in self._kept]
 
     def evaluate(self, values: dict[str, int], names: Optional[Iterable[str]] = None) -> dict[str, int]:
         return self.code.evaluate(values, self._own(names))

@@ -25,7 +25,7 @@ def test_chunk_attention_equals_a_loop_under_every_convention(past, new, size, b
     assert got["full"].xreplace(point) == 4 * pairs(past, new, full=True)
     assert add_up(got["tiled"].xreplace(point)) == 4 * tiled(past, new, bq, bk, chunk=size)
     for conv, expect in (("causal", keys(past + 1, chunk=size)), ("full", past + 1), ("tiled", tiled(past, 1, bq, bk, chunk=size))):
-        step = w.decode_step("chunk.dense", conv).terms["attention"].xreplace({**point, s.T: past})
+        step = w.decode("chunk.dense", conv).terms["attention"].xreplace({**point, s.T: past})
         assert add_up(step) == 4 * expect, conv
 
 
@@ -42,7 +42,7 @@ def test_chunked_decode_phase_is_its_steps(prompt, new, size, bq, bk):
 
 def test_a_chunk_covering_the_context_is_causal_attention():
     n = sp.Symbol("n", integer=True, nonnegative=True)
-    for make, wide in ((w.prefill, s.S + n), (w.cached_prefill, s.T + s.C + n), (w.decode_step, s.T + 1 + n)):
+    for make, wide in ((w.prefill, s.S + n), (w.cached_prefill, s.T + s.C + n), (w.decode, s.T + 1 + n)):
         chunked = make("chunk.dense").terms["attention"].subs(s.W_c, wide)
         plain = make("gqa.dense").terms["attention"]
         # floor((x)/(x + n + ...)) is 0 for every length inside the chunk: check it at points

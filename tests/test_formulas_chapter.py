@@ -59,7 +59,7 @@ def test_cached_prefix_chunk():
 def test_decode_step_boxed_formula():
     for arch, P in CHAPTER_P_LIN.items():
         for convention in ("causal", "full"):
-            step = w.decode_step(arch, convention)
+            step = w.decode(arch, convention)
             assert same(step.total, 2 * B * P + 4 * L * B * d_q * (T + 1) + 2 * B * d * V)
 
 
@@ -80,4 +80,4 @@ def test_t_equal():
 
 def test_train_is_three_forwards_with_all_logits():
     fwd = w.prefill("moe", "causal", "all")
-    assert same(w.train_step("moe", "causal").total, 3 * fwd.total)
+    assert same(w.train("moe", "causal").total, 3 * fwd.total)

@@ -21,13 +21,13 @@ def same(a, b):
 
 def test_uniform_chunks_keep_the_causal_total_symbolically():
     for arch in ("dense", "moe"):
-        chunks = w.uniform_chunks(arch, "causal", n).all_terms()
+        chunks = w.chunked(arch, "causal", n).all_terms()
         single = w.cached_prefill(arch, "causal", "last").map(lambda e: e.subs(s.C, n * s.C)).all_terms()
         assert all(same(chunks[t], single[t]) for t in single)
 
 
 def test_uniform_chunks_under_full_charge_less_than_one_rectangle():
-    chunks = w.uniform_chunks("dense", "full", n).terms["attention"]
+    chunks = w.chunked("dense", "full", n).terms["attention"]
     single = w.cached_prefill("dense", "full", "last").terms["attention"].subs(s.C, n * s.C)
     # The saving is the part of the n x n chunk grid above the diagonal: n(n-1)/2 blocks of C x C.
     assert same(single - chunks, 4 * s.L * s.B * s.d_q * s.C**2 * n * (n - 1) / 2)
@@ -48,7 +48,7 @@ def test_ragged_chunk_schedules_keep_the_causal_total():
 
 
 def test_generation_attention_is_the_causal_triangle_of_s_plus_n_minus_1():
-    gen = w.generation("dense", "causal", "last").terms["attention"]
+    gen = w.generate("dense", "causal", "last").terms["attention"]
     assert same(gen, attention_flops("causal", 0, s.S + s.N - 1, "dense") * s.B)
 
 

@@ -23,7 +23,7 @@ import sympy as sp
 from .. import symbols as s
 from ..blocks import Block
 from ..vocab import Convention
-from .workloads import decode_step, prefill
+from .workloads import decode, prefill
 
 
 def _positive_root(equation: sp.Eq, unknown: sp.Symbol) -> sp.Expr:
@@ -36,8 +36,8 @@ def _positive_root(equation: sp.Eq, unknown: sp.Symbol) -> sp.Expr:
 @lru_cache(maxsize=None)
 def decode_t_equal(block: Block) -> sp.Expr:
     """Keys read per decode step at which attention equals linear FLOPs (B = 1)."""
-    step = decode_step(block).map(lambda e: e.subs(s.B, 1))
-    # decode_step is written in T cached tokens; the step reads K = T + 1 keys.
+    step = decode(block).map(lambda e: e.subs(s.B, 1))
+    # a decode step is written in T cached tokens; the step reads K = T + 1 keys.
     attention = step.terms["attention"].subs(s.T, s.K - 1)
     return _positive_root(sp.Eq(step.linear, attention), s.K)
 

@@ -56,7 +56,7 @@ def cached_prefill(block: Block, convention: Convention = Convention.causal, log
 
 
 @lru_cache(maxsize=None)
-def decode_step(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
+def decode(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
     """One decode step over T cached tokens: one new token per sequence."""
     return forward(block, convention, "last", past=s.T, new=sp.Integer(1))
 
@@ -68,7 +68,7 @@ def decode_phase(block: Block, convention: Convention = Convention.causal, logit
     Its linear and LM-head operators are the step's, summed over j; its attention is the
     per-pair cost times the keys the steps read, ``steps_sum`` over positions S+1..S+N-1.
     """
-    step = decode_step(block, convention)
+    step = decode(block, convention)
     ops = {op: sp.summation(e.subs(s.T, s.S + s.j - 1), (s.j, 1, s.N - 1))
            for op, e in step.operators.items() if op != "attention"}
     keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
@@ -77,12 +77,12 @@ def decode_phase(block: Block, convention: Convention = Convention.causal, logit
 
 
 @lru_cache(maxsize=None)
-def generation(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
+def generate(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
     """A whole generation of N tokens from a prompt of S: prefill plus N-1 decode steps."""
     return prefill(block, convention, logits) + decode_phase(block, convention)
 
 
-def uniform_chunks(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last,
+def chunked(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last,
                    n_chunks: sp.Expr = s.n_chunks) -> Breakdown:
     """``n_chunks`` chunks of C tokens after a cached prefix of T, logits on the last chunk only.
 
@@ -96,13 +96,13 @@ def uniform_chunks(block: Block, convention: Convention = Convention.causal, log
     return chunks + Breakdown({LM_HEAD.name: lm_head_flops(s.B)})
 
 
-def varlen_sequence(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
+def varlen_prefill(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
     """Sequence i of a packed variable-length batch: a one-sequence prefill of S_i tokens
     (the batch is the sum over i = 1..B)."""
     return prefill(block, convention, logits).map(lambda e: e.subs(s.B, 1).subs(s.S, s.S_i))
 
 
 @lru_cache(maxsize=None)
-def train_step(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.all) -> Breakdown:
+def train(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.all) -> Breakdown:
     """Forward with logits at every position, times 3 for forward + backward."""
     return prefill(block, convention, "all").map(lambda e: TRAIN_FACTOR * e)

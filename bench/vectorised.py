@@ -18,9 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from costcalc import calc, compiled, presets  # noqa: E402
+from costcalc import calc, presets  # noqa: E402
 from costcalc import symbols as s  # noqa: E402
 from costcalc.core import workloads as w  # noqa: E402
+from costcalc.evaluate import Query  # noqa: E402
 
 
 def main() -> None:
@@ -37,13 +38,13 @@ def main() -> None:
     table = calc.table(spec, "prefill", "causal", "last", None, batch=np.full(args.points, args.batch), seq=seq)
     vector = time.perf_counter() - t0
 
-    recipe = compiled.get("prefill", spec.arch, "causal", "last")
+    (_, recipe), = Query(spec, "prefill").recipes()   # a uniform model: one group
     base = {**spec.numbers(), "B": args.batch}
     t0 = time.perf_counter()
     scalar_totals = [recipe.evaluate({**base, "S": q}, ["total"])["total"] for q in range(1, args.points + 1)]
     scalar = time.perf_counter() - t0
 
-    bd = w.prefill(spec.arch, "causal", "last")
+    bd = w.prefill(spec.groups[0].block)
     values = {**spec.values(), s.B: args.batch}
     m = args.sympy_points
     t0 = time.perf_counter()

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import evaluate
 from .core.registry import WORKLOADS, workload as find
-from .evaluate import SMALL, Options, Table
+from .evaluate import SMALL, Options, Query, Table
 from .params import executed_linear_params, parameters, rule_6p
 
 if TYPE_CHECKING:   # bytes and time load only when asked for (a FLOPs answer starts faster)
     from .roofline import Machine, Precision
-# The composites (generate, chunked, varlen_prefill), assembled from compiled workloads, live
-# in costcalc.composites; they are part of this API.
-from .composites import chunk_schedule, chunked, chunked_table, generate, generate_table, varlen_prefill
-from .render import as_rows as rows   # a table as a list of row dicts
+# The composites (generate, chunked, varlen_prefill) are assembled from compiled workloads in
+# costcalc.composites; this API offers them by keyword, and for a query.
+from .composites import chunk_schedule, generation, schedule, varlen
+from .rows import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
 from .vocab import DEFAULT_TILE
 
@@ -31,7 +31,14 @@ Row = dict[str, Any]
 
 __all__ = ["prefill", "cached_prefill", "varlen_prefill", "chunk_schedule", "chunked", "chunked_table", "decode",
            "generate", "generate_table", "train", "table", "rows", "mla_form", "parameters", "executed_linear_params",
-           "rule_6p", "crossover", "attention_fraction", "operators", "operator_terms", "WORKLOADS", "Options", "SMALL"]
+           "rule_6p", "crossover", "attention_fraction", "operators", "operator_terms", "WORKLOADS", "Options", "SMALL",
+           "Query", "answer", "options", "generation", "schedule", "varlen", "point"]
+
+
+def options(convention: str = "causal", logits: str = "last", tile: tuple[int, int] | None = None,
+            mla: str = "auto", window_cache: str = "whole") -> Options:
+    """The options of the keyword API, as one record (``evaluate.Options``)."""
+    return Options(convention, logits, tile, mla, window_cache)
 
 
 def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
@@ -40,40 +47,61 @@ def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: st
     """Exact FLOPs of a compiled workload at every point given by equal-length input columns;
     a decode step adds its cost per output token, a training step the 6P rule beside it. With
     ``precision`` (dtypes) or ``machine`` (a device), the bytes it moves, and its time."""
-    options = Options(convention, logits, tile, mla, window_cache)
-    out = evaluate.table(spec, workload, options, **inputs)
-    wl = find(workload)
-    if wl.name == "decode":
-        out["total_flops_per_token"] = list(map(int.__floordiv__, out["total_flops"], out["batch"]))
-    if wl.name == "train":
-        per_token = rule_6p(spec, 1, mla)
-        out["rule_6p_flops"] = [per_token * b * q for b, q in zip(out["batch"], out["seq"])]
-        out["ratio_to_6p"] = [round(t / r, 4) for t, r in zip(out["total_flops"], out["rule_6p_flops"])]
-    if precision is not None or machine is not None:
+    query = Query(spec, workload, options(convention, logits, tile, mla, window_cache), precision, machine)
+    return answer(query, **inputs)
+
+
+def answer(query: Query, **inputs: Sequence[int]) -> Table:
+    """``table`` for a query: its FLOPs, the columns its workload adds (``Workload.extras``),
+    and with dtypes or a device its bytes and time."""
+    out = evaluate.table(query, **inputs)
+    for extra in query.workload.extras:
+        out.update(EXTRAS[extra](query, out))
+    if query.traffic:
         from . import roofline   # bytes and time load only when asked for
 
-        out.update(roofline.row_columns(spec, wl, options, (wl.logits or options.logits).value, precision, machine,
-                                        {i.symbol: out[i.column] for i in wl.inputs}, out["total_flops"]))
+        wl = query.workload
+        out.update(roofline.row_columns(query, {i.symbol: out[i.column] for i in wl.inputs}, out["total_flops"]))
     return out
 
 
-def _one(spec: ModelSpec, workload: str, convention: str, logits: str, tile, mla: str,
-         window_cache: str = "whole", **inputs: int) -> Row:
-    return rows(table(spec, workload, convention, logits, tile, mla, window_cache=window_cache,
-                      **{k: [v] for k, v in inputs.items()}))[0]
+def per_token(query: Query, rows: Table) -> Table:
+    """A decode step's cost per output token: one token per sequence."""
+    return {"total_flops_per_token": list(map(int.__floordiv__, rows["total_flops"], rows["batch"]))}
+
+
+def beside_6p(query: Query, rows: Table) -> Table:
+    """The 6P rule of thumb beside a training step, and the step's ratio to it."""
+    per_token = rule_6p(query.spec, 1, query.options.mla.value)
+    rule = [per_token * b * s for b, s in zip(rows["batch"], rows["seq"])]
+    return {"rule_6p_flops": rule, "ratio_to_6p": [round(t / r, 4) for t, r in zip(rows["total_flops"], rule)]}
+
+
+EXTRAS = {"per_token": per_token, "rule_6p": beside_6p}   # the columns a registry entry's ``extras`` names
+
+
+def point(query: Query, **inputs: int) -> Row:
+    """One point of a workload as a row: a compiled workload's, or a generation's total."""
+    columns = {k: [v] for k, v in inputs.items()}
+    if query.workload.name == "generate":
+        return rows(generation(query, **columns))[-1]
+    return rows(answer(query, **columns))[0]
+
+
+def _one(spec: ModelSpec, workload: str, options: Options, **inputs: int) -> Row:
+    return point(Query(spec, workload, options), **inputs)
 
 
 def operators(spec: ModelSpec, workload: str, convention: str = "causal", logits: str = "last",
               tile: tuple[int, int] | None = None, mla: str = "auto", **inputs: int) -> dict[str, int]:
     """FLOPs of each operator (the projections by name, ``attention``, ``lm_head``) of one point
     of a compiled workload, summed over the layer groups. ``logits`` may be ``none``."""
-    options = Options(convention, "last" if logits == "none" else logits, tile, mla)
-    return evaluate.operators(spec, workload, options, logits, **inputs)
+    return evaluate.operators(Query(spec, workload, Options(convention, logits, tile, mla)), **inputs)
 
 
 def operator_terms(spec: ModelSpec, workload: str = "prefill", mla: str = "auto") -> dict[str, str]:
     """The term each operator of a workload is charged to."""
-    return evaluate.operator_terms(spec, workload, Options(mla=mla))
+    return evaluate.operator_terms(Query(spec, workload, Options(mla=mla)))
 
 
 def crossover(spec: ModelSpec, conventions=("causal", "full"), mla: str = "auto", precision=None,
@@ -94,8 +122,8 @@ def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAUL
 
 
 def mla_form(workload: str, mla: str) -> str:
-    """The MLA form a workload runs: ``auto`` is absorbed for decode steps, naive otherwise."""
-    return Options(mla=mla).form(find(workload))
+    """The MLA form a workload runs (``Options.form``)."""
+    return Options(mla=mla).form(find(workload)).value
 
 
 # --- single steps ----------------------------------------------------------------------
@@ -104,25 +132,72 @@ def prefill(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal
             logits: str = "last", tile: tuple[int, int] | None = None, mla: str = "auto",
             window_cache: str = "whole") -> Row:
     """B prompts of S tokens, no cache."""
-    return _one(spec, "prefill", convention, logits, tile, mla, window_cache, batch=batch, seq=seq)
+    return _one(spec, "prefill", options(convention, logits, tile, mla, window_cache), batch=batch, seq=seq)
 
 
 def cached_prefill(spec: ModelSpec, chunk: int, prefix: int, batch: int = 1,
                    convention: str = "causal", logits: str = "last",
                    tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> Row:
     """C new tokens per sequence over a cached prefix of T tokens."""
-    return _one(spec, "cached_prefill", convention, logits, tile, mla, window_cache,
+    return _one(spec, "cached_prefill", options(convention, logits, tile, mla, window_cache),
                 batch=batch, chunk=chunk, prefix=prefix)
 
 
 def decode(spec: ModelSpec, context: int, batch: int = 1, convention: str = "causal",
            tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> Row:
     """One decode step over T cached tokens, B sequences; also per output token."""
-    return _one(spec, "decode", convention, "last", tile, mla, window_cache, batch=batch, context=context)
+    return _one(spec, "decode", options(convention, "last", tile, mla, window_cache), batch=batch, context=context)
 
 
 def train(spec: ModelSpec, seq: int, batch: int = 1, convention: str = "causal",
           tile: tuple[int, int] | None = None, mla: str = "auto") -> Row:
     """Forward with logits at every position, x3 for forward + backward, beside 6P (no cache:
     the window cache does not apply)."""
-    return _one(spec, "train", convention, "all", tile, mla, batch=batch, seq=seq)
+    return _one(spec, "train", options(convention, "all", tile, mla), batch=batch, seq=seq)
+
+
+# --- composites -------------------------------------------------------------------------
+
+def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False,
+                   convention: str = "causal", logits: str = "last",
+                   tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+                   machine: Machine | None = None) -> Row:
+    """A batch of prompts of different lengths, packed (sums) or padded to the longest; with
+    ``precision`` or ``machine``, the bytes and times of its forwards, summed."""
+    return varlen(Query(spec, "prefill", options(convention, logits, tile, mla), precision, machine), lengths, padded)
+
+
+def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,
+             convention: str = "causal", logits: str = "last",
+             tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> list[Row]:
+    """Prefill of S, then N-1 decode steps: ``prefill``, ``decode`` and ``total`` rows."""
+    query = Query(spec, "generate", options(convention, logits, tile, mla, window_cache))
+    return rows(generation(query, [batch], [prompt], [new]))
+
+
+def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "last",
+                   tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+                   machine: Machine | None = None, *, batch: Sequence[int],
+                   seq: Sequence[int], new_tokens: Sequence[int], window_cache: str = "whole") -> Table:
+    """Generations at every point of equal-length columns (``composites.generation``)."""
+    query = Query(spec, "generate", options(convention, logits, tile, mla, window_cache), precision, machine)
+    return generation(query, batch, seq, new_tokens)
+
+
+def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
+            convention: str = "causal", logits: str = "last",
+            tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+            machine: Machine | None = None, window_cache: str = "whole") -> list[Row]:
+    """The chunk schedule of one prompt: a row per chunk, a ``total`` row, and the
+    ``unchunked`` single pass over the same prefix for comparison (``composites.schedule``)."""
+    return rows(chunked_table(spec, seq, chunk, prefix, batch, convention, logits, tile, mla, precision, machine,
+                              window_cache))
+
+
+def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
+                  convention: str = "causal", logits: str = "last",
+                  tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
+                  machine: Machine | None = None, window_cache: str = "whole") -> Table:
+    """``chunked`` as columns."""
+    query = Query(spec, "chunked", options(convention, logits, tile, mla, window_cache), precision, machine)
+    return schedule(query, seq, chunk, prefix, batch)

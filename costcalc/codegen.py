@@ -25,7 +25,7 @@ import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import vocab
-from .vocab import ident
+from .vocab import Convention, Logits, ident
 from .blocks import Block
 from .core.breakdown import Breakdown
 from .core import traffic
@@ -172,7 +172,7 @@ def parts(recipe: str, block: Block, convention: str, logits: str
     return exprs, outputs, {"text": {}, "term_of": {op: built.term(op) for op in built.operators}}
 
 
-def recipe(recipe: str, block: Block, convention: str, logits: str) -> dict:
+def recipe(recipe: str, block: Block, convention: Convention, logits: Logits) -> dict:
     """One recipe as data: each term's parameters and expression text (``terms``; a term
     evaluated over arrays has a ``bound`` too), and the tables ``outputs``, ``vector``,
     ``poly``, ``args``, ``constants`` and ``term_of``. ``costcalc.compiled`` caches it as JSON."""
@@ -186,7 +186,7 @@ def recipe(recipe: str, block: Block, convention: str, logits: str) -> dict:
         vector[name] = bound is not None
         if bound is not None and not expr.has(sp.Min, sp.Max):
             polys[name] = polynomial(expr)
-    return {"recipe": recipe, "block": block.key, "convention": convention, "logits": logits,
+    return {"recipe": recipe, "block": block.key, "convention": convention.value, "logits": logits.value,
             "args": sorted({a for e in exprs.values() for a in _names(e)}, key=_order),
             "terms": terms, "outputs": outputs, "vector": vector, "poly": polys,
             "constants": extra["text"], "term_of": extra.get("term_of", {})}

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from . import cachefile, grammar
+from .blocks import Block
 from .cachefile import cache_dir, log
+from .vocab import Convention, Logits
 
 _PACKAGE = Path(__file__).resolve().parent
 # The files whose content decides the generated code.
@@ -311,12 +313,9 @@ def forget() -> None:
     cachefile.forget()
 
 
-def get(recipe: str, block: str, convention: str = "causal", logits: str = "last") -> Compiled:
-    """The compiled recipe of a block kind (``Block`` key), from the disk cache or derived now."""
-    from .blocks import coerce
-
-    block_ = coerce(block)
-    key = f"{recipe}-{block_.key}-{convention}-{logits}"
+def get(recipe: str, block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Compiled:
+    """The compiled recipe of a block kind, from the disk cache or derived now."""
+    key = f"{recipe}-{block.key}-{convention.value}-{logits.value}"
     slot = (str(cache_dir()), key)
     if slot in _LOADED:
         return _LOADED[slot]
@@ -327,7 +326,7 @@ def get(recipe: str, block: str, convention: str = "causal", logits: str = "last
 
         log("deriving %s: %s", key, why)
         data = {"format": FORMAT, "key": key, "core": core_hash(),
-                **codegen.recipe(recipe, block_, str(convention), str(logits))}
+                **codegen.recipe(recipe, block, convention, logits)}
         body = json.dumps(data).encode()
         if where is not None:
             where.store(key, body)

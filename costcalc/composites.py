@@ -4,26 +4,23 @@ decode phase, with its rates on a device), and a chunk schedule (a cached prefil
 evaluated over arrays, beside the unchunked pass)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from . import evaluate
 from .core.registry import workload as find
 from .errors import CostcalcError
-from .evaluate import SMALL, Options, Table, add, ints
+from .evaluate import SMALL, Query, Table, add, ints
 from .ranges import check_rows
-from .render import as_rows as rows
-from .spec import ModelSpec
-
-if TYPE_CHECKING:
-    from .roofline import Machine, Precision
+from .rows import as_rows as rows
+from .vocab import Logits
 
 Row = dict[str, Any]
 
 
-def _traffic(*args) -> Table:
+def _traffic(query: Query, points: dict[str, list[int]], flops: list[int]) -> Table:
     from .roofline import row_columns   # bytes and time load only when asked for
 
-    return row_columns(*args)
+    return row_columns(query, points, flops)
 
 
 def intensity(flops: int, moved: int):
@@ -38,55 +35,39 @@ def _bound(compute_s: float, memory_s: float):
     return bound(compute_s, memory_s)
 
 
-def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False,
-                   convention: str = "causal", logits: str = "last",
-                   tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
-                   machine: Machine | None = None) -> Row:
+def varlen(query: Query, lengths: Sequence[int], padded: bool = False) -> Row:
     """A batch of prompts of different lengths, packed (sums) or padded to the longest; with
-    ``precision`` or ``machine``, the bytes and times of its forwards, summed."""
+    the query's dtypes or device, the bytes and times of its forwards, summed."""
     if not lengths:
         raise CostcalcError("lengths must list at least one prompt length")
     lengths = [evaluate.positive("each of lengths", n) for n in lengths]
-    options = Options(convention, logits, tile, mla)
+    query = query.but(workload="prefill")
     points = {"batch": [len(lengths)], "seq": [max(lengths)]} if padded else \
         {"batch": [1] * len(lengths), "seq": lengths}
-    each = evaluate.table(spec, "prefill", options, **points)
-    row: Row = {"preset": spec.name, "workload": "varlen_prefill",
-                **options.labels(spec, find("prefill")), "batch": len(lengths),
-                "lengths": ",".join(map(str, lengths)), "padded": padded, "logits": options.logits.value}
+    each = evaluate.table(query, **points)
+    row: Row = {"preset": query.spec.name, "workload": "varlen_prefill", **query.labels(), "batch": len(lengths),
+                "lengths": ",".join(map(str, lengths)), "padded": padded, "logits": query.logits.value}
     row.update({k: sum(v) for k, v in each.items() if k.endswith("_flops")})
-    if precision is not None or machine is not None:
-        moved = _traffic(spec, find("prefill"), options, options.logits.value, precision, machine,
-                         {"B": points["batch"], "S": points["seq"]}, each["total_flops"])
+    if query.traffic:
+        moved = _traffic(query, {"B": points["batch"], "S": points["seq"]}, each["total_flops"])
         row.update({k: sum(v) for k, v in moved.items() if k.endswith(("_bytes", "time_s"))})
     return row
 
 
-def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,
-             convention: str = "causal", logits: str = "last",
-             tile: tuple[int, int] | None = None, mla: str = "auto", window_cache: str = "whole") -> list[Row]:
-    """Prefill of S, then N-1 decode steps: ``prefill``, ``decode`` and ``total`` rows."""
-    return rows(generate_table(spec, convention, logits, tile, mla, batch=[batch], seq=[prompt], new_tokens=[new],
-                               window_cache=window_cache))
-
-
-def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "last",
-                   tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
-                   machine: Machine | None = None, *, batch: Sequence[int],
-                   seq: Sequence[int], new_tokens: Sequence[int], window_cache: str = "whole") -> Table:
+def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_tokens: Sequence[int]) -> Table:
     """Generations at every point of equal-length columns: three rows per point
-    (``prefill``, ``decode`` = the N-1 steps, ``total``). With ``precision`` or ``machine``,
-    bytes and times; with a machine, the total rows give ``ttft_s`` (the prefill), ``tpot_s``
+    (``prefill``, ``decode`` = the N-1 steps, ``total``). With the query's dtypes or device,
+    bytes and times; with a device, the total rows give ``ttft_s`` (the prefill), ``tpot_s``
     (a decode step on average), and ``tokens_per_s`` per sequence and for the batch."""
-    options = Options(convention, logits, tile, mla, window_cache)
     n = evaluate.check_inputs(find("generate"), {"batch": batch, "seq": seq, "new_tokens": new_tokens})
-    first = evaluate.table(spec, "prefill", options, batch=batch, seq=seq)
-    steps = evaluate.table(spec, "decode_phase", options, batch=batch, seq=seq, new_tokens=new_tokens)
+    prefill, phase = query.but(workload="prefill"), query.but(workload="decode_phase")
+    first = evaluate.table(prefill, batch=batch, seq=seq)
+    steps = evaluate.table(phase, batch=batch, seq=seq, new_tokens=new_tokens)
     flops = [k for k in first if k.endswith("_flops")]
-    out: Table = {"preset": [spec.name] * (3 * n), "workload": ["generate"] * (3 * n)}
-    labels = options.labels(spec, find("prefill"))
-    if spec.has_mla:
-        a, b = options.form(find("prefill")), options.form(find("decode_phase"))
+    out: Table = {"preset": [query.spec.name] * (3 * n), "workload": ["generate"] * (3 * n)}
+    labels = prefill.labels()
+    if query.spec.has_mla:
+        a, b = prefill.form.value, phase.form.value
         labels["mla"] = [a, b, a if a == b else f"{a}+{b}"] * n
     out.update({k: v if isinstance(v, list) else [v] * (3 * n) for k, v in labels.items()})
     out["phase"] = ["prefill", "decode", "total"] * n
@@ -99,19 +80,17 @@ def generate_table(spec: ModelSpec, convention: str = "causal", logits: str = "l
         column[0::3], column[1::3] = first[key], steps[key]
         column[2::3] = add([first[key], steps[key]])
         out[key] = column
-    if precision is not None or machine is not None:
-        out.update(_generation_traffic(spec, options, precision, machine, first, steps, ints(new_tokens, n)))
+    if query.traffic:
+        out.update(_generation_traffic(query, first, steps, ints(new_tokens, n)))
     return out
 
 
-def _generation_traffic(spec: ModelSpec, options: Options, precision, machine, first: Table, steps: Table,
-                        new: list[int]) -> Table:
+def _generation_traffic(query: Query, first: Table, steps: Table, new: list[int]) -> Table:
     """Bytes and times of the prefill rows, the decode-phase rows and their totals."""
     n = len(new)
-    one = _traffic(spec, find("prefill"), options, options.logits.value, precision, machine,
-                   {"B": first["batch"], "S": first["seq"]}, first["total_flops"])
-    many = _traffic(spec, find("decode_phase"), options, "last", precision, machine,
-                    {"B": first["batch"], "S": first["seq"], "N": new}, steps["total_flops"])
+    one = _traffic(query.but(workload="prefill"), {"B": first["batch"], "S": first["seq"]}, first["total_flops"])
+    many = _traffic(query.but(workload="decode_phase"), {"B": first["batch"], "S": first["seq"], "N": new},
+                    steps["total_flops"])
     out: Table = {}
     for key in dict.fromkeys([*one, *many]):   # a one-token generation has no decode steps: no decode terms
         a, b = one.get(key, [_absent(key)] * n), many.get(key, [_absent(key)] * n)
@@ -127,7 +106,7 @@ def _generation_traffic(spec: ModelSpec, options: Options, precision, machine, f
         column = [None] * (3 * n)
         column[0::3], column[1::3], column[2::3] = a, b, total
         out[key] = column
-    if machine is not None:
+    if query.machine is not None:
         totals = out["time_s"][2::3]
         out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
         rows = {"ttft_s": one["time_s"],
@@ -165,69 +144,62 @@ def _chunk_counts(seq: int, chunk: int) -> tuple[int, int]:
     return full, rest
 
 
-def chunked(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
-            convention: str = "causal", logits: str = "last",
-            tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
-            machine: Machine | None = None, window_cache: str = "whole") -> list[Row]:
-    """The chunk schedule of one prompt: a row per chunk, a ``total`` row, and the
-    ``unchunked`` single pass over the same prefix for comparison.
-
-    Only the final chunk produces logits (``logits=last``); with ``all`` every chunk
-    produces logits for its own tokens.
-    """
-    return rows(chunked_table(spec, seq, chunk, prefix, batch, convention, logits, tile, mla, precision, machine,
-                              window_cache))
-
-
-def chunked_table(spec: ModelSpec, seq: int, chunk: int, prefix: int = 0, batch: int = 1,
-                  convention: str = "causal", logits: str = "last",
-                  tile: tuple[int, int] | None = None, mla: str = "auto", precision: Precision | None = None,
-                  machine: Machine | None = None, window_cache: str = "whole") -> Table:
-    """``chunked`` as columns: every chunk evaluated at once over arrays (a schedule of a
-    million chunks takes seconds), then the ``total`` and ``unchunked`` rows."""
+def schedule(query: Query, seq: int, chunk: int, prefix: int = 0, batch: int = 1) -> Table:
+    """The chunk schedule of one prompt as columns: a row per chunk, the ``total``, and the
+    ``unchunked`` single pass over the same prefix for comparison; every chunk evaluated at
+    once over arrays (a schedule of a million chunks takes seconds). Only the final chunk
+    produces logits (``logits=last``); with ``all`` every chunk produces logits for its own
+    tokens."""
     full, rest = _chunk_counts(seq, chunk)
-    options = Options(convention, logits, tile, mla, window_cache)
     if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
         raise CostcalcError(f"prefix must be a non-negative integer, got {prefix!r}")
     batch = evaluate.positive("batch", batch)
-    wl = find("cached_prefill")
+    query = query.but(workload="cached_prefill")
+    logits = query.logits
     n = full + bool(rest)
     sizes, starts = _arange(n, chunk, 0), _arange(n, prefix, chunk)
     if rest:
         sizes[-1] = rest
     # logits last: the last chunk alone runs the LM head; all: each chunk for its own tokens
-    parts = [(0, n, options.logits.value)] if options.logits.value == "all" else [(0, n - 1, "none"), (n - 1, n, "last")]
+    parts = [(0, n, query)] if logits == Logits.all else [(0, n - 1, query.but(logits=Logits.none)),
+                                                          (n - 1, n, query)]
     flops: dict[str, list[int]] = {}
-    for lo, hi, mode in parts:
+    for lo, hi, part in parts:
         if hi > lo:
-            got = evaluate.columns(spec, wl, options, mode, {"B": _arange(hi - lo, batch, 0),
-                                                             "C": sizes[lo:hi], "T": starts[lo:hi]}, hi - lo)
+            got = evaluate.columns(part, {"B": _arange(hi - lo, batch, 0), "C": sizes[lo:hi], "T": starts[lo:hi]},
+                                   hi - lo)
             for name, column in got.items():
                 flops.setdefault(name, []).extend(column)
     out: Table = {key: [value] * (n + 2) for key, value in
-                  {"preset": spec.name, "workload": "chunked", **options.labels(spec, wl)}.items()}
+                  {"preset": query.spec.name, "workload": "chunked", **query.labels()}.items()}
     out["phase"] = [f"chunk {i}" for i in range(1, n + 1)] + ["total", "unchunked"]
     out["batch"], out["seq"] = [batch] * (n + 2), [seq] * (n + 2)
     out["chunk"] = ints(sizes, n) + [chunk, seq]
     out["prefix"] = ints(starts, n) + [prefix, prefix]
-    out["logits"] = [options.logits.value] * (n + 2)
-    single = rows(evaluate.table(spec, "cached_prefill", options, batch=[batch], chunk=[seq], prefix=[prefix]))[0]
+    out["logits"] = [logits.value] * (n + 2)
+    single = rows(evaluate.table(query, batch=[batch], chunk=[seq], prefix=[prefix]))[0]
     for name, column in flops.items():
         out[f"{name}_flops"] = column + [sum(column), single[f"{name}_flops"]]
-    if precision is not None or machine is not None:
-        moved: dict[str, list] = {}
-        for lo, hi, mode in parts:
-            if hi > lo:
-                part = _traffic(spec, wl, options, mode, precision, machine,
-                                {"B": [batch] * (hi - lo), "C": ints(sizes[lo:hi], hi - lo),
-                                 "T": ints(starts[lo:hi], hi - lo)}, out["total_flops"][lo:hi])
-                for key in dict.fromkeys([*moved, *part]):     # chunks without logits have no lm_head_bound
-                    moved.setdefault(key, [_absent(key)] * lo).extend(part.get(key, [_absent(key)] * (hi - lo)))
-        whole = _traffic(spec, wl, options, options.logits.value, precision, machine,
-                         {"B": [batch], "C": [seq], "T": [prefix]}, [single["total_flops"]])
-        for key, column in moved.items():
-            out[key] = column + [_sum_of(key, column, moved, out["total_flops"][:n]), whole.get(key, [None])[0]]
+    if query.traffic:
+        out.update(_schedule_traffic(query, parts, out, single))
     return out
+
+
+def _schedule_traffic(query: Query, parts: list, out: Table, single: Row) -> Table:
+    """Bytes and times of each chunk (``parts``: the chunks and the query each runs), their
+    ``total`` and the ``unchunked`` pass."""
+    n = len(out["phase"]) - 2
+    batch, seq, prefix = out["batch"][0], out["seq"][0], out["prefix"][-1]
+    moved: dict[str, list] = {}
+    for lo, hi, part in parts:
+        if hi > lo:
+            got = _traffic(part, {"B": [batch] * (hi - lo), "C": out["chunk"][lo:hi], "T": out["prefix"][lo:hi]},
+                           out["total_flops"][lo:hi])
+            for key in dict.fromkeys([*moved, *got]):     # chunks without logits have no lm_head_bound
+                moved.setdefault(key, [_absent(key)] * lo).extend(got.get(key, [_absent(key)] * (hi - lo)))
+    whole = _traffic(query, {"B": [batch], "C": [seq], "T": [prefix]}, [single["total_flops"]])
+    return {key: column + [_sum_of(key, column, moved, out["total_flops"][:n]), whole.get(key, [None])[0]]
+            for key, column in moved.items()}
 
 
 def _sum_of(key: str, column: list, moved: dict[str, list], flops: list[int]):

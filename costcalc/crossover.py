@@ -17,10 +17,9 @@ import math
 from fractions import Fraction
 from typing import Any, Iterable, Optional
 
-from . import compiled
-from .core.registry import workload
+from .blocks import Block
 from .errors import CostcalcError
-from .evaluate import Options, once
+from .evaluate import Options, Query
 from .roots import FOREVER, Poly, Root, add, fit, roots
 from .spec import Group, ModelSpec
 from .vocab import DEFAULT_TILE, ORDER
@@ -35,9 +34,9 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
     with the linear layers the answer is ``never``. With ``precision`` (dtypes), the decode
     row also gives ``t_equal_time``: the keys at which a step of ``batch`` sequences reads as
     many K/V bytes as weight bytes (``time_root``)."""
-    rows = [_row(spec, "decode_t_equal", Options("causal", mla=mla), "decode")]
+    rows = [_row(Query(spec, "decode", Options("causal", mla=mla)), "decode_t_equal")]
     if precision is not None:
-        root = time_root(spec, precision, batch, mla)
+        root = time_root(Query(spec, "decode", Options(mla=mla), precision), batch)
         rows[0]["t_equal"] = rows[0]["tokens"]
         rows[0]["batch"] = batch
         rows[0].update(precision.labels(spec))   # the time crossover depends on the dtypes, not the device
@@ -50,65 +49,67 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
         options = Options(convention, mla=mla)
         if options.convention == "tiled":
             raise CostcalcError("crossover: the tiled convention has no closed form; use causal or full")
-        rows.append(_row(spec, "prefill_attention_equals_linear", options, "prefill"))
+        rows.append(_row(Query(spec, "prefill", options), "prefill_attention_equals_linear"))
     return rows
 
 
-def _row(spec: ModelSpec, quantity: str, options: Options, name: str) -> dict:
-    wl = workload(name)
-    root = first_root(spec, options, name)
+def _row(query: Query, quantity: str) -> dict:
+    spec, options = query.spec, query.options
+    root = first_root(query)
     row: dict[str, Any] = {"preset": spec.name, "workload": "crossover", "quantity": quantity,
                            "convention": options.convention.value}
     if spec.has_mla:
-        row["mla"] = options.form(wl)
+        row["mla"] = query.form.value
     row.update(exact="never", tokens=None) if root is None else row.update(exact=root.text(),
                                                                            tokens=root.rounded())
     if quantity == "decode_t_equal":   # keys read by the step = cached context + its own key
         row["context_exact"] = "never" if root is None else root.shift(-1).text()
         row["context"] = None if root is None else root.shift(-1).rounded()
-    row["formula"] = _formula(spec, options, quantity)
+    row["formula"] = _formula(query, quantity)
     return row
 
 
-def _formula(spec: ModelSpec, options: Options, quantity: str) -> str:
+def _formula(query: Query, quantity: str) -> str:
+    spec = query.spec
     if not spec.uniform or spec.windows or any(g.block.attention == "chunk" for g in spec.groups):
         return "piecewise over layer groups"
-    block = options.block(spec.groups[0], workload("decode" if quantity == "decode_t_equal" else "prefill"))
-    texts = compiled.get("crossover", block.key, "causal", "last").constants
-    return texts["decode_t_equal" if quantity == "decode_t_equal" else f"prefill_{options.convention.value}"]
+    (_, recipe), = query.recipes("crossover")
+    return recipe.constants["decode_t_equal" if quantity == "decode_t_equal" else f"prefill_{query.options.convention.value}"]
 
 
 # --- the gap, fitted piece by piece -------------------------------------------------------------
 
-def first_root(spec: ModelSpec, options: Options, name: str) -> Optional["Root"]:
-    """The first length >= 1 where attention - linear of workload ``name`` (decode: keys read)
-    reaches 0, or None."""
-    windowed = options.convention == "causal" or name == "decode"
-    wl = workload(name)
+def first_root(query: Query) -> Optional["Root"]:
+    """The first length >= 1 where attention - linear of the query's workload (prefill: the
+    prompt length; decode: keys read) reaches 0, or None."""
+    decode = query.workload.name == "decode"
+    windowed = query.options.convention == "causal" or decode
+    recipes = [recipe for _, recipe in query.recipes()]
 
     def gap_of(index: int, group: Group):
-        recipe = compiled.get(name, options.block(group, wl).key, options.convention.value, "last")
-        base = {**group.numbers(), **options.values(), "B": 1}
+        recipe = recipes[index]
+        base = {**group.numbers(), **query.options.values(), "B": 1}
 
         def gap(x: int) -> int:
-            got = recipe.evaluate({**base, "T": x - 1} if name == "decode" else {**base, "S": x}, ["attention", "linear"])
+            got = recipe.evaluate({**base, "T": x - 1} if decode else {**base, "S": x}, ["attention", "linear"])
             return got["attention"] - got["linear"]
         return gap
 
-    return solve(spec, gap_of, windowed, steps=name == "decode")
+    return solve(query.spec, gap_of, windowed, steps=decode)
 
 
-def time_root(spec: ModelSpec, precision, batch: int, mla: str = "auto") -> Optional["Root"]:
-    """Keys read by a decode step of ``batch`` sequences at which reading the K/V cache moves as
-    many bytes as reading the weights (LM head included) -- the time crossover of a memory-bound
-    step, whatever the device."""
+def time_root(query: Query, batch: int) -> Optional["Root"]:
+    """Keys read by a decode step of ``batch`` sequences (the query's, a decode step in its
+    dtypes) at which reading the K/V cache moves as many bytes as reading the weights (LM head
+    included) -- the time crossover of a memory-bound step, whatever the device."""
     from .roofline import group_experts_touched
 
-    options, wl = Options(mla=mla), workload("decode")
+    precision = query.precision
+    recipes = [recipe for _, recipe in query.recipes("bytes")]
 
     def gap_of(index: int, group: Group):
-        recipe = compiled.get("decode.bytes", options.block(group, wl).key)
-        names = once(index, [n for n in recipe.outputs if n.endswith(".weight")])
+        recipe = recipes[index]
+        names = [n for n in recipe.outputs if n.endswith(".weight")]
         base = {**group.numbers(), "B": batch}
         touched = group_experts_touched(group, batch, precision)
         weights = sum(v * (touched if n.startswith("experts.") else 1)
@@ -119,7 +120,7 @@ def time_root(spec: ModelSpec, precision, batch: int, mla: str = "auto") -> Opti
             return kv * precision.bits("kv") - weights
         return gap
 
-    return solve(spec, gap_of, True, steps=True)
+    return solve(query.spec, gap_of, True, steps=True)
 
 
 MAX_PIECES = 200_000     # chunk pieces walked at most before giving up (a root that far is not solved)
@@ -233,6 +234,7 @@ def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAUL
     from .evaluate import positive
 
     ones = {**{name: 1 for name in ORDER}, "S": positive("seq", seq), "b_q": tile[0], "b_k": tile[1]}
-    part, full = (compiled.get("prefill", "gqa.dense", c, "last").evaluate(ones, ["attention"])["attention"]
-                  for c in (convention, "full"))
+    model = ModelSpec("ones", "gqa.dense", ones, groups=(Group(1, Block(), ones),))
+    part, full = (next(Query(model, "prefill", Options(c, tile=tile)).recipes())[1].evaluate(ones, ["attention"])
+                  ["attention"] for c in (convention, "full"))
     return Fraction(part, full)

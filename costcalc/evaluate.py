@@ -8,26 +8,35 @@ once over arrays (``costcalc.compiled``), with the same exact integers either wa
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from . import compiled
+from .blocks import Block
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
-from .spec import ModelSpec
-from .vocab import DEFAULT_TILE, SUMS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache, ident
+from .spec import Group, ModelSpec
+from .vocab import DEFAULT_TILE, SUMS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
+
+if TYPE_CHECKING:   # bytes and time: the layer above (the types only)
+    from .roofline import Machine, Precision
 
 Table = dict[str, list]    # columns of equal length, in row order
 SMALL = 256   # up to this many points a sweep is evaluated point by point (no numpy import)
 
 
+def positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CostcalcError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Options:
     """What a number is computed under: the attention convention, the logits mode, the tile
-    of the tiled convention (default 128 x 128), the MLA form (``auto``: absorbed for
-    decode steps, naive otherwise) and the KV cache of window layers (``whole``, or
-    ``rolling``: the last W-1 keys, which changes ``full`` only). Built from strings or enums;
-    bad values are one error."""
+    of the tiled convention (default 128 x 128), the MLA form and the KV cache of window
+    layers (both in ``docs/cost-model.md``). Built from strings or enums; bad values are
+    one error."""
     convention: Convention = Convention.causal
     logits: Logits = Logits.last
     tile: Optional[tuple[int, int]] = None
@@ -48,35 +57,110 @@ class Options:
         else:
             object.__setattr__(self, "tile", None)   # not applicable
 
-    def form(self, wl: Workload) -> str:
-        """The MLA form a workload runs: ``auto`` is absorbed for decode steps, naive otherwise."""
+    def form(self, wl: Workload) -> MlaForm:
+        """The MLA form a workload runs (``auto``: by its phase, ``vocab.MlaForm``)."""
         if self.mla != MlaForm.auto:
-            return self.mla.value
-        return "absorbed" if wl.phase == "decode" else "naive"
-
-    def labels(self, spec: ModelSpec, wl: Workload) -> dict[str, Any]:
-        """The columns that say what a row was computed under."""
-        out: dict[str, Any] = {"convention": self.convention.value}
-        if self.tile:
-            out["tile"] = f"{self.tile[0]}x{self.tile[1]}"
-        if spec.has_mla:
-            out["mla"] = self.form(wl)
-        if spec.windows and self.convention == Convention.full:
-            out["window_cache"] = self.window_cache.value
-        return out
-
-    def block(self, group, wl: Workload):
-        """A layer group's block kind as this workload runs it (MLA form, window cache)."""
-        return group.block.with_form(self.form(wl)).with_cache(self.window_cache.value)
+            return self.mla
+        return MlaForm.absorbed if wl.phase == "decode" else MlaForm.naive
 
     def values(self) -> dict[str, int]:
         return {"b_q": self.tile[0], "b_k": self.tile[1]} if self.tile else {}
 
 
-def positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CostcalcError(f"{name} must be a positive integer, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class Query:
+    """The question a number answers: a model, a workload (a registry entry, or its name), the
+    options it runs under and, for bytes and time, the dtypes and the device. ``recipes`` is
+    the one door to the compiled recipes."""
+    spec: ModelSpec
+    workload: Workload
+    options: Options = Options()
+    precision: Optional["Precision"] = None
+    machine: Optional["Machine"] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workload, str):
+            try:
+                object.__setattr__(self, "workload", find(self.workload))
+            except ValueError as exc:
+                raise CostcalcError(str(exc)) from None
+
+    @property
+    def logits(self) -> Logits:
+        """The logits mode it runs: the workload's own, else the options'."""
+        return self.workload.logits or self.options.logits
+
+    @property
+    def form(self) -> MlaForm:
+        return self.options.form(self.workload)
+
+    @property
+    def traffic(self) -> bool:
+        """Whether bytes (and, with a machine, times) are asked for."""
+        return self.precision is not None or self.machine is not None
+
+    def but(self, **changes: Any) -> "Query":
+        """The same question about another workload (``workload=``) or under other options
+        (``logits=``, ``convention=``, ...)."""
+        own = {k: changes.pop(k) for k in ("spec", "workload", "precision", "machine") if k in changes}
+        return replace(self, options=replace(self.options, **changes), **own) if changes else replace(self, **own)
+
+    def block(self, group: Group) -> Block:
+        """A layer group's block kind as this workload runs it (MLA form, window cache)."""
+        return group.block.with_form(self.form.value).with_cache(self.options.window_cache.value)
+
+    def labels(self) -> dict[str, Any]:
+        """The columns that say what a row was computed under."""
+        spec, options = self.spec, self.options
+        out: dict[str, Any] = {"convention": options.convention.value}
+        if options.tile:
+            out["tile"] = f"{options.tile[0]}x{options.tile[1]}"
+        if spec.has_mla:
+            out["mla"] = self.form.value
+        if spec.windows and options.convention == Convention.full:
+            out["window_cache"] = options.window_cache.value
+        return out
+
+    def recipes(self, kind: str = "flops") -> Iterator[tuple[Group, "Recipe"]]:
+        """Each layer group with its compiled recipe: ``flops`` (the workload's operators and
+        terms), ``bytes`` (the elements each operator moves), ``p_lin`` (executed linear
+        parameters), ``params`` (the block's weights) or ``crossover`` (its formulas). The
+        workload's recipes run under the query's convention and logits; the model's under
+        ``causal`` and ``last``, where neither changes them. The LM head is charged once."""
+        fetched: dict[Block, Any] = {}     # groups of one block kind share its recipe
+        for index, group in enumerate(self.spec.groups):
+            block = group.block if kind == "params" else self.block(group)
+            if block not in fetched:
+                if kind in ("flops", "bytes"):
+                    name = self.workload.name + ("" if kind == "flops" else ".bytes")
+                    fetched[block] = compiled.get(name, block, self.options.convention, self.logits)
+                else:
+                    fetched[block] = compiled.get(kind, block)
+            yield group, Recipe(fetched[block], index == 0)
+
+
+class Recipe:
+    """A layer group's compiled recipe as a query charges it: the LM head's outputs
+    (``lm_head``, ``lm_head.<kind>``), and the ``total`` that holds it, in the first group
+    only -- a model has one LM head, whatever its groups (a model's total is its groups'
+    terms added: ``evaluate.columns``)."""
+
+    def __init__(self, code: Any, head: bool) -> None:
+        self.code, self.head = code, head
+        self.outputs = [n for n in code.outputs if head or (n.split(".")[0] != "lm_head" and n != "total")]
+        self._kept = set(self.outputs)
+        self.operators = [n for n in self.outputs if n in code.term_of]
+        self.term_of: dict[str, str] = code.term_of
+        self.constants: dict[str, str] = code.constants
+
+    def _own(self, names: Optional[Iterable[str]]) -> list[str]:
+        return self.outputs if names is None else [n for n in names if n in self._kept]
+
+    def evaluate(self, values: dict[str, int], names: Optional[Iterable[str]] = None) -> dict[str, int]:
+        return self.code.evaluate(values, self._own(names))
+
+    def columns(self, values: dict[str, Any], n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
+        return self.code.columns(values, n, self._own(names))
 
 
 def check_inputs(wl: Workload, inputs: dict[str, Sequence[int]]) -> int:
@@ -134,47 +218,37 @@ def _below(name: str, value: Any, minimum: int) -> None:
     raise CostcalcError(f"{name} must be {kind}, got {value!r}")
 
 
-def table(spec: ModelSpec, name: str, options: Options, **inputs: Sequence[int]) -> Table:
+def table(query: Query, **inputs: Sequence[int]) -> Table:
     """Rows of a compiled workload at every point of the input columns, as columns:
     ``preset``, ``workload``, the option labels, the inputs, ``logits``, the ``<term>_flops``."""
-    wl = find(name)
+    wl = query.workload
     if not wl.compiled:
         raise CostcalcError(f"{wl.name} is assembled from other workloads; use costcalc.calc.{wl.name}")
     n = check_inputs(wl, inputs)
-    check_tile_work(wl, options, inputs, n)
-    logits = wl.logits or options.logits
-    point = {item.symbol: inputs[item.column] for item in wl.inputs}
-    flops = columns(spec, wl, options, logits.value, point, n)
-    out: Table = {"preset": [spec.name] * n, "workload": [wl.name] * n}
-    out.update({key: [value] * n for key, value in options.labels(spec, wl).items()})
+    check_tile_work(wl, query.options, inputs, n)
+    flops = columns(query, {item.symbol: inputs[item.column] for item in wl.inputs}, n)
+    out: Table = {"preset": [query.spec.name] * n, "workload": [wl.name] * n}
+    out.update({key: [value] * n for key, value in query.labels().items()})
     out.update({i.column: ints(inputs[i.column], n) for i in wl.inputs})
     if wl.labelled_logits:
-        out["logits"] = [logits.value] * n
+        out["logits"] = [query.logits.value] * n
     out.update({f"{term}_flops": values for term, values in flops.items()})
     return out
 
 
-def once(index: int, names: Iterable[str]) -> list[str]:
-    """The outputs layer group ``index`` contributes: all, but the LM head's (``lm_head``,
-    ``lm_head.<kind>``) only in the first -- a model has one LM head, whatever its groups."""
-    return [n for n in names if index == 0 or n.split(".")[0] != "lm_head"]
-
-
-def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, point: dict[str, Sequence[int]],
-            n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
+def columns(query: Query, point: dict[str, Sequence[int]], n: int,
+            names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
     """A recipe's outputs at n points (``names``: terms and sums by default), summed over the
     model's layer groups: each group's terms with L = its layer count, the LM head once."""
     wanted = list(names) if names is not None else list(TERM_ORDER)
     per_group = []
-    for index, group in enumerate(spec.groups):
-        recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, logits)
-        base = {**group.numbers(), **options.values()}
-        own = once(index, wanted)
+    for group, recipe in query.recipes():
+        base = {**group.numbers(), **query.options.values()}
         if n <= SMALL:
-            got = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}, own) for i in range(n)]
-            per_group.append({name: [g[name] for g in got] for name in recipe.outputs if name in own})
+            got = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}, wanted) for i in range(n)]
+            per_group.append({name: [g[name] for g in got] for name in recipe.outputs if name in wanted})
         else:
-            per_group.append(recipe.columns({**base, **point}, n, own))
+            per_group.append(recipe.columns({**base, **point}, n, wanted))
     if len(per_group) == 1:
         return _ordered(per_group[0], wanted)
     return _combine(per_group, wanted)
@@ -214,34 +288,27 @@ def ints(values: Any, n: int) -> list[int]:
     return values.tolist()
 
 
-def operators(spec: ModelSpec, name: str, options: Options, logits: Optional[str] = None,
-              **inputs: int) -> dict[str, int]:
+def operators(query: Query, **inputs: int) -> dict[str, int]:
     """FLOPs per operator (``q_proj``, ``experts.up_proj``, ``attention``, ``lm_head``, ...) of
-    one point, summed over the layer groups: what the verifier holds each projection to.
-    ``logits`` may also be ``none`` (a chunk that runs no LM head)."""
-    wl = find(name)
+    one point, summed over the layer groups: what the verifier holds each projection to."""
+    wl = query.workload
     check_inputs(wl, {k: [v] for k, v in inputs.items()})
     point = {item.symbol: inputs[item.column] for item in wl.inputs}
-    mode = logits or (wl.logits or options.logits).value
     out: dict[str, int] = {}
-    for index, group in enumerate(spec.groups):
-        recipe = compiled.get(wl.name, options.block(group, wl).key, options.convention.value, mode)
-        ops = [o for o, parts in recipe.outputs.items() if parts == (ident(o),)]   # not sums
-        ops = once(index, ops)
-        for op, value in recipe.evaluate({**group.numbers(), **options.values(), **point}, ops).items():
+    for group, recipe in query.recipes():
+        got = recipe.evaluate({**group.numbers(), **query.options.values(), **point}, recipe.operators)
+        for op, value in got.items():
             out[op] = out.get(op, 0) + value
     return out
 
 
-def operator_terms(spec: ModelSpec, name: str, options: Options) -> dict[str, str]:
+def operator_terms(query: Query) -> dict[str, str]:
     """The term each operator of a workload is charged to (``q_proj`` -> ``attn_proj``, ...)."""
-    wl = find(name)
     out: dict[str, str] = {}
-    for group in spec.groups:
-        out.update(compiled.get(wl.name, options.block(group, wl).key, options.convention.value,
-                                (wl.logits or options.logits).value).term_of)
+    for _, recipe in query.recipes():
+        out.update(recipe.term_of)
     return out
 
 
-__all__ = ["Options", "Table", "WORKLOADS", "table", "columns", "operators", "operator_terms", "check_inputs",
-           "positive"]
+__all__ = ["Options", "Query", "Recipe", "Table", "WORKLOADS", "table", "columns", "operators", "operator_terms",
+           "check_inputs", "positive"]

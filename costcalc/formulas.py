@@ -10,20 +10,20 @@ from typing import Any
 import sympy as sp
 
 from . import symbols as s
-from .blocks import coerce
+from .blocks import Block, parse
 from .core import crossover as cx
 from .core.linear import p_lin
 from .core.registry import WORKLOADS, workload
 from .errors import CostcalcError
-from .vocab import SUMS
+from .vocab import SUMS, Convention, Logits
 
 TOPICS = {**{name: w.summary for name, w in WORKLOADS.items() if name != "decode_phase"},
           "crossover": "where attention FLOPs equal linear FLOPs"}
 
 
-def pretty(expr: sp.Expr, arch: str) -> sp.Expr:
+def pretty(expr: sp.Expr, block: Block) -> sp.Expr:
     """``expr`` as a multiple of P_lin when it is one, else factored."""
-    ratio = sp.cancel(expr / p_lin(arch))
+    ratio = sp.cancel(expr / p_lin(block))
     if ratio.free_symbols <= {s.B, s.S, s.C, s.N, s.T, s.n_chunks} | s.S_i.free_symbols:
         return sp.factor(ratio) * s.P_lin
     return sp.factor(expr)
@@ -43,17 +43,18 @@ def resolve(topic: str) -> str:
 
 
 def formula_rows(topic: str, arch: str, convention: str, logits: str) -> list[dict[str, Any]]:
-    """One row per term: ``term``, ``formula`` (text) and ``latex``."""
-    name, block = resolve(topic), coerce(arch)
+    """One row per term: ``term``, ``formula`` (text) and ``latex`` (the names parsed here: the
+    core takes values)."""
+    name, block, kind = resolve(topic), parse(arch), Convention(convention)
     base = {"workload": name, "arch": arch}
     first = {**base, "convention": convention, "term": "P_lin", **_texts(p_lin(block))}
     if name == "crossover":
         terms = {"decode_t_equal": cx.decode_t_equal(block),
-                 f"prefill_crossover_{convention}": cx.prefill_crossover(block, convention)}
+                 f"prefill_crossover_{convention}": cx.prefill_crossover(block, kind)}
         return [first] + [{**base, "convention": convention, "term": t, **_texts(e)} for t, e in terms.items()]
     fixed = WORKLOADS[name].logits          # a decode step: the last position; training: all
     logits = fixed.value if fixed is not None else logits
-    breakdown = WORKLOADS[name].build(block, convention, logits)
+    breakdown = WORKLOADS[name].build(block, kind, Logits(logits))
     parts = breakdown.all_terms()
     shown = {term: pretty(e, block) for term, e in parts.items() if term != "total"}
     total_parts = [shown["linear"]] + [shown[n] for n in parts if n in SUMS["total"] and n not in SUMS["linear"]]

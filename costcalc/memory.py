@@ -21,65 +21,60 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from . import compiled
-from .devices import Device
 from .errors import CostcalcError
-from .core.registry import WORKLOADS
-from .evaluate import Options, positive
+from .evaluate import Options, Query, positive
 from .params import parameters
 from .ranges import MAX_VALUE
-from .roofline import Precision
 from .spec import ModelSpec
+from .vocab import WindowCache
 
 DEFAULT_RESERVE = 0.1
 SERVING = Options(window_cache="rolling")   # what a serving cache keeps: windows and chunks only theirs
 
 
-def weight_bytes(spec: ModelSpec, precision: Precision) -> int:
+def weight_bytes(query: Query) -> int:
     """Every matrix resident (all experts, the embedding, an untied LM head): ``total_params``."""
-    return round(parameters(spec)["total_params"] * precision.bits("weight") / 8)
+    return round(parameters(query.spec)["total_params"] * query.precision.bits("weight") / 8)
 
 
-def cache_per_token(spec: ModelSpec, precision: Precision, options: Options = SERVING) -> list[tuple[int, Fraction]]:
+def cache_per_token(query: Query) -> list[tuple[int, Fraction]]:
     """Per layer group: (tokens its cache keeps at most, or 0 for all; bytes per token) --
-    the K/V a decode step writes per token, in the block the step runs (``options.block``)."""
+    the K/V a decode step writes per token, in the block the step runs (``Query.block``)."""
     out = []
-    for group in spec.groups:
-        block = options.block(group, WORKLOADS["decode"])
-        elements = compiled.get("decode.bytes", block.key).evaluate(
-            {**group.numbers(), "B": 1, "T": 1}, ["attention.kv_write"])["attention.kv_write"]
+    rolling = query.options.window_cache == WindowCache.rolling
+    for group, recipe in query.but(workload="decode").recipes("bytes"):
+        elements = recipe.evaluate({**group.numbers(), "B": 1, "T": 1}, ["attention.kv_write"])["attention.kv_write"]
         keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
-        out.append((keep if options.window_cache == "rolling" else 0, elements * precision.bits("kv") / 8))
+        out.append((keep if rolling else 0, elements * query.precision.bits("kv") / 8))
     return out
 
 
-def kv_cache_bytes(spec: ModelSpec, precision: Precision, batch: int, context: int,
-                   options: Options = SERVING) -> int:
-    return _cache_bytes(cache_per_token(spec, precision, options), batch, context)
+def kv_cache_bytes(query: Query, batch: int, context: int) -> int:
+    return _cache_bytes(cache_per_token(query), batch, context)
 
 
 def _cache_bytes(per_token: list[tuple[int, Fraction]], batch: int, context: int) -> int:
     return round(sum(batch * (min(context, keep) if keep else context) * per for keep, per in per_token))
 
 
-def fit(spec: ModelSpec, device: Device, precision: Precision, batch: int, context: int,
-        reserve: float = DEFAULT_RESERVE, options: Options = SERVING) -> dict[str, Any]:
-    """The ``memory`` row: resident weights, KV cache, whether they fit, and the limits.
-    ``options``: the MLA form (``auto``: the absorbed latent, as decode runs) and the window
-    cache (``rolling``, the default: windows and chunks keep only theirs; ``whole``: every
-    layer keeps every token)."""
+def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE) -> dict[str, Any]:
+    """The ``memory`` row on the query's device, in its dtypes: resident weights, KV cache,
+    whether they fit, and the limits. The query's options: the MLA form (``auto``: the
+    absorbed latent, as decode runs) and the window cache (``rolling``, ``SERVING``'s: windows
+    and chunks keep only theirs; ``whole``: every layer keeps every token)."""
+    spec, device, precision = query.spec, query.machine.device, query.precision
     batch, context = positive("batch", batch), positive("context", context)
     if not 0 <= reserve < 1:
         raise CostcalcError(f"reserve must be a fraction in [0, 1), got {reserve}")
-    weights = weight_bytes(spec, precision)
-    per_token = cache_per_token(spec, precision, options)
+    weights = weight_bytes(query)
+    per_token = cache_per_token(query)
     cache = _cache_bytes(per_token, batch, context)
     usable = math.floor(device.mem_bytes * (1 - reserve))
     per_sequence = _cache_bytes(per_token, 1, context)
     room = usable - weights
     max_batch = room // per_sequence if room > 0 and per_sequence else 0
-    labels = {**({"mla": options.form(WORKLOADS["decode"])} if spec.has_mla else {}),
-              **({"window_cache": options.window_cache.value} if _bounded(spec) else {})}
+    labels = {**({"mla": query.but(workload="decode").form.value} if spec.has_mla else {}),
+              **({"window_cache": query.options.window_cache.value} if _bounded(spec) else {})}
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,
            "weight_dtype": precision.weight.value, "kv_dtype": precision.kv.value, "reserve": reserve,
            "weight_bytes_resident": weights, "kv_cache_bytes": cache, "total_bytes": weights + cache,

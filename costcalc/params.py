@@ -3,17 +3,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import compiled
-from .core.registry import workload
-from .evaluate import Options
+from .evaluate import Options, Query
 from .spec import ModelSpec
 
 
 def executed_linear_params(spec: ModelSpec, mla: str = "naive") -> int:
     """P_lin: block linear parameters a token runs through (active experts only), i.e. the
     linear FLOPs of one token / 2 (MLA: in the given form; absorbed runs other products)."""
-    return sum(compiled.get("p_lin", g.block.with_form(mla).key, "causal", "last").evaluate(g.numbers())["p_lin"]
-               for g in spec.groups)
+    return _p_lin(Query(spec, "prefill", Options(mla=mla)))
+
+
+def _p_lin(query: Query) -> int:
+    return sum(recipe.evaluate(g.numbers())["p_lin"] for g, recipe in query.recipes("p_lin"))
 
 
 def parameters(spec: ModelSpec) -> dict[str, Any]:
@@ -21,8 +22,8 @@ def parameters(spec: ModelSpec) -> dict[str, Any]:
     block weights a token runs plus the LM head), and the embedding and LM head apart.
     Matrices only: norms and biases are not counted (well under 0.1% of any preset)."""
     blocks_total = blocks_active = 0
-    for g in spec.groups:
-        got = compiled.get("params", g.arch, "causal", "last").evaluate(g.numbers())
+    for g, recipe in Query(spec, "prefill").recipes("params"):
+        got = recipe.evaluate(g.numbers())
         blocks_total += got["block_total"]
         blocks_active += got["block_active"]
     embedding = lm_head = spec["d"] * spec["V"]
@@ -35,5 +36,4 @@ def parameters(spec: ModelSpec) -> dict[str, Any]:
 
 def rule_6p(spec: ModelSpec, tokens: int, mla: str = "auto") -> int:
     """The 6P-per-token rule of thumb, P = executed linear + LM head parameters per token."""
-    form = Options(mla=mla).form(workload("train"))
-    return 6 * (executed_linear_params(spec, form) + spec["d"] * spec["V"]) * tokens
+    return 6 * (_p_lin(Query(spec, "train", Options(mla=mla))) + spec["d"] * spec["V"]) * tokens

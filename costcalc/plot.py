@@ -17,20 +17,46 @@ drew -- series, markers, axes scales -- so that a test can hold the picture to t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from . import calc, outputs, units
+from .core.registry import WORKLOADS, workload as find
 from .errors import CostcalcError
 from .spec import ModelSpec
 from .vocab import LABELS, TERMS
 
-WHATS = ("prefill", "decode", "generate")
+WHATS = tuple(name for name, w in WORKLOADS.items() if w.axis)   # what a figure draws: a workload with an axis
 TERM_LABELS = LABELS   # one label per term, from the vocabulary
 COLORS = {t.name: t.color for t in TERMS}
 CONVENTION_STYLE = {"causal": "-", "full": "--", "tiled": ":"}
 DECADES = 2   # a value range wider than this many decades gets a log axis
+
+
+@dataclass(frozen=True)
+class Figure:
+    """What a figure draws: ``what`` (``WHATS``) over the x values, under the conventions, for
+    a batch (``generate``: after a prompt); with ``traffic`` (precision, machine) a decode
+    step's roofline time by term instead of FLOPs, the time crossover marked beside T_equal."""
+    what: str
+    xs: tuple[int, ...]
+    conventions: tuple[str, ...] = ("causal",)
+    batch: int = 1
+    prompt: int = 1
+    logits: str = "last"
+    tile: tuple[int, int] | None = None
+    traffic: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Look:
+    """How it looks: ``style`` (auto, stacked or lines), a panel's size in inches, the dpi of
+    a PNG, the title (None: said from the figure)."""
+    style: str = "auto"
+    size: tuple[float, float] = (7.0, 4.5)
+    dpi: int = 150
+    title: str | None = None
 
 
 @dataclass
@@ -58,22 +84,21 @@ def _spans(values: Sequence[float]) -> bool:
     return bool(positive) and max(positive) / min(positive) >= 10**DECADES
 
 
-def _series(spec: ModelSpec, what: str, convention: str, xs: list[int], batch: int, prompt: int,
-            logits: str, tile, traffic=None) -> tuple[dict[str, list], list]:
+def _series(spec: ModelSpec, request: Figure, convention: str) -> tuple[dict[str, list], list]:
     """Per-term FLOPs at each x, and the totals; with ``traffic`` (precision, machine), a decode
     step's roofline time per term instead."""
+    xs, batch, prompt, logits, tile = list(request.xs), request.batch, request.prompt, request.logits, request.tile
     n = len(xs)
-    if traffic is not None:
+    if request.traffic is not None:
         from . import roofline
-        from .core.registry import workload
-        from .evaluate import Options
+        from .evaluate import Options, Query
 
-        times = roofline.term_times(spec, workload("decode"), Options(convention, tile=tile), "last", *traffic,
+        times = roofline.term_times(Query(spec, "decode", Options(convention, tile=tile), *request.traffic),
                                     {"B": [batch] * n, "T": xs})
         return times, [sum(v) for v in zip(*times.values())]
-    if what == "prefill":
+    if request.what == "prefill":
         table = calc.table(spec, "prefill", convention, logits, tile, batch=[batch] * n, seq=xs)
-    elif what == "decode":
+    elif request.what == "decode":
         table = calc.table(spec, "decode", convention, "last", tile, batch=[batch] * n, context=xs)
     else:
         first = calc.table(spec, "prefill", convention, logits, tile, batch=[batch], seq=[prompt])
@@ -118,8 +143,9 @@ def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt:
 def _time_marker(spec: ModelSpec, xs: list[int], batch: int, traffic) -> list[dict]:
     """The decode context where reading the K/V cache takes as long as reading the weights."""
     from .crossover import time_root
+    from .evaluate import Query
 
-    root = time_root(spec, traffic[0], batch)
+    root = time_root(Query(spec, "decode", precision=traffic[0]), batch)
     if root is None:
         return [{"x": None, "label": "K/V read time never reaches the weights' (sliding windows)",
                  "convention": "time"}]
@@ -130,24 +156,29 @@ def _time_marker(spec: ModelSpec, xs: list[int], batch: int, traffic) -> list[di
     return []
 
 
-def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str | Path,
-           conventions: Sequence[str] = ("causal",), batch: int = 1, prompt: int = 1,
-           logits: str = "last", tile: tuple[int, int] | None = None, style: str = "auto",
-           size: tuple[float, float] = (7.0, 4.5), dpi: int = 150, title: str | None = None,
-           traffic=None) -> Drawn:
-    """Draw ``what`` for each model over the x values and save it (PNG or SVG by suffix).
-    ``traffic`` (precision, machine) draws a decode step's roofline time by term instead of FLOPs,
-    with the time crossover marked beside T_equal."""
+def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str | Path, **options: Any) -> Drawn:
+    """``draw`` by keywords: ``options`` are the fields of ``Figure`` (conventions, batch,
+    prompt, logits, tile, traffic) and of ``Look`` (style, size, dpi, title)."""
+    look = {k: options.pop(k) for k in ("style", "size", "dpi", "title") if k in options}
+    request = Figure(what, tuple(xs), **{**options, "conventions": tuple(options.get("conventions", ("causal",)))})
+    return draw(request, specs, output, Look(**look))
+
+
+def draw(request: Figure, specs: Sequence[ModelSpec], output: str | Path, look: Look = Look()) -> Drawn:
+    """Draw the request for each model, a panel each (computed, then drawn), and save it
+    (PNG or SVG by suffix)."""
+    what, traffic, conventions = request.what, request.traffic, request.conventions
     if what not in WHATS:
         raise CostcalcError(f"plot: expected one of {', '.join(WHATS)}, got {what!r}")
     if traffic is not None and (what != "decode" or len(conventions) > 1):
         raise CostcalcError("plot: --device draws decode time by term, for one convention")
     dest = check_output(output)
-    if style not in ("auto", "stacked", "lines"):
-        raise CostcalcError(f"plot: style must be auto, stacked or lines, got {style!r}")
-    xs = sorted(set(int(x) for x in xs))
-    if len(xs) < 2:
+    if look.style not in ("auto", "stacked", "lines"):
+        raise CostcalcError(f"plot: style must be auto, stacked or lines, got {look.style!r}")
+    request = replace(request, xs=tuple(sorted(set(int(x) for x in request.xs))))
+    if len(request.xs) < 2:
         raise CostcalcError("plot: give at least two x values (a list or a range)")
+    size, dpi = look.size, look.dpi
     columns = min(len(specs), MAX_COLUMNS)
     rows = -(-len(specs) // columns)
     pixels = (size[0] * columns * dpi, size[1] * rows * dpi)
@@ -161,16 +192,18 @@ def figure(what: str, specs: Sequence[ModelSpec], xs: Sequence[int], output: str
                              squeeze=False)
     cells = [ax for row in axes for ax in row]
     for ax, spec in zip(cells, specs):
-        panel = _panel(ax, spec, what, xs, list(conventions), batch, prompt, logits, tile, style, traffic)
+        panel = _panel(spec, request, look.style)
+        _draw(ax, spec, panel, request)
         drawn.panels.append(panel)
     for ax in cells[len(specs):]:
         ax.set_visible(False)
+    batch = request.batch
     for row in axes:
         row[0].set_ylabel(("time of one decode step" if traffic else
                            {"prefill": "FLOPs of the prefill", "decode": "FLOPs of one decode step",
                             "generate": "FLOPs of the token"}[what]) + (f" (batch {batch})" if batch > 1 else ""))
-    fig.suptitle(title or (_time_title(traffic, batch, conventions[0], specs) if traffic
-                           else _title(what, batch, prompt, conventions)), fontsize=11)
+    fig.suptitle(look.title or (_time_title(traffic, batch, conventions[0], specs) if traffic
+                                else _title(what, batch, request.prompt, conventions)), fontsize=11)
     fig.tight_layout()
     kind = Path(dest.shown).suffix.lower().lstrip(".")
     try:
@@ -216,77 +249,85 @@ def _title(what: str, batch: int, prompt: int, conventions: Sequence[str]) -> st
     return f"{head} ({', '.join(conventions)}; matmul FLOPs = 2 x multiply-adds)"
 
 
-def _panel(ax, spec: ModelSpec, what: str, xs: list[int], conventions: list[str], batch: int,
-           prompt: int, logits: str, tile, style: str, traffic=None) -> dict:
-    x_label = {"prefill": "prompt length S (tokens)", "decode": "cached context T (tokens)",
-               "generate": "generated token j"}[what]
+def _panel(spec: ModelSpec, request: Figure, style: str) -> dict:
+    """What one model's panel shows: its series (the terms and total under one convention, or
+    the attention and totals of each), the style, the axes' scales and the markers."""
+    what, xs, conventions = request.what, list(request.xs), list(request.conventions)
     panel: dict[str, Any] = {"preset": spec.name, "x": xs, "series": {}, "markers": []}
-    log_x = xs[-1] / max(xs[0], 1) >= 10**DECADES
     totals_all: list[int] = []
     if len(conventions) == 1:
         conv = conventions[0]
-        terms, totals = _series(spec, what, conv, xs, batch, prompt, logits, tile, traffic)
+        terms, totals = _series(spec, request, conv)
         totals_all = totals
         lines = style == "lines" or (style == "auto" and _spans(totals))
-        if lines:
-            for name, values in terms.items():
-                ax.plot(xs, values, color=COLORS[name], label=TERM_LABELS[name])
-            ax.plot(xs, totals, color="black", linewidth=1.6, label="total")
-        else:
-            ax.stackplot(xs, *terms.values(), colors=[COLORS[n] for n in terms],
-                         labels=[TERM_LABELS[n] for n in terms], alpha=0.9)
         panel["series"] = {**terms, "total": totals}
         panel["style"] = "lines" if lines else "stacked"
         if what == "generate":
-            mean = calc.generate(spec, prompt, xs[-1], batch, conv, logits, tile)[-1]["total_flops"] / xs[-1]
-            ax.axhline(mean, color="grey", linestyle="--", linewidth=1,
-                       label=f"mean per token over {xs[-1]:,} tokens")
-            panel["mean_per_token"] = mean
+            panel["mean_per_token"] = calc.generate(spec, request.prompt, xs[-1], request.batch, conv, request.logits,
+                                                    request.tile)[-1]["total_flops"] / xs[-1]
     else:
         panel["style"] = "lines"
         for conv in conventions:
-            terms, totals = _series(spec, what, conv, xs, batch, prompt, logits, tile)
+            terms, totals = _series(spec, request, conv)
             totals_all += totals
-            ax.plot(xs, totals, color="black", linestyle=CONVENTION_STYLE[conv], label=f"total, {conv}")
-            ax.plot(xs, terms["attention"], color=COLORS["attention"], linestyle=CONVENTION_STYLE[conv],
-                    label=f"attention, {conv}")
             panel["series"][f"total_{conv}"] = totals
             panel["series"][f"attention_{conv}"] = terms["attention"]
-        linear = [t - a - h for t, a, h in zip(totals, terms["attention"], terms["lm_head"])]
-        ax.plot(xs, linear, color=COLORS["ffn"], label="linear layers (any convention)")
-        panel["series"]["linear"] = linear
+        panel["series"]["linear"] = [t - a - h for t, a, h in zip(totals, terms["attention"], terms["lm_head"])]
+    log_x = xs[-1] / max(xs[0], 1) >= 10**DECADES
     log_y = panel["style"] == "lines" and _spans(totals_all)
-    if log_x:
-        ax.set_xscale("log", base=2 if _powers_of_two(xs) else 10)
-    if log_y:
-        ax.set_yscale("log")
     panel["xscale"], panel["yscale"] = ("log" if log_x else "linear"), ("log" if log_y else "linear")
     for conv in conventions:
-        for marker in _markers(spec, what, conv, xs, prompt) + (_time_marker(spec, xs, batch, traffic)
-                                                                  if traffic else []):
+        for marker in _markers(spec, what, conv, xs, request.prompt) + (
+                _time_marker(spec, xs, request.batch, request.traffic) if request.traffic else []):
             if len(conventions) > 1:
                 marker["label"] += f" ({conv})"
-            if marker["x"] is None:
-                ax.text(0.98, 0.03, marker["label"], transform=ax.transAxes, ha="right", va="bottom",
-                        fontsize=8, color="dimgrey")
-                panel["markers"].append(marker)
-                continue
-            ax.axvline(marker["x"], color="dimgrey", linestyle="-.", linewidth=1)
-            ax.annotate(marker["label"], xy=(marker["x"], 0.97), xycoords=("data", "axes fraction"),
-                        xytext=(-4, 0), textcoords="offset points", rotation=90, va="top", ha="right",
-                        fontsize=8, color="dimgrey")
             panel["markers"].append(marker)
+    return panel
+
+
+def _draw(ax, spec: ModelSpec, panel: dict, request: Figure) -> None:
+    """A panel on its axes: the series (stacked areas or lines), scales, markers, labels."""
+    xs, series, conventions = panel["x"], panel["series"], request.conventions
+    if len(conventions) > 1:
+        for conv in conventions:
+            ax.plot(xs, series[f"total_{conv}"], color="black", linestyle=CONVENTION_STYLE[conv],
+                    label=f"total, {conv}")
+            ax.plot(xs, series[f"attention_{conv}"], color=COLORS["attention"], linestyle=CONVENTION_STYLE[conv],
+                    label=f"attention, {conv}")
+        ax.plot(xs, series["linear"], color=COLORS["ffn"], label="linear layers (any convention)")
+    else:
+        terms = {name: values for name, values in series.items() if name != "total"}
+        if panel["style"] == "lines":
+            for name, values in terms.items():
+                ax.plot(xs, values, color=COLORS[name], label=TERM_LABELS[name])
+            ax.plot(xs, series["total"], color="black", linewidth=1.6, label="total")
+        else:
+            ax.stackplot(xs, *terms.values(), colors=[COLORS[n] for n in terms],
+                         labels=[TERM_LABELS[n] for n in terms], alpha=0.9)
+        if "mean_per_token" in panel:
+            ax.axhline(panel["mean_per_token"], color="grey", linestyle="--", linewidth=1,
+                       label=f"mean per token over {xs[-1]:,} tokens")
+    if panel["xscale"] == "log":
+        ax.set_xscale("log", base=2 if _powers_of_two(xs) else 10)
+    if panel["yscale"] == "log":
+        ax.set_yscale("log")
+    for marker in panel["markers"]:
+        if marker["x"] is None:
+            ax.text(0.98, 0.03, marker["label"], transform=ax.transAxes, ha="right", va="bottom",
+                    fontsize=8, color="dimgrey")
+            continue
+        ax.axvline(marker["x"], color="dimgrey", linestyle="-.", linewidth=1)
+        ax.annotate(marker["label"], xy=(marker["x"], 0.97), xycoords=("data", "axes fraction"),
+                    xytext=(-4, 0), textcoords="offset points", rotation=90, va="top", ha="right",
+                    fontsize=8, color="dimgrey")
     from matplotlib.ticker import FuncFormatter
 
-    if traffic:
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.seconds(v, short=True) if v > 0 else "0"))
-    else:
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.flops(v, short=True) if v > 0 else "0"))
+    show = units.seconds if request.traffic else units.flops
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: show(v, short=True) if v > 0 else "0"))
     ax.set_title(spec.title or spec.name, fontsize=10)
-    ax.set_xlabel(x_label)
+    ax.set_xlabel(find(request.what).axis)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    return panel
 
 
 def _powers_of_two(xs: Sequence[int]) -> bool:

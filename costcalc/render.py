@@ -16,14 +16,11 @@ import json
 import math
 from typing import Any, Mapping, Sequence, Union
 
+from .rows import Rows, Table, as_rows, columns, length   # the shapes, defined below the calculator
 
 FORMATS = ("table", "csv", "markdown", "json")
 SUFFIXES = {".csv": "csv", ".md": "markdown", ".markdown": "markdown", ".json": "json",
             ".txt": "table"}
-
-
-Rows = Sequence[Mapping[str, Any]]
-Table = Mapping[str, Sequence[Any]]
 
 
 class Columns(dict):
@@ -40,27 +37,6 @@ def as_table(data: Union[Rows, Table]) -> Table:
         return data
     cols = columns(data)
     return {c: [row.get(c) for row in data] for c in cols}
-
-
-def as_rows(data: Union[Rows, Table]) -> list[dict[str, Any]]:
-    if not isinstance(data, Mapping):
-        return list(data)
-    names = list(data)
-    return [dict(zip(names, values)) for values in zip(*data.values(), strict=True)]
-
-
-def length(data: Union[Rows, Table]) -> int:
-    if isinstance(data, Mapping):
-        return len(next(iter(data.values()), []))
-    return len(data)
-
-
-def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Union of the rows' keys, in first-seen order."""
-    seen: dict[str, None] = {}
-    for row in rows:
-        seen.update(dict.fromkeys(row))
-    return list(seen)
 
 
 def frame(data: Union[Rows, Table]):

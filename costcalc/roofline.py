@@ -23,11 +23,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Optional
 
-from . import compiled
-from .core.registry import Workload
 from .devices import Device
 from .errors import CostcalcError
-from .evaluate import Options, once, positive
+from .evaluate import Query, positive
 from .spec import Group, ModelSpec
 from .vocab import SCALE_BITS, TERMS, TRAFFIC, Dtype, Routing
 
@@ -112,9 +110,9 @@ def experts_touched(E: int, k: int, tokens: int, routing: Routing) -> Fraction:
     return Fraction(E * -math.expm1(tokens * math.log1p(-k / E)))   # beyond exact: a double, ~1e-16 relative
 
 
-def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,
-          machine: Optional[Machine], values: dict[str, int]) -> dict[str, Any]:
+def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
     """Bytes (and, with a machine, times) of one point of a compiled workload, over the groups."""
+    wl, precision, machine = query.workload, query.precision, query.machine
     if not wl.traffic:
         raise CostcalcError(f"{wl.name}: no memory-traffic model (bytes are modelled for prefill, chunks, "
                             f"decode steps and generations)")
@@ -124,16 +122,9 @@ def point(spec: ModelSpec, wl: Workload, options: Options, logits: str, precisio
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: Fraction(0) for t in TERMS}
     per_element = {kind: precision.bits(kind) / 8 for kind in TRAFFIC}   # bytes, exact
-    recipes: dict[str, tuple] = {}      # by block kind: groups of one kind share their recipes
-    for index, group in enumerate(spec.groups):
-        block = options.block(group, wl).key
-        if block not in recipes:
-            recipes[block] = (compiled.get(f"{wl.name}.bytes", block, options.convention.value, logits),
-                              compiled.get(wl.name, block, options.convention.value, logits))
-        bytes_recipe, flops_recipe = recipes[block]
-        base = {**group.numbers(), **options.values(), **values}
-        elements = bytes_recipe.evaluate(base)
-        elements = {k: elements[k] for k in once(index, elements)}      # one LM head: the first group's
+    for (group, recipe), (_, flops_recipe) in zip(query.recipes("bytes"), query.recipes()):
+        base = {**group.numbers(), **query.options.values(), **values}
+        elements = recipe.evaluate(base)
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
         flops = flops_recipe.evaluate(base, operators)
         term_of = flops_recipe.term_of
@@ -195,31 +186,30 @@ def intensity(flops: int, moved: int) -> Optional[float]:
 MAX_TRAFFIC_POINTS = 50_000   # points x layer groups of one bytes-and-time table (about 15 s)
 
 
-def row_columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Optional[Precision],
-                machine: Optional[Machine], points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
+def row_columns(query: Query, points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
     """The labels (device, dtypes, routing, efficiencies) and the bytes/time columns of rows."""
-    precision = precision or Precision()
+    if query.precision is None:
+        query = query.but(precision=Precision())
+    spec, machine = query.spec, query.machine
     n = len(flops)
     if n * len(spec.groups) > MAX_TRAFFIC_POINTS:
         raise CostcalcError(f"bytes and time are worked out point by point (~0.3 ms a point and layer group): "
                             f"{n:,} points x {len(spec.groups)} group(s) is too many, at most "
                             f"{MAX_TRAFFIC_POINTS:,}; narrow the ranges, or drop --device and the dtypes for FLOPs")
-    labels = {**({"device": machine.device.name} if machine else {}), **precision.labels(spec)}
+    labels = {**({"device": machine.device.name} if machine else {}), **query.precision.labels(spec)}
     if machine is not None and (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
         labels.update(compute_efficiency=machine.compute_efficiency, memory_efficiency=machine.memory_efficiency)
     out: dict[str, list] = {key: [value] * n for key, value in labels.items()}
-    out.update(columns(spec, wl, options, logits, precision, machine, points, flops))
+    out.update(columns(query, points, flops))
     return out
 
 
-def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,
-            machine: Optional[Machine], points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
+def columns(query: Query, points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
     """``point`` at every point of the input columns (symbol -> values), with each point's
     arithmetic intensity (total FLOPs / total bytes) beside its bytes; then each term's
     bytes, time and bound (``attention_bytes``, ``attention_time_s``, ``attention_bound``)."""
     n = len(flops)
-    rows = [point(spec, wl, options, logits, precision, machine, {k: int(v[i]) for k, v in points.items()})
-            for i in range(n)]
+    rows = [point(query, {k: int(v[i]) for k, v in points.items()}) for i in range(n)]
     names = set(name for r in rows for name in r)   # a term may be absent at some points
     table = {name: [r[name] for r in rows] for name in [f"{kind}_bytes" for kind in TRAFFIC] + ["total_bytes"]}
     table["intensity"] = [intensity(f, b) for f, b in zip(flops, table["total_bytes"])]
@@ -233,11 +223,9 @@ def columns(spec: ModelSpec, wl: Workload, options: Options, logits: str, precis
     return table
 
 
-def term_times(spec: ModelSpec, wl: Workload, options: Options, logits: str, precision: Precision,
-               machine: Machine, points: dict[str, list[int]]) -> dict[str, list[float]]:
+def term_times(query: Query, points: dict[str, list[int]]) -> dict[str, list[float]]:
     """Each term's roofline time (its operators' max(compute, memory), summed) at every point."""
     n = len(next(iter(points.values())))
-    rows = [point(spec, wl, options, logits, precision, machine, {k: int(v[i]) for k, v in points.items()})
-            for i in range(n)]
+    rows = [point(query, {k: int(v[i]) for k, v in points.items()}) for i in range(n)]
     names = [f"{t.name}_time_s" for t in TERMS if any(f"{t.name}_time_s" in r for r in rows)]
     return {name.removesuffix("_time_s"): [r.get(name, 0.0) for r in rows] for name in names}

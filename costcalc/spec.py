@@ -71,11 +71,11 @@ class ModelSpec:
 
     @property
     def d_q(self) -> int:
-        return self.sizes["h_q"] * self.sizes["d_h"]
+        return vocab.derived(self.sizes)["d_q"]
 
     @property
     def d_kv(self) -> int:
-        return self.sizes["h_kv"] * self.sizes["d_h"]
+        return vocab.derived(self.sizes)["d_kv"]
 
     def numbers(self) -> dict[str, int]:
         """Sizes and the derived d_q, d_kv by symbol name (a uniform model's one group)."""

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from . import notes, units
 from .core.registry import WORKLOADS
-from .render import columns
+from .rows import columns
 from .vocab import LINEAR_PARTS, TERMS
 
 # Columns shown with a share of the total: the linear sum and the terms outside it.

@@ -107,10 +107,11 @@ CONVENTION_SETS = {"both": ("causal", "full"), "all": ("causal", "full", "tiled"
 class Logits(Choice):
     last = "last"       # one LM-head row per sequence
     all = "all"         # a row per new token
+    none = "none"       # no LM head: a chunk that is not the prompt's last (no command offers it)
 
 
 class MlaForm(Choice):
-    auto = "auto"           # absorbed for decode steps, naive otherwise
+    auto = "auto"           # by the workload's phase (docs/cost-model.md, MLA)
     naive = "naive"
     absorbed = "absorbed"
     expanded = "expanded"   # naive, with kv_b_proj over every cached latent at each forward
@@ -118,7 +119,7 @@ class MlaForm(Choice):
 
 class WindowCache(Choice):
     whole = "whole"         # a window layer keeps (and masks) every past key
-    rolling = "rolling"     # it keeps the last W-1 keys only (Hugging Face, vLLM)
+    rolling = "rolling"     # it keeps the window's keys only (docs/cost-model.md, sliding windows)
 
 
 DEFAULT_TILE = (128, 128)   # the tiled convention's query x key tile when --tile is not given

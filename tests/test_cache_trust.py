@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from costcalc import cachefile, compiled, grammar, presets
+from costcalc.blocks import coerce
+from costcalc.vocab import Convention, Logits
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "prefill-gqa.dense-causal-last"
@@ -32,7 +34,7 @@ def cache(tmp_path, monkeypatch):
 
 def again(convention="causal"):
     compiled.forget()
-    return compiled.get("prefill", "dense", convention, "last")
+    return compiled.get("prefill", coerce("dense"), Convention(convention), Logits.last)
 
 
 def recipe_file(root, key=KEY):

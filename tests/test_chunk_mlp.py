@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from brute import UNIT, keys, pairs, tiled
 from costcalc import calc, codegen
 from costcalc import symbols as s
-from costcalc.core import workloads as w
 from costcalc.core.breakdown import add_up
-from costcalc.core.linear import block_params, linear_terms
 from costcalc.spec import from_dict
+from costcalc.vocab import Convention, Logits
+from named import linear, workloads as w
+
+block_params, linear_terms = linear.block_params, linear.linear_terms
 
 @settings(max_examples=40, deadline=None)
 @given(past=st.integers(0, 60), new=st.integers(1, 60), size=st.integers(1, 30),
@@ -24,7 +26,7 @@ def test_chunk_attention_equals_a_loop_under_every_convention(past, new, size, b
     assert got["full"].xreplace(point) == 4 * pairs(past, new, full=True)
     assert add_up(got["tiled"].xreplace(point)) == 4 * tiled(past, new, bq, bk, chunk=size)
     for conv, expect in (("causal", keys(past + 1, chunk=size)), ("full", past + 1), ("tiled", tiled(past, 1, bq, bk, chunk=size))):
-        step = w.decode_step("chunk.dense", conv).terms["attention"].xreplace({**point, s.T: past})
+        step = w.decode("chunk.dense", conv).terms["attention"].xreplace({**point, s.T: past})
         assert add_up(step) == 4 * expect, conv
 
 
@@ -41,7 +43,7 @@ def test_chunked_decode_phase_is_its_steps(prompt, new, size, bq, bk):
 
 def test_a_chunk_covering_the_context_is_causal_attention():
     n = sp.Symbol("n", integer=True, nonnegative=True)
-    for make, wide in ((w.prefill, s.S + n), (w.cached_prefill, s.T + s.C + n), (w.decode_step, s.T + 1 + n)):
+    for make, wide in ((w.prefill, s.S + n), (w.cached_prefill, s.T + s.C + n), (w.decode, s.T + 1 + n)):
         chunked = make("chunk.dense").terms["attention"].subs(s.W_c, wide)
         plain = make("gqa.dense").terms["attention"]
         # floor((x)/(x + n + ...)) is 0 for every length inside the chunk: check it at points
@@ -59,7 +61,7 @@ def test_the_generated_code_prints_the_chunk_formulas_exactly():
         values = {s.BY_NAME[k]: sp.Integer(v) for k, v in spec.groups[0].numbers().items()} | {s.B: 2, s.S: seq}
         assert row["attention_flops"] == bd.terms["attention"].xreplace(values)
         assert row["attention_flops"] == 2 * 3 * 4 * 64 * pairs(0, seq, chunk=37)   # B L 4 d_q
-    data = codegen.recipe("prefill", spec.groups[0].block, "causal", "last")
+    data = codegen.recipe("prefill", spec.groups[0].block, Convention.causal, Logits.last)
     assert any("//" in term["expr"] for term in data["terms"])
     # a sweep over arrays gives the same exact integers
     seqs = np.arange(30, 330)
@@ -102,16 +104,19 @@ def test_crossovers_over_chunks_are_where_a_scan_finds_them():
 
 def test_a_chunked_layer_caches_one_chunk_and_a_decode_step_loads_its_chunk():
     from costcalc import memory, presets
+    from costcalc.evaluate import Query
     from costcalc.roofline import Precision
 
     spec = presets.load("llama-4-scout-17b-16e")          # 36 chunked (8192) + 12 global layers
     per_layer = 2 * 8 * 128 * 2                           # K and V, h_kv d_h each, 2 bytes (bf16)
     for context in (4096, 8192, 100_000):
         expect = per_layer * (12 * context + 36 * min(context, 8192))
-        assert memory.kv_cache_bytes(spec, Precision(), 1, context) == expect
+        assert memory.kv_cache_bytes(Query(spec, "decode", memory.SERVING, Precision()), 1, context) == expect
     # a decode step's K/V read in a chunked layer: the keys of its own chunk (itself included)
     point = {**UNIT, s.T: 10_000, s.W_c: 8192, s.d_kv: 1}
-    from costcalc.core.traffic import build
+    from named import traffic
+
+    build = traffic.build
 
     read = build("decode", "chunk.dense")["attention.kv_read"]
     assert read.xreplace(point) == 2 * keys(10_001, chunk=8192)

@@ -14,8 +14,15 @@ from costcalc import codegen, compiled, presets
 from costcalc.blocks import coerce
 from costcalc.core.breakdown import add_up
 from costcalc import symbols as s
+from costcalc.vocab import Convention, Logits
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def get(recipe: str, arch: str, convention: str = "causal", logits: str = "last"):
+    """``compiled.get`` of a block kind, convention and logits mode given by name (parsed here:
+    the calculator takes values)."""
+    return compiled.get(recipe, coerce(arch), Convention(convention), Logits(logits))
 
 
 SIZES = {"L": 7, "d": 512, "h_q": 8, "h_kv": 2, "d_h": 64, "m": 1408, "E": 16, "k": 3, "m_e": 256, "V": 1000,
@@ -28,7 +35,7 @@ SIZES = {"L": 7, "d": 512, "h_q": 8, "h_kv": 2, "d_h": 64, "m": 1408, "E": 16, "
 @pytest.mark.parametrize("convention", ["causal", "full", "tiled"])
 def test_generated_code_equals_the_sympy_core(kind, arch, convention):
     logits = "none" if kind == "cached_prefill" and convention == "full" else "all" if convention == "tiled" else "last"
-    recipe = compiled.get(kind, arch, convention, logits)
+    recipe = get(kind, arch, convention, logits)
     breakdown = codegen.RECIPES[kind](coerce(arch), convention, logits)
     rng = random.Random(hash((kind, arch, convention)) % 997)
     for _ in range(4):
@@ -48,7 +55,7 @@ def test_generated_code_equals_the_sympy_core(kind, arch, convention):
 @pytest.mark.parametrize("arch, convention", [("window.moe_shared_gate", "causal"), ("mla_q.moe_shared", "tiled"),
                                               ("mla-absorbed.dense", "full"), ("window.dense", "tiled")])
 def test_generated_traffic_equals_the_sympy_core(kind, arch, convention):
-    recipe = compiled.get(kind, arch, convention, "last")
+    recipe = get(kind, arch, convention, "last")
     exprs = codegen.RECIPES[kind](coerce(arch), convention, "last")
     rng = random.Random(hash((kind, arch, convention)) % 991)
     for _ in range(3):
@@ -60,12 +67,14 @@ def test_generated_traffic_equals_the_sympy_core(kind, arch, convention):
 
 
 def test_p_lin_recipe_equals_the_core():
-    from costcalc.core.linear import p_lin
+    from named import linear
+
+    p_lin = linear.p_lin
     from costcalc.core.breakdown import exact_int
 
     for spec in presets.load_all():
         for g in spec.groups:
-            got = compiled.get("p_lin", g.arch).evaluate(g.numbers())["p_lin"]
+            got = get("p_lin", g.arch).evaluate(g.numbers())["p_lin"]
             values = {s.BY_NAME[k]: v for k, v in g.numbers().items()}
             assert got == exact_int(p_lin(g.arch), values)
 
@@ -104,19 +113,19 @@ def test_a_corrupt_or_stale_cache_is_derived_again(tmp_path, monkeypatch):
     monkeypatch.setenv("COSTCALC_CACHE_DIR", str(tmp_path))
     compiled.forget()
     try:
-        good = compiled.get("decode", "dense", "causal", "last")
+        good = get("decode", "dense", "causal", "last")
         path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.json"
         assert path.is_file()
         path.write_text(path.read_text()[:100])   # truncated
         compiled.forget()
-        again = compiled.get("decode", "dense", "causal", "last")
+        again = get("decode", "dense", "causal", "last")
         values = presets.load("llama-3.1-8b").numbers() | {"B": 3, "T": 999}
         assert again.evaluate(values) == good.evaluate(values)
         assert '"name": "attention"' in path.read_text()         # rewritten whole
         # Another core (a different hash) never reads this directory's code.
         monkeypatch.setattr(compiled, "core_hash", lambda: "0" * 16)
         compiled.forget()
-        compiled.get("decode", "dense", "causal", "last")
+        get("decode", "dense", "causal", "last")
         assert (tmp_path / ("0" * 16) / "decode-gqa.dense-causal-last.json").is_file()
     finally:
         compiled.forget()
@@ -128,7 +137,7 @@ def test_an_unwritable_cache_still_computes(tmp_path, monkeypatch):
     monkeypatch.setenv("COSTCALC_CACHE_DIR", str(blocker / "cache"))
     compiled.forget()
     try:
-        recipe = compiled.get("prefill", "moe", "full", "all")
+        recipe = get("prefill", "moe", "full", "all")
         assert recipe.evaluate(presets.load("olmoe-1b-7b").numbers() | {"B": 1, "S": 10})["total"] > 0
     finally:
         compiled.forget()
@@ -168,11 +177,11 @@ def test_any_bad_cache_file_is_derived_again_even_a_well_formed_one(tmp_path, mo
     monkeypatch.setenv("COSTCALC_CACHE_DIR", str(tmp_path))
     compiled.forget()
     try:
-        good = compiled.get("decode", "dense", "causal", "last")
+        good = get("decode", "dense", "causal", "last")
         path = tmp_path / compiled.core_hash() / "decode-gqa.dense-causal-last.json"
         path.write_text(body)
         compiled.forget()
-        again = compiled.get("decode", "dense", "causal", "last")
+        again = get("decode", "dense", "causal", "last")
         values = presets.load("llama-3.1-8b").numbers() | {"B": 3, "T": 999}
         assert again.evaluate(values) == good.evaluate(values)
         assert json.loads(path.read_text())["recipe"]["key"] == "decode-gqa.dense-causal-last"   # rewritten, whole

@@ -10,7 +10,7 @@ from costcalc import calc, presets
 from costcalc import symbols as s
 from costcalc.blocks import parse
 from costcalc.cli import main
-from costcalc.core import workloads as w
+from named import workloads as w
 from costcalc.core.matmul import matmul
 
 UP = s.h_q * (s.d_nope + s.d_v)          # kv_b_proj's width
@@ -31,7 +31,7 @@ def test_block_keys_name_the_new_forms():
 # --- expanded = naive + the re-expansion matmuls ------------------------------------------------
 
 def test_expanded_is_naive_plus_kv_b_proj_over_the_cached_latents():
-    past = {"prefill": 0, "cached_prefill": s.T, "decode_step": s.T}
+    past = {"prefill": 0, "cached_prefill": s.T, "decode": s.T}
     for arch in ("mla.dense", "mla_q.moe_shared"):
         for conv in ("causal", "full"):
             for name, cached in past.items():
@@ -70,13 +70,13 @@ def test_expanded_deepseek_decode_is_what_hf_runs_under_torch():
 
 def test_a_rolling_cache_reads_what_causal_reads_for_a_single_query():
     rolling = parse("window-rolling.dense")
-    step, causal = w.decode_step(rolling, "full").terms["attention"], w.decode_step("window.dense").terms["attention"]
+    step, causal = w.decode(rolling, "full").terms["attention"], w.decode("window.dense").terms["attention"]
     # Min(T, W-1) + 1 against Min(T+1, W): sympy does not equate the two, so on a grid
     assert all(step.xreplace({s.T: t, s.W: win}) == causal.xreplace({s.T: t, s.W: win})
                for t in range(0, 40) for win in range(1, 40))
     assert same(w.decode_phase(rolling, "full").terms["attention"], w.decode_phase("window.dense", "causal")
                 .terms["attention"])
-    for build in (w.decode_step, w.decode_phase):
+    for build in (w.decode, w.decode_phase):
         assert same(build(rolling, "causal").terms["attention"], build("window.dense", "causal").terms["attention"])
     # a prefill caches nothing before it: rolling or whole, the same rectangle
     assert same(w.prefill(rolling, "full").terms["attention"], w.prefill("window.dense", "full").terms["attention"])

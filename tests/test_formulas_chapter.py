@@ -2,11 +2,10 @@
 import sympy as sp
 
 from costcalc import symbols as s
-from costcalc.core import crossover as cx
-from costcalc.core import workloads as w
 from costcalc.blocks import Block
-from costcalc.core.attention import attention_sum, keys_read
-from costcalc.core.linear import p_lin
+from named import attention, crossover as cx, linear, workloads as w
+
+attention_sum, keys_read, p_lin = attention.attention_sum, attention.keys_read, linear.p_lin
 
 L, d, d_q, d_kv, m, E, k, m_e, V = s.L, s.d, s.d_q, s.d_kv, s.m, s.E, s.k, s.m_e, s.V
 B, S, T, C, N = s.B, s.S, s.T, s.C, s.N
@@ -60,7 +59,7 @@ def test_cached_prefix_chunk():
 def test_decode_step_boxed_formula():
     for arch, P in CHAPTER_P_LIN.items():
         for convention in ("causal", "full"):
-            step = w.decode_step(arch, convention)
+            step = w.decode(arch, convention)
             assert same(step.total, 2 * B * P + 4 * L * B * d_q * (T + 1) + 2 * B * d * V)
 
 
@@ -81,4 +80,4 @@ def test_t_equal():
 
 def test_train_is_three_forwards_with_all_logits():
     fwd = w.prefill("moe", "causal", "all")
-    assert same(w.train_step("moe", "causal").total, 3 * fwd.total)
+    assert same(w.train("moe", "causal").total, 3 * fwd.total)

@@ -1,17 +1,16 @@
 """Identities the cost model promises, proved symbolically and checked numerically."""
 import random
-from fractions import Fraction
 
-import pytest
 import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costcalc import calc, presets
 from costcalc import symbols as s
-from costcalc.core import workloads as w
-from costcalc.core.attention import attention_flops
 from costcalc.core.breakdown import add_up
+from named import attention, workloads as w
+
+attention_flops = attention.attention_flops
 
 n = sp.Symbol("n", integer=True, positive=True)
 
@@ -22,13 +21,13 @@ def same(a, b):
 
 def test_uniform_chunks_keep_the_causal_total_symbolically():
     for arch in ("dense", "moe"):
-        chunks = w.uniform_chunks(arch, "causal", n).all_terms()
+        chunks = w.chunked(arch, "causal", n).all_terms()
         single = w.cached_prefill(arch, "causal", "last").map(lambda e: e.subs(s.C, n * s.C)).all_terms()
         assert all(same(chunks[t], single[t]) for t in single)
 
 
 def test_uniform_chunks_under_full_charge_less_than_one_rectangle():
-    chunks = w.uniform_chunks("dense", "full", n).terms["attention"]
+    chunks = w.chunked("dense", "full", n).terms["attention"]
     single = w.cached_prefill("dense", "full", "last").terms["attention"].subs(s.C, n * s.C)
     # The saving is the part of the n x n chunk grid above the diagonal: n(n-1)/2 blocks of C x C.
     assert same(single - chunks, 4 * s.L * s.B * s.d_q * s.C**2 * n * (n - 1) / 2)
@@ -49,7 +48,7 @@ def test_ragged_chunk_schedules_keep_the_causal_total():
 
 
 def test_generation_attention_is_the_causal_triangle_of_s_plus_n_minus_1():
-    gen = w.generation("dense", "causal", "last").terms["attention"]
+    gen = w.generate("dense", "causal", "last").terms["attention"]
     assert same(gen, attention_flops("causal", 0, s.S + s.N - 1, "dense") * s.B)
 
 
@@ -111,44 +110,3 @@ def test_symbolic_equals_brute_force(shape, arch, batch, past, new, convention, 
     row = calc.cached_prefill(spec, new, past, batch, convention, logits)
     assert row["total_flops"] == brute_force_prefill(sizes, batch, past, new, convention, logits, arch)
     assert row["attention_flops"] <= calc.cached_prefill(spec, new, past, batch, "full", logits)["attention_flops"]
-
-
-@settings(max_examples=10, deadline=None)
-@given(past=st.integers(0, 30), new=st.integers(1, 20), size=st.integers(1, 24), bq=st.integers(1, 9),
-       bk=st.integers(1, 9), kind=st.sampled_from(["dense", "window.dense", "chunk.dense", "window.dense@rolling"]))
-def test_every_closed_sum_is_keys_read_summed_position_by_position(past, new, size, bq, bk, kind):
-    """attention_sum (a forward), steps_sum (decode steps) and keys_loaded are the one rule,
-    keys_read, added up query by query: checked for every block kind and convention."""
-    from dataclasses import replace
-
-    from costcalc.blocks import coerce
-    from costcalc.core import attention as a
-    from costcalc.vocab import Convention
-
-    arch, _, cache = kind.partition("@")
-    block = replace(coerce(arch), cache=cache or "whole")
-    at = {s.W: size, s.W_c: size, s.b_q: bq, s.b_k: bk}
-
-    def value(e):      # sums over tiles added term by term (sympy's Sum.doit misreads Min/ceiling bodies)
-        return int(add_up(sp.sympify(e).xreplace(at)))
-
-    for convention in Convention:
-        per_query = [value(a.keys_read(convention, block, sp.Integer(p), sp.Integer(past), sp.Integer(new)))
-                     for p in range(past + 1, past + new + 1)]
-        assert value(a.attention_sum(convention, block, sp.Integer(past), sp.Integer(new))) == sum(per_query)
-        steps = [value(a.keys_read(convention, block, sp.Integer(p), sp.Integer(p - 1), sp.Integer(1)))
-                 for p in range(past + 1, past + new + 1)]
-        assert value(a.steps_sum(convention, block, sp.Integer(past + 1), sp.Integer(past + new))) == sum(steps)
-    loaded = value(a.keys_loaded(Convention.causal, block, sp.Integer(past), sp.Integer(new)))
-    first = (value(a.chunk_start(sp.Integer(past + 1))) + 1 if block.attention == "chunk" else
-             max(1, past + 2 - size) if block.attention == "window" else 1)
-    assert loaded == past + new - first + 1     # every key from the first query's earliest legal key on
-
-
-@pytest.mark.parametrize("seq", [1, 7, 1000, 4096])
-def test_attention_fractions_of_a_prefill(seq):
-    """causal / full is the triangle (S+1)/2S; a tile of one query and one key is causal; a tile
-    covering the whole prompt computes the full rectangle."""
-    assert calc.attention_fraction(seq, "causal") == Fraction(seq + 1, 2 * seq)
-    assert calc.attention_fraction(seq, "tiled", (1, 1)) == calc.attention_fraction(seq, "causal")
-    assert calc.attention_fraction(seq, "tiled", (seq, seq)) == calc.attention_fraction(seq, "full") == 1

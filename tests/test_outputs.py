@@ -95,7 +95,7 @@ def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
     def exhausted(*args, **kwargs):
         raise MemoryError()
 
-    monkeypatch.setattr(calc, "table", exhausted)
+    monkeypatch.setattr(calc, "answer", exhausted)
     code, out, err = run(capsys, "prefill", "-p", "toy", "--seq", "4")
     assert code == 2 and one_error(err, "out of memory") and out == ""
 

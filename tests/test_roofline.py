@@ -6,11 +6,17 @@ import pytest
 
 from cli_run import run
 from costcalc import calc, devices, memory, presets
+from costcalc.evaluate import Query
 from costcalc.roofline import Machine, Precision, experts_touched
 from costcalc.vocab import Routing
 
 H100 = Machine(devices.load("h100"))
 BF16 = Precision()
+
+
+def fit(spec, device, batch, context, options=memory.SERVING):
+    """The ``memory`` row of a model on a device in bf16."""
+    return memory.fit(Query(spec, "decode", options, BF16, Machine(device)), batch, context)
 
 
 def decode_row(spec, context, batch=1, precision=BF16, machine=None):
@@ -83,7 +89,7 @@ def test_memory_is_weights_plus_the_cache_of_every_group(name, window_cache):
 
     spec = presets.load(name)
     batch, context = 4, 50_000
-    row = memory.fit(spec, devices.load("h200"), BF16, batch, context, options=Options(window_cache=window_cache))
+    row = fit(spec, devices.load("h200"), batch, context, Options(window_cache=window_cache))
     counts = calc.parameters(spec)
     resident = counts["block_params"] + counts["embedding_params"] + (0 if spec.tied_embeddings else
                                                                        counts["lm_head_params"])
@@ -118,14 +124,14 @@ def test_memory_of_mla_under_each_form(capsys):
 
 def test_memory_limits_are_the_largest_that_fit():
     spec, device = presets.load("llama-3.1-8b"), devices.load("h100")
-    row = memory.fit(spec, device, BF16, 8, 32_768)
+    row = fit(spec, device, 8, 32_768)
     assert row["fits"] and row["max_batch"] >= 8
-    more = memory.fit(spec, device, BF16, row["max_batch"] + 1, 32_768)
-    assert memory.fit(spec, device, BF16, row["max_batch"], 32_768)["fits"] and not more["fits"]
+    more = fit(spec, device, row["max_batch"] + 1, 32_768)
+    assert fit(spec, device, row["max_batch"], 32_768)["fits"] and not more["fits"]
     longest = row["max_context"]
-    assert memory.fit(spec, device, BF16, 8, longest)["fits"] and not memory.fit(spec, device, BF16, 8, longest + 1)["fits"]
+    assert fit(spec, device, 8, longest)["fits"] and not fit(spec, device, 8, longest + 1)["fits"]
     assert row["devices_needed"] == 1
-    big = memory.fit(presets.load("llama-3.1-405b"), device, BF16, 1, 8192)
+    big = fit(presets.load("llama-3.1-405b"), device, 1, 8192)
     assert not big["fits"] and big["devices_needed"] >= 11 and big["max_batch"] == 0
 
 
@@ -369,7 +375,9 @@ def test_one_query_loads_the_keys_it_reads(key, convention):
 
     from costcalc import symbols as s
     from costcalc.blocks import parse
-    from costcalc.core.attention import keys_loaded, keys_read
+    from named import attention
+
+    keys_loaded, keys_read = attention.keys_loaded, attention.keys_read
     from costcalc.vocab import Convention
 
     block, conv = parse(key), Convention(convention)

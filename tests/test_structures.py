@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from brute import UNIT, pairs, tiled
 from costcalc import calc, presets
 from costcalc import symbols as s
-from costcalc.core import workloads as w
-from costcalc.core.attention import attention_flops, per_query_flops
 from costcalc.core.breakdown import add_up
-from costcalc.core.linear import linear_terms
 from costcalc.spec import from_dict
+from named import attention, linear, workloads as w
+
+attention_flops, per_query_flops, linear_terms = attention.attention_flops, attention.per_query_flops, linear.linear_terms
 
 n = sp.Symbol("n", integer=True, nonnegative=True)
 
@@ -28,7 +28,7 @@ def test_a_window_covering_the_context_is_causal_attention():
     cases = [
         (w.prefill("window.dense"), w.prefill("gqa.dense"), s.S + n),
         (w.cached_prefill("window.dense"), w.cached_prefill("gqa.dense"), s.T + s.C + n),
-        (w.decode_step("window.dense"), w.decode_step("gqa.dense"), s.T + 1 + n),
+        (w.decode("window.dense"), w.decode("gqa.dense"), s.T + 1 + n),
         (w.decode_phase("window.dense"), w.decode_phase("gqa.dense"), s.S + s.N + n),
     ]
     for windowed, plain, wide in cases:
@@ -118,7 +118,7 @@ def test_window_attention_equals_a_loop(past, new, window, bq, bk):
     assert chunk["causal"].xreplace(point) == 4 * pairs(past, new, window)
     assert chunk["full"].xreplace(point) == 4 * pairs(past, new, full=True)
     assert add_up(chunk["tiled"].xreplace(point)) == 4 * tiled(past, new, bq, bk, window)
-    step = w.decode_step("window.dense").terms["attention"].xreplace({**point, s.T: past})
+    step = w.decode("window.dense").terms["attention"].xreplace({**point, s.T: past})
     assert step == 4 * min(past + 1, window)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from costcalc import calc, presets, ranges
 from costcalc import symbols as s
-from costcalc.core import workloads as w
+from named import workloads as w
 from costcalc.errors import CostcalcError
 
 # --- range syntax -------------------------------------------------------------------
@@ -73,8 +73,8 @@ def reference(spec, workload, convention, logits, point, tile=(64, 32)):
         arch = g.block.with_form(form).key
         bd = {"prefill": lambda: w.prefill(arch, convention, logits),
               "cached_prefill": lambda: w.cached_prefill(arch, convention, logits),
-              "decode": lambda: w.decode_step(arch, convention),
-              "train": lambda: w.train_step(arch, convention)}[workload]()
+              "decode": lambda: w.decode(arch, convention),
+              "train": lambda: w.train(arch, convention)}[workload]()
         values = {**{s.BY_NAME[k]: v for k, v in g.numbers().items()},
                   **{symbols[k]: v for k, v in point.items()}, s.b_q: tile[0], s.b_k: tile[1]}
         for k, v in bd.evaluate(values).items():

@@ -11,9 +11,9 @@ import torch
 from costcalc import presets
 from costcalc.cli import main
 from costcalc.spec import from_dict
-from verify import build, toy
-from verify.counting import tiled_area
-from verify.run import verify
+from costcalc.verify import build, toy
+from costcalc.verify.counting import tiled_area
+from costcalc.verify.run import verify
 
 
 def test_toy_reproduces_the_tutorial_table():
@@ -128,7 +128,7 @@ def test_a_rolling_window_cache_is_counted_exactly_and_rolls():
 def test_mla_absorbed_and_naive_compute_the_same_function():
     spec = from_dict(STRUCTURES[1], "mla")
     model = build.from_spec(spec, dtype=torch.float64)
-    from verify.model import causal_mask
+    from costcalc.verify.model import causal_mask
 
     tokens = torch.randint(0, spec["V"], (2, 9))
     with torch.no_grad():
@@ -138,7 +138,7 @@ def test_mla_absorbed_and_naive_compute_the_same_function():
 
 
 def test_a_window_mask_reads_w_keys():
-    from verify.model import band, causal_mask
+    from costcalc.verify.model import band, causal_mask
 
     mask = band(causal_mask(4, past=6), past=6, window=3)
     assert mask.sum(-1).tolist() == [3, 3, 3, 3]
@@ -146,7 +146,7 @@ def test_a_window_mask_reads_w_keys():
 
 
 def test_a_chunk_mask_reads_the_own_chunk_up_to_itself():
-    from verify.model import band, causal_mask
+    from costcalc.verify.model import band, causal_mask
 
     mask = band(causal_mask(5, past=6), past=6, window=None, chunk=4)   # positions 6..10 (0-based)
     assert mask.sum(-1).tolist() == [3, 4, 1, 2, 3]                    # (p mod 4) + 1
@@ -186,7 +186,7 @@ def test_cli_verify_writes_a_report(tmp_path, capsys):
 
 def test_verify_names_every_job():
     from costcalc.cli.verify_cmd import WORKLOADS
-    from verify.jobs import JOBS
+    from costcalc.verify.jobs import JOBS
 
     assert WORKLOADS.split(",") == list(JOBS)
 
@@ -274,20 +274,20 @@ SLOW_PRESETS = {
 def _fake_peak(monkeypatch):
     """The measured peak and bandwidth (seconds of 2048^3 products, 256 MB copies) are not what
     these tests are about."""
-    import verify.roofline
+    import costcalc.verify.roofline
 
-    monkeypatch.setattr(verify.roofline, "gemm_peak", lambda *a, **k: 1e12)
-    monkeypatch.setattr(verify.roofline, "memory_bandwidth", lambda *a, **k: 1e10)
+    monkeypatch.setattr(costcalc.verify.roofline, "gemm_peak", lambda *a, **k: 1e12)
+    monkeypatch.setattr(costcalc.verify.roofline, "memory_bandwidth", lambda *a, **k: 1e10)
 
 
 def _nothing_built(monkeypatch):
     """Any attempt to build a decoder or run a workload fails the test."""
-    import verify.run
+    import costcalc.verify.run
 
     def built(*a, **k):
         raise AssertionError("a decoder was built")
 
-    monkeypatch.setattr(verify.run, "verify", built)
+    monkeypatch.setattr(costcalc.verify.run, "verify", built)
     monkeypatch.setattr(build, "toy", built)
     monkeypatch.setattr(build, "from_spec", built)
 
@@ -389,7 +389,7 @@ def test_the_table_has_a_header_that_says_what_was_cut_and_a_summary_last(capsys
 
 
 def test_the_header_names_the_groups_kept():
-    from verify.run import cut, title
+    from costcalc.verify.run import cut, title
 
     spec = from_dict(STRUCTURES[0], "hybrid")
     spec = from_dict({**spec.to_dict(), "layers": [{**g, "count": 3} for g in spec.to_dict()["layers"]]}, "x")
@@ -469,7 +469,7 @@ def test_verify_help_fits_80_columns_and_has_an_example(monkeypatch, capsys):
 
 
 def test_a_window_band_is_the_definition():
-    from verify.model import band, causal_mask
+    from costcalc.verify.model import band, causal_mask
 
     for new, past, window in [(1, 0, 1), (4, 6, 3), (7, 0, 2), (5, 9, 20), (3, 3, 1)]:
         got = band(causal_mask(new, past), past, window)
@@ -495,8 +495,8 @@ def test_the_roofline_floor_is_held_per_row_against_the_calculator():
     from costcalc import calc
     from costcalc.devices import Device
     from costcalc.roofline import Machine
-    from verify import jobs, roofline
-    from verify.harness import Outcome
+    from costcalc.verify import jobs, roofline
+    from costcalc.verify.harness import Outcome
 
     spec = presets.load("toy")
     machine = Machine(Device("m", {"fp32": 1e9}, 1e9, 10**9))

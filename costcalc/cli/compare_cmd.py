@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..core.registry import workload as find
 from ..errors import CostcalcError
 from ..peers import TOOLS
 from ..peers.base import WORKLOADS, Case, Setup
@@ -13,7 +14,7 @@ from ..ranges import check_rows
 from ..vocab import Choice
 from .options import (ActDtypeOpt, BatchOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, FormatOpt, OutputOpt,
                       PresetFileOpt, PresetOpt, WideOpt, axes, bundled, models, warn)
-from .emit import emit
+from .emit import Out, emit_to
 
 
 Workload = Choice("Workload", {name: name for name in WORKLOADS})     # the workloads the recipes answer
@@ -37,26 +38,30 @@ ExpertsOpt = Annotated[str, typer.Option(
 MAX_CASES = 10_000   # a recipe case takes ~2 ms: beyond this a comparison runs for minutes
 
 
-def _cases(workload: Workload, preset, preset_file, config, seq, context, new, batch):
-    wanted = {"prefill": ("--seq",), "train": ("--seq",), "decode": ("--context",), "generate": ("--seq", "--new")}
-    given = {"--seq": seq, "--context": context, "--new": new}
-    for flag, value in given.items():
-        if value is not None and flag not in wanted[workload.value]:
-            raise CostcalcError(f"{flag} does not apply to {workload.value} (it takes {', '.join(wanted[workload.value])})")
-    for flag in wanted[workload.value]:
-        if given[flag] is None:
-            raise CostcalcError(f"{workload.value} needs {flag}")
+FLAGS = {"seq": "--seq", "context": "--context", "new_tokens": "--new"}   # an input column's option here
+
+
+def _cases(workload: Workload, given: dict) -> list[Case]:
+    """The cases of the case options (``CASE_OPTIONS``): every model x every point of the
+    inputs the workload's registry entry names (each given, no other)."""
     name = workload.value
-    columns = {"--seq": ("seq", seq), "--context": ("context", context), "--new": ("new_tokens", new)}
-    specs = models(preset, preset_file, config)
-    grid = axes(name, len(specs), **{columns[f][0]: (columns[f][1], f) for f in wanted[workload.value]},
-                batch=(batch, "--batch"))
+    wanted = [FLAGS[i.column] for i in find(name).inputs if i.column in FLAGS]
+    texts = {"--seq": given["seq"], "--context": given["context"], "--new": given["new"]}
+    for flag, value in texts.items():
+        if value is not None and flag not in wanted:
+            raise CostcalcError(f"{flag} does not apply to {name} (it takes {', '.join(wanted)})")
+    for flag in wanted:
+        if texts[flag] is None:
+            raise CostcalcError(f"{name} needs {flag}")
+    specs = models(given["preset"], given["preset_file"], given["config"])
+    grid = axes(name, len(specs), **{column: (texts[flag], flag) for column, flag in FLAGS.items() if flag in wanted},
+                batch=(given["batch"], "--batch"))
     n = len(grid["batch"])
     if n * len(specs) > MAX_CASES:
         raise CostcalcError(f"compare works each tool's recipe out case by case: {n * len(specs):,} cases "
                             f"(presets x points) is too many, at most {MAX_CASES:,}")
     points = [{k: int(v[i]) for k, v in grid.items()} for i in range(n)]
-    return [Case(spec, workload.value, p["batch"], p.get("seq", 0), p.get("context", 0), p.get("new_tokens", 0))
+    return [Case(spec, name, p["batch"], p.get("seq", 0), p.get("context", 0), p.get("new_tokens", 0))
             for spec in specs for p in points]
 
 
@@ -81,7 +86,7 @@ def _emit(rows: list[dict], text, fmt, output, wide: bool) -> None:
             return None
         return lambda handle: handle.write(body)
 
-    emit(report.flat(rows), fmt, output, wide=wide, own=own)
+    emit_to(report.flat(rows), Out(fmt, output, wide), own=own)
 
 
 def _groups(rows: list[dict]) -> list[list[dict]]:
@@ -126,7 +131,7 @@ def compare(
     from ..peers import report
 
     names, setup = counters
-    cases = _cases(workload, **case)
+    cases = _cases(workload, case)
     check_rows(len(cases) * len(names), "the comparison (cases x tools)")
     rows = [row for case in cases for row in peers.compare(case, names, setup)]
     _emit(rows, report.compare_text, fmt, output, wide)
@@ -158,11 +163,11 @@ def mfu(
     from ..peers import mfu as model_flops, report
 
     names, setup = counters
-    flops_per_s, peak_from = _peak(peak, device, device_file, act_dtype)
-    cases = _cases(workload, **case)
+    peak_flops = _peak(peak, device, device_file, act_dtype)
+    cases = _cases(workload, case)
     check_rows(len(cases) * (len(names) + 3), "the MFU table (cases x rows)")
     rows = [row for case in cases for row in model_flops.utilisation(
-        case, model_flops.seconds(case, time, tokens_per_s), flops_per_s, names, setup, peak_from)]
+        case, model_flops.seconds(case, time, tokens_per_s), peak_flops, names, setup)]
     _emit(rows, report.mfu_text, fmt, output, wide)
 
 

@@ -3,7 +3,7 @@ caps on terminal tables, atomic files, "wrote N rows"), and the tables of severa
 presets or conventions merged into one."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
 import typer
 
@@ -55,21 +55,36 @@ def concat(tables: Sequence[Mapping[str, Sequence[Any]]]) -> Columns:
     return out
 
 
-def emit_listing(items: Sequence[Any], compact, full, fmt: Optional[Format], output: Optional[str],
+class Out(NamedTuple):
+    """Where a command's rows go and how: --format, --output, --wide."""
+    fmt: Optional[Format] = None
+    output: Optional[str] = None
+    wide: bool = False
+
+
+def emit_listing(items: Sequence[Any], shapes: tuple, fmt: Optional[Format], output: Optional[str],
                  wide: bool = False) -> None:
     """A list of built-in things (presets, devices): a readable line each in a table
-    (``compact``), every field in CSV, Markdown or JSON (``full``)."""
+    (``shapes[0]``), every field in CSV, Markdown or JSON (``shapes[1]``)."""
+    compact, full = shapes
     shape = compact if output_format(fmt, outputs.target(output)) == "table" else full
     emit([shape(item) for item in items], fmt, output, wide=wide)
 
 
 def emit(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], fmt: Optional[Format],
-         output: Optional[str], notes: Sequence[str] = (), wide: bool = False, own=None) -> None:
-    """Render rows (or columns) to standard output or ``output`` (never half a file, never
+         output: Optional[str], notes: Sequence[str] = (), wide: bool = False) -> None:
+    """Render rows (or columns) with the shared writer of each format (``emit_to``)."""
+    emit_to(rows, Out(fmt, output, wide), notes)
+
+
+def emit_to(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], out: Out,
+            notes: Sequence[str] = (), own=None) -> None:
+    """Render rows (or columns) to standard output or ``--output`` (never half a file, never
     replacing what is not a regular file). Tables and Markdown are refused past
     ``MAX_TABLE_ROWS`` rows; CSV and JSON are not (their rows are built whole first: the
     row cap of ``ranges`` bounds them). ``own(format, width)``: a command's own writer for a
     format (a function of the handle), or None for the shared one."""
+    fmt, output, wide = out
     dest = outputs.target(output)
     chosen = output_format(fmt, dest)
     count = length(rows)

@@ -8,7 +8,7 @@ import typer
 from .. import devices as device_data, notes, units
 from ..errors import CostcalcError
 from ..vocab import WindowCache
-from .options import (ConfigOpt, DeviceFileOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt,
+from .options import (ConfigOpt, DeviceFileOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic,
                       WideOpt, axes, for_models, mla_form, models, warn, with_some_traffic)
 from .emit import emit, emit_listing, output_format, write_fields, write_text
 from .. import outputs
@@ -26,7 +26,7 @@ def devices_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
     """
     if ctx.invoked_subcommand is not None:
         return
-    emit_listing(device_data.load_all(), _line, _flat, fmt, output, wide)
+    emit_listing(device_data.load_all(), (_line, _flat), fmt, output, wide)
 
 
 def _line(d) -> dict:
@@ -86,7 +86,7 @@ def memory(
     context: Annotated[str, typer.Option("--context", "-t", metavar="T",
                                          help="Tokens each sequence holds in its KV cache (e.g. 128k); a list or "
                                               "range sweeps.")] = ...,
-    traffic: tuple = (None, None),
+    traffic: Traffic = Traffic(),
     reserve: Annotated[float, typer.Option(help="Fraction of the device's memory kept free "
                                                 "(activations, workspace).")] = 0.1,
     mla: MlaOpt = Mla.auto,
@@ -102,7 +102,7 @@ def memory(
 
     Example: costcalc memory --preset llama-3.1-70b --batch 32 --context 8k --device h100
     """
-    from ..evaluate import Options
+    from ..evaluate import Options, Query
     from ..memory import fit
 
     specs = models(preset, preset_file, config)
@@ -115,6 +115,6 @@ def memory(
         warn(f"--window-cache {window_cache.value} does nothing: {', '.join(s.name for s in specs)} has no "
              f"window or chunked layers")
     options = Options(mla=mla_form(mla, specs), window_cache=window_cache or WindowCache.rolling)
-    rows = [fit(spec, machine.device, precision, int(b), int(t), reserve, options)
+    rows = [fit(Query(spec, "decode", options, precision, machine), int(b), int(t), reserve)
             for spec in specs for b, t in zip(points["batch"], points["context"])]
     emit(rows, fmt, output, [notes.MEMORY], wide)

@@ -12,8 +12,8 @@ from ..core.registry import WORKLOADS
 from ..blocks import ATTENTIONS, FFNS, FORMS
 from ..vocab import ARCHS
 from ..terminal import wrap, wrap_header
-from .options import (ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla, MlaOpt,
-                      OutputOpt, PresetFileOpt, PresetOpt, WideOpt, conventions, for_models, mla_form, model, models,
+from .options import (ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla, MlaOpt, OutputOpt,
+                      PresetFileOpt, PresetOpt, Traffic, WideOpt, conventions, for_models, mla_form, model, models,
                       warn, with_some_traffic)
 from .emit import TABLE_WIDTH, emit, emit_listing, output_format, write_fields, write_text
 
@@ -80,7 +80,7 @@ def crossover(
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
     mla: MlaOpt = Mla.auto,
-    traffic: tuple = (None, None),
+    traffic: Traffic = Traffic(),
     batch: Annotated[str, typer.Option("--batch", "-b", metavar="B", help="Batch of the time crossover.")] = "1",
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -118,7 +118,7 @@ def presets_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
     """
     if ctx.invoked_subcommand is not None:
         return
-    emit_listing(presets.load_all(), _compact, _summary, fmt, output, wide)
+    emit_listing(presets.load_all(), (_compact, _summary), fmt, output, wide)
 
 
 def _compact(spec) -> dict:

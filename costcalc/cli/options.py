@@ -1,9 +1,9 @@
 """What every command shares: the model options, the output options, list parsing, emitting rows."""
 from __future__ import annotations
 
-import enum
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Annotated, Any, Mapping, Optional, Sequence, Union
 
 import typer
 
@@ -11,21 +11,19 @@ from .. import outputs, presets, ranges, vocab
 from ..errors import CostcalcError
 from ..render import FORMATS
 from ..spec import ModelSpec
-from ..vocab import CONVENTION_SETS, DEFAULT_TILE, Choice, Dtype, Logits, MlaForm, Routing, WindowCache
+from ..vocab import CONVENTION_SETS, DEFAULT_TILE, Choice, Dtype, MlaForm, Routing, WindowCache
+
+if TYPE_CHECKING:   # bytes and time load only when asked for
+    from ..roofline import Machine, Precision
 
 
-class Format(str, enum.Enum):
-    table = "table"
-    csv = "csv"
-    markdown = "markdown"
-    json = "json"
-
-
+# --format: the renderer's formats
+Format = Choice("Format", {f: f for f in FORMATS})
 # --convention: one of the conventions, or a set of them (vocab.CONVENTION_SETS)
 Convention = Choice("Convention", {**{c.name: c.value for c in vocab.Convention}, **{k: k for k in CONVENTION_SETS}})
+# --logits: the modes a command offers (``none``, a chunk without the LM head, is the calculator's own)
+Logits = Choice("Logits", {m.name: m.value for m in vocab.Logits if m != vocab.Logits.none})
 
-
-assert {f.value for f in Format} == set(FORMATS)
 
 def check_output(value: Optional[str]) -> Optional[str]:
     """Typer callback: an --output that cannot be written is an error before any work."""
@@ -199,10 +197,10 @@ def bundled(name: str, options: Mapping[str, tuple[Any, Any]], build):
 
 
 def with_traffic(command, keep: Sequence[str] = tuple(TRAFFIC_OPTIONS)):
-    """The byte and time options (``TRAFFIC_OPTIONS``, or those named in ``keep``), received as
-    ``traffic`` = (precision, machine), or (None, None) for FLOPs only."""
+    """The byte and time options (``TRAFFIC_OPTIONS``, or those named in ``keep``), received in
+    the command's parameter ``traffic`` as a ``Traffic``."""
     def build(**given):
-        return traffic(**{**dict.fromkeys(TRAFFIC_OPTIONS), **given})
+        return traffic(given)
     return bundled("traffic", {key: TRAFFIC_OPTIONS[key] for key in keep}, build)(command)
 
 
@@ -223,12 +221,13 @@ def window_cache(choice: Union[WindowCache, str], specs: Sequence[ModelSpec], ki
     return choice
 
 
-def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Optional[Dtype],
-            kv_dtype: Optional[Dtype], act_dtype: Optional[Dtype], group_size: Optional[int],
-            routing: Optional[Routing], efficiency: Optional[str]):
-    """(precision, machine) for calc: both None when no byte or device option is given (FLOPs only).
-    ``group_size`` and ``routing`` not given (None) are 128 and expected; given where they change
+def traffic(given: Mapping[str, Any]) -> "Traffic":
+    """The byte and time options (``TRAFFIC_OPTIONS``, each None where not given) as the
+    calculator takes them: no dtypes and no device when none is given (FLOPs only).
+    ``group_size`` and ``routing`` not given are 128 and expected; given where they change
     nothing, a warning says so."""
+    device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency = (
+        given.get(key) for key in TRAFFIC_OPTIONS)
     if group_size is not None and not (weight_dtype is not None and Dtype(weight_dtype).grouped):
         warn("--group-size does nothing without --weight-dtype int8 or int4 (only integer weights carry scales)")
     if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype):
@@ -244,7 +243,7 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
     if not (device or device_file or weight_dtype or kv_dtype or act_dtype):
         if efficiency is not None:
             warn("--efficiency does nothing without --device")
-        return None, None
+        return Traffic()
     from .. import devices
     from ..roofline import Machine, Precision
 
@@ -256,9 +255,9 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
         machine = Machine(profile, *_efficiency(efficiency))
     elif efficiency is not None:
         warn("--efficiency does nothing without --device")
-    given = (weight_dtype, kv_dtype, act_dtype)
-    if machine is None and all(d is None for d in given):
-        return None, None
+    dtypes = (weight_dtype, kv_dtype, act_dtype)
+    if machine is None and all(d is None for d in dtypes):
+        return Traffic()
     if machine is not None and act_dtype is None and "bf16" not in machine.device.peak_flops:
         own = [d for d in machine.device.peak_flops if d in Dtype.__members__]
         if len(own) == 1:   # a measured profile (verify --save-profile) has its run's dtype only
@@ -269,21 +268,21 @@ def traffic(device: Optional[str], device_file: Optional[str], weight_dtype: Opt
     return Traffic(precision, machine, routing_given)
 
 
-class Traffic(tuple):
-    """(precision, machine), and whether --routing was given: whether it does anything depends on
-    the models, which ``for_models`` checks."""
+@dataclass(frozen=True)
+class Traffic:
+    """The byte and time options as the calculator takes them: dtypes (``precision``) and a
+    device (``machine``), both None for FLOPs only; and whether --routing was given (whether
+    it does anything depends on the models, which ``for_models`` checks)."""
+    precision: Optional["Precision"] = None
+    machine: Optional["Machine"] = None
+    routing_given: bool = False
 
-    def __new__(cls, precision, machine, routing_given: bool = False):
-        made = super().__new__(cls, (precision, machine))
-        made.routing_given = routing_given
-        return made
 
-
-def for_models(traffic: tuple, specs: Sequence[ModelSpec]) -> tuple:
+def for_models(traffic: Traffic, specs: Sequence[ModelSpec]) -> tuple:
     """(precision, machine) for these models; --routing on models without MoE layers warns."""
-    if getattr(traffic, "routing_given", False) and not any(g.block.ffn == "moe" for s in specs for g in s.groups):
+    if traffic.routing_given and not any(g.block.ffn == "moe" for s in specs for g in s.groups):
         warn(f"--routing does nothing: {', '.join(s.name for s in specs)} has no MoE layers")
-    return tuple(traffic)
+    return traffic.precision, traffic.machine
 
 
 def _efficiency(text: Optional[str]) -> tuple[float, float]:

@@ -10,7 +10,7 @@ from ..errors import CostcalcError
 from ..outputs import printable
 from ..ranges import number, parse
 from .options import (RANGE_HELP, ConfigOpt, Convention, ConventionOpt, Logits, LogitsOpt, PresetFileOpt, PresetOpt,
-                      TileOpt, conventions, models, with_some_traffic)
+                      TileOpt, Traffic, conventions, models, with_some_traffic)
 from .options import tile as parse_tile
 
 MAX_POINTS = 1_000_000     # x values one figure draws (a line of more is no clearer, and slow)
@@ -38,7 +38,7 @@ def plot(
     size: Annotated[str, typer.Option(metavar="WxH", help="Panel size in inches, WxH.")] = "7x4.5",
     dpi: Annotated[int, typer.Option(metavar="DPI", help="Resolution of a PNG.")] = 150,
     title: Annotated[Optional[str], typer.Option(metavar="TEXT", help="Figure title.")] = None,
-    traffic: tuple = (None, None),
+    traffic: Traffic = Traffic(),
 ) -> None:
     """Draw FLOPs by term against length for one or several presets, crossovers marked.
 
@@ -48,39 +48,45 @@ def plot(
 
     plotting.check_output(output)          # before any work
     specs = models(preset, preset_file, config)
-    given = {"prefill": ("--seq", seq), "decode": ("--context", context), "generate": ("--new", new)}
-    if what not in given:
-        raise CostcalcError(f"plot: expected prefill, decode or generate, got {what!r}")
-    flag, text = given[what]
-    if text is None:
-        raise CostcalcError(f"plot {what} needs {flag}")
-    if what == "generate":
-        if prompt is None:
-            raise CostcalcError("plot generate needs --prompt")
-        tokens = number(new, "--new")
-        if tokens > MAX_POINTS:
-            raise CostcalcError(f"--new: at most {MAX_POINTS:,} tokens are drawn, got {tokens:,}")
-        xs = list(range(1, tokens + 1))
-    else:
-        values = parse(text, flag)
-        if len(values) > MAX_POINTS:
-            raise CostcalcError(f"{flag}: at most {MAX_POINTS:,} points are drawn, got {len(values):,}")
-        xs = list(values)
+    xs = _xs(what, {"--seq": seq, "--context": context, "--new": new, "--prompt": prompt})
     sizes = parse(batch, "--batch")
     if len(sizes) != 1:
         raise CostcalcError("--batch: a plot takes one batch size")
     first = parse(prompt, "--prompt") if prompt is not None else [1]
     if len(first) != 1:
         raise CostcalcError("--prompt: a plot takes one prompt length")
-    precision, machine = traffic
+    precision, machine = traffic.precision, traffic.machine
     if precision is not None and machine is None:
         raise CostcalcError("plot: dtypes draw time only with --device")
-    drawn = plotting.figure(what, specs, xs, output, conventions(convention), sizes[0], first[0],
-                            logits.value, parse_tile(tile, conventions(convention)), style, _size(size), dpi, title,
-                            (precision, machine) if machine else None)
+    kinds = tuple(conventions(convention))
+    request = plotting.Figure(what, tuple(xs), kinds, sizes[0], first[0], logits.value, parse_tile(tile, kinds),
+                              (precision, machine) if machine else None)
+    drawn = plotting.draw(request, specs, output, plotting.Look(style, _size(size), dpi, title))
     marks = [m["label"] for p in drawn.panels for m in p["markers"]]
     typer.echo(f"wrote {printable(str(output))} ({len(specs)} panel{'s' if len(specs) > 1 else ''}, {len(xs)} points"
                + (f"; marked: {'; '.join(marks)}" if marks else "") + ")", err=True)
+
+
+def _xs(what: str, given: dict) -> list[int]:
+    """The x values of a figure from the option that gives them (``given``: flag -> text):
+    --seq (prefill), --context (decode), or the tokens 1..N of --new (generate)."""
+    flag = {"prefill": "--seq", "decode": "--context", "generate": "--new"}.get(what)
+    if flag is None:
+        raise CostcalcError(f"plot: expected prefill, decode or generate, got {what!r}")
+    text = given[flag]
+    if text is None:
+        raise CostcalcError(f"plot {what} needs {flag}")
+    if what == "generate":
+        if given["--prompt"] is None:
+            raise CostcalcError("plot generate needs --prompt")
+        tokens = number(text, "--new")
+        if tokens > MAX_POINTS:
+            raise CostcalcError(f"--new: at most {MAX_POINTS:,} tokens are drawn, got {tokens:,}")
+        return list(range(1, tokens + 1))
+    values = parse(text, flag)
+    if len(values) > MAX_POINTS:
+        raise CostcalcError(f"{flag}: at most {MAX_POINTS:,} points are drawn, got {len(values):,}")
+    return list(values)
 
 
 def _size(text: str) -> tuple[float, float]:

@@ -10,13 +10,13 @@ from .. import outputs
 from ..errors import CostcalcError
 from .options import (ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, WideOpt, WindowCacheOpt, int_list,
                       mla_form, model, warn)
-from .emit import TABLE_WIDTH, emit, output_format
+from .emit import TABLE_WIDTH, Out, emit, output_format
 from .options import window_cache as cache_choice
 from ..vocab import WindowCache
 from .options import tile as parse_tile
 
 MAX_LENGTHS = 64   # lengths one verify run takes (each runs every workload on the model)
-WORKLOADS = "prefill,varlen_prefill,cached_prefill,chunked,decode,generate"   # verify.jobs.JOBS (a test holds it)
+WORKLOADS = "prefill,varlen_prefill,cached_prefill,chunked,decode,generate"   # costcalc.verify.jobs.JOBS (a test holds it)
 
 
 VerifyPresetOpt = Annotated[Optional[str], typer.Option(
@@ -60,9 +60,22 @@ def verify(
     Example: costcalc verify --preset toy --device cpu
     """
     spec = model(preset, preset_file, config)
-    names = [w.strip() for w in workloads.split(",") if w.strip()]
+    plan = _plan(spec, dict(device=device, dtype=dtype, layers=layers, vocab=vocab, workloads=workloads, seq=seq,
+                            batch=batch, tile=tile, repeats=repeats, attention_lengths=attention_lengths, mla=mla,
+                            window_cache=window_cache))
+    targets = _targets(Out(fmt, output, wide), save_profile, report, plan["repeats"])
+    outcome = _run(spec, plan)
+    _write(outcome, targets, Out(fmt, output, wide))
+    if not outcome.ok:
+        raise CostcalcError(f"{outcome.mismatches} counted terms differ from the formulas")
+
+
+def _plan(spec, given: dict) -> dict:
+    """The run's arguments (``costcalc.verify.run.verify``'s keywords) from the options, each checked."""
+    names = [w.strip() for w in given["workloads"].split(",") if w.strip()]
     if not names:
-        raise CostcalcError(f"--workloads: no workload in {workloads!r}")
+        raise CostcalcError(f"--workloads: no workload in {given['workloads']!r}")
+    batch, layers, vocab, repeats = given["batch"], given["layers"], given["vocab"], given["repeats"]
     for n, label in ((batch, "--batch"), (layers, "--layers"), (vocab, "--vocab")):
         if n is not None and n < 1:
             raise CostcalcError(f"{label}: {n} is not positive")
@@ -70,57 +83,73 @@ def verify(
         raise CostcalcError(f"--layers {layers}: {spec.name} has {spec['L']} layers")
     if repeats < 0:
         raise CostcalcError(f"--repeats: {repeats} is negative")
-    seqs, lengths = int_list(seq, "--seq"), int_list(attention_lengths, "--attention-lengths")
+    seqs, lengths = int_list(given["seq"], "--seq"), int_list(given["attention_lengths"], "--attention-lengths")
     for option, values in (("--seq", seqs), ("--attention-lengths", lengths)):
         if len(values) > MAX_LENGTHS:
             raise CostcalcError(f"{option}: verify runs each length on the model: at most {MAX_LENGTHS}, "
                                 f"got {len(values):,}")
-    chosen_tile, mla = parse_tile(tile), mla_form(mla, [spec])
-    cache = cache_choice(window_cache, [spec], ["full"])
+    chosen_tile, mla = parse_tile(given["tile"]), mla_form(given["mla"], [spec])
+    cache = cache_choice(given["window_cache"], [spec], ["full"])
     if lengths and not repeats:
-        warn(f"--attention-lengths {attention_lengths} does nothing with --repeats 0 (nothing is timed)")
-    # Where the results go is checked before any work: a run is never lost to a bad path.
-    from verify import report as report_mod   # no torch in it
+        warn(f"--attention-lengths {given['attention_lengths']} does nothing with --repeats 0 (nothing is timed)")
+    return dict(device=given["device"], dtype=given["dtype"], layers=layers, vocab=vocab, workloads=names, seqs=seqs,
+                batch=batch, tile=chosen_tile, repeats=repeats, attention_lengths=lengths, mla=mla, window_cache=cache)
 
-    dest = outputs.target(output)
-    profile_dest = outputs.target(save_profile, "--save-profile") if save_profile is not None else None
-    if profile_dest is not None and not repeats:
+
+def _targets(out: Out, save_profile: Optional[str], report: Optional[str], repeats: int) -> dict:
+    """Where the results go, checked before any work (a run is never lost to a bad path): the
+    output and its format, the measured profile's file, the report's files."""
+    from ..verify import report as report_mod   # no torch in it
+
+    dest = outputs.target(out.output)
+    profile = outputs.target(save_profile, "--save-profile") if save_profile is not None else None
+    if profile is not None and not repeats:
         raise CostcalcError("--save-profile needs timing: --repeats 0 measures nothing")
-    chosen = output_format(fmt, dest)
-    report_files = report_mod.targets(report) if report is not None else {}
-    if importlib.util.find_spec("torch") is None:   # torch itself loads only inside verify/
+    chosen = output_format(out.fmt, dest)
+    files = report_mod.targets(report) if report is not None else {}
+    return {"dest": dest, "format": chosen, "profile": profile, "report": report, "report_files": files}
+
+
+def _run(spec, plan: dict):
+    """The verifier's outcome: the workloads run and counted (torch loads here)."""
+    if importlib.util.find_spec("torch") is None:   # torch itself loads only inside costcalc.verify
         raise CostcalcError("verify needs torch: pip install 'costcalc[verify]'")
-    from verify.run import verify as run
+    from ..verify.run import verify as run
 
     try:
-        outcome = run(spec, device, dtype, layers, vocab, names, seqs, batch, chosen_tile, repeats,
-                      attention_lengths=lengths, mla=mla, window_cache=cache)
+        return run(spec, **plan)
     except MemoryError:
         raise CostcalcError("out of memory: use --layers, --vocab or shorter --seq") from None
     except RuntimeError as exc:
         if any(text in str(exc).lower() for text in ("out of memory", "can't allocate memory")):
             raise CostcalcError("out of memory: use --layers, --vocab or shorter --seq") from None
         raise
+
+
+def _write(outcome, targets: dict, out: Out) -> None:
+    """The checks (CSV, Markdown) or the whole outcome (table, JSON); the measured profile and
+    the report where asked for."""
+    from ..verify import report as report_mod
+
+    chosen, dest = targets["format"], targets["dest"]
     if chosen in ("csv", "markdown"):   # one table: the checks
         left = [name for name in ("timings", "attention") if getattr(outcome, name)]
         if left:
             typer.echo(f"note: {chosen} holds the checks only; the {' and '.join(left)} are in "
                        f"--report DIR or -f json", err=True)
-        emit(outcome.checks, fmt, output, wide=wide)
+        emit(outcome.checks, out.fmt, out.output, wide=out.wide)
         typer.echo(outcome.summary, err=True)
     else:
         text = (report_mod.json_document(outcome) if chosen == "json"
-                else report_mod.table_document(outcome, None if wide else TABLE_WIDTH))
+                else report_mod.table_document(outcome, None if out.wide else TABLE_WIDTH))
         outputs.write_text(dest, text)
         if dest.kind != "stdout":
             typer.echo(f"wrote {outcome.summary} ({chosen}) to {dest.printed}", err=True)
-    if profile_dest is not None and outcome.profile is not None:
+    if targets["profile"] is not None and outcome.profile is not None:
         import json
 
-        outputs.write_text(profile_dest, json.dumps(outcome.profile.to_dict(), indent=2) + "\n")
-        typer.echo(f"wrote the measured device profile to {profile_dest.printed}", err=True)
-    if report is not None:
-        for path in report_mod.write(outcome, report_files, f"costcalc verify: {outcome.title}"):
+        outputs.write_text(targets["profile"], json.dumps(outcome.profile.to_dict(), indent=2) + "\n")
+        typer.echo(f"wrote the measured device profile to {targets['profile'].printed}", err=True)
+    if targets["report"] is not None:
+        for path in report_mod.write(outcome, targets["report_files"], f"costcalc verify: {outcome.title}"):
             typer.echo(f"wrote {outputs.printable(str(path))}", err=True)
-    if not outcome.ok:
-        raise CostcalcError(f"{outcome.mismatches} counted terms differ from the formulas")

@@ -1,18 +1,18 @@
 """Commands that evaluate a workload: prefill, chunked, decode, generate, train."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from .. import calc, notes
 from ..errors import CostcalcError
+from ..evaluate import Options, Query
 from ..ranges import check_rows
 from ..vocab import WindowCache
-from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits,
-                      LogitsOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, WideOpt,
-                      WindowCacheOpt, axes, conventions, for_models, int_list, mla_form, models, warn,
-                      with_traffic)
+from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla,
+                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, Traffic, WideOpt, WindowCacheOpt, axes,
+                      conventions, for_models, int_list, mla_form, models, warn, with_traffic)
 from .emit import concat, emit, interleave
 from .options import window_cache as cache_choice
 from .options import tile as parse_tile
@@ -37,7 +37,7 @@ def prefill(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
-    traffic: tuple = (None, None),
+    traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -53,17 +53,11 @@ def prefill(
     if cached_prefix is None and cache != "whole":
         warn(f"--window-cache {cache} does nothing without --cached-prefix (a prefill caches nothing before it)")
     precision, machine = for_models(traffic, specs)
-    if lengths is not None:
-        if precision is not None:
-            raise CostcalcError("--lengths: bytes and time are modelled for uniform prompts; give --seq")
-        for flag, given in (("--seq", seq), ("--cached-prefix", cached_prefix)):
-            if given is not None:
-                raise CostcalcError(f"--lengths and {flag} conflict: a variable-length batch has its own lengths")
-        if batch != "1":
-            raise CostcalcError("--lengths and --batch conflict: the batch is the number of lengths")
-        sizes = int_list(lengths, "--lengths")
-        emit([calc.varlen_prefill(spec, sizes, padded, c, logits.value, chosen, mla)
-              for spec in specs for c in kinds], fmt, output, wide=wide)
+    if lengths is not None:   # one batch of its own lengths, under the whole window cache
+        given = {"--seq": seq, "--cached-prefix": cached_prefix, "--batch": None if batch == "1" else batch}
+        each = _options(kinds, logits=logits.value, tile=chosen, mla=mla)
+        queries = [Query(spec, "prefill", o, precision, machine) for spec in specs for o in each]
+        emit(_varlen(queries, lengths, padded, given), fmt, output, wide=wide)
         return
     if seq is None:
         raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
@@ -71,15 +65,34 @@ def prefill(
         raise CostcalcError("--padded applies only with --lengths")
     if cached_prefix is None:
         points = axes("prefill", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
-        tables = [interleave([calc.table(spec, "prefill", c, logits.value, chosen, mla, precision, machine, **points)
-                              for c in kinds]) for spec in specs]
     else:
         points = axes("cached_prefill", len(specs) * len(kinds), chunk=(seq, "--seq"),
-                      prefix=(cached_prefix, "--cached-prefix"),
-                      batch=(batch, "--batch"))
-        tables = [interleave([calc.table(spec, "cached_prefill", c, logits.value, chosen, mla, precision, machine,
-                                         cache, **points) for c in kinds]) for spec in specs]
-    emit(concat(tables), fmt, output, wide=wide)
+                      prefix=(cached_prefix, "--cached-prefix"), batch=(batch, "--batch"))
+    name = "prefill" if cached_prefix is None else "cached_prefill"
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla,
+                    window_cache="whole" if cached_prefix is None else cache)
+    emit(concat([interleave([calc.answer(Query(spec, name, o, precision, machine), **points) for o in each])
+                 for spec in specs]), fmt, output, wide=wide)
+
+
+def _varlen(queries: list, lengths: str, padded: bool, given: dict) -> list[dict]:
+    """``prefill --lengths``: one variable-length batch a query; the options it conflicts
+    with (``given``: flag -> value, None where not given) are errors."""
+    if queries[0].traffic:
+        raise CostcalcError("--lengths: bytes and time are modelled for uniform prompts; give --seq")
+    for flag, value in given.items():
+        if value is not None and flag != "--batch":
+            raise CostcalcError(f"--lengths and {flag} conflict: a variable-length batch has its own lengths")
+    if given["--batch"] is not None:
+        raise CostcalcError("--lengths and --batch conflict: the batch is the number of lengths")
+    sizes = int_list(lengths, "--lengths")
+    return [calc.varlen(query, sizes, padded) for query in queries]
+
+
+def _options(kinds: list[str], **given: Any) -> list[Options]:
+    """The options of a command (``given``: the fields of ``Options`` it sets), one record per
+    convention asked for."""
+    return [Options(c, **given) for c in kinds]
 
 
 @with_traffic
@@ -96,7 +109,7 @@ def chunked(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
-    traffic: tuple = (None, None),
+    traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -116,14 +129,15 @@ def chunked(
     for point in points:   # every schedule's size is checked before any is built
         count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
     check_rows(count * len(specs) * len(kinds), "the chunk schedules")
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache)
     for spec in specs:
-        for p in ({**point, "convention": c} for point in points for c in kinds):
-            schedule = calc.chunked_table(spec, logits=logits.value, tile=chosen, mla=mla, precision=precision,
-                                          machine=machine, window_cache=cache,
-                                          **{k: v if isinstance(v, str) else int(v) for k, v in p.items()})
-            tables.append(schedule)
-            total, single = schedule["total_flops"][-2], schedule["total_flops"][-1]
-            notes.append(_chunk_note(spec.name, p, total, single))
+        for point in points:
+            for o in each:
+                query = Query(spec, "chunked", o, precision, machine)
+                sizes = {k: int(point[k]) for k in ("seq", "chunk", "prefix", "batch")}
+                tables.append(calc.schedule(query, **sizes))
+                total, single = tables[-1]["total_flops"][-2], tables[-1]["total_flops"][-1]
+                notes.append(_chunk_note(spec.name, {**sizes, "convention": o.convention.value}, total, single))
     emit(concat(tables), fmt, output, notes[:MAX_NOTES] + _more(len(notes) - MAX_NOTES), wide)
 
 
@@ -155,7 +169,7 @@ def decode(
     tile: TileOpt = None,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
-    traffic: tuple = (None, None),
+    traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -169,9 +183,8 @@ def decode(
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"), batch=(batch, "--batch"))
-    emit(concat([interleave([calc.table(spec, "decode", c, tile=chosen, mla=mla, precision=precision,
-                                        machine=machine, window_cache=cache, **points)
-                             for c in kinds])
+    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache)
+    emit(concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **points) for o in each])
                  for spec in specs]),
          fmt, output, [_decode_note(specs, cache)], wide)
 
@@ -189,7 +202,7 @@ def generate(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
-    traffic: tuple = (None, None),
+    traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -204,9 +217,9 @@ def generate(
     precision, machine = for_models(traffic, specs)
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=(batch, "--batch"))
-    emit(concat([interleave([calc.generate_table(spec, c, logits.value, chosen, mla, precision, machine,
-                                                 window_cache=cache, **points)
-                             for c in conventions(convention)], block=3) for spec in specs]), fmt, output, wide=wide)
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache)
+    emit(concat([interleave([calc.generation(Query(spec, "generate", o, precision, machine), **points) for o in each],
+                            block=3) for spec in specs]), fmt, output, wide=wide)
 
 
 def train(
@@ -229,8 +242,9 @@ def train(
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
-    emit(concat([interleave([calc.table(spec, "train", c, "all", chosen, mla, **points)
-                             for c in conventions(convention)]) for spec in specs]), fmt, output, [notes.TRAIN], wide)
+    each = _options(kinds, logits="all", tile=chosen, mla=mla)
+    emit(concat([interleave([calc.answer(Query(spec, "train", o), **points) for o in each]) for spec in specs]),
+         fmt, output, [notes.TRAIN], wide)
 
 
 def _decode_note(specs, cache: str = "whole") -> str:

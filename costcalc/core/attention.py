@@ -15,7 +15,7 @@ from __future__ import annotations
 import sympy as sp
 
 from .. import symbols as s
-from ..blocks import Block, coerce
+from ..blocks import Block
 from ..vocab import Convention
 from .matmul import matmul
 
@@ -35,9 +35,8 @@ def query_heads(block: Block) -> sp.Expr:
     return s.h_q if block.attention == "mla" else s.d_q / s.d_h
 
 
-def per_query_flops(keys: sp.Expr, block: "Block | str") -> sp.Expr:
+def per_query_flops(keys: sp.Expr, block: Block) -> sp.Expr:
     """QK^T and AV of one query over ``keys`` keys, all query heads of all layers."""
-    block = coerce(block)
     qk, av = head_dims(block)
     return sp.expand(s.L * query_heads(block) * (matmul(1, qk, keys) + matmul(1, keys, av)))
 
@@ -150,10 +149,9 @@ def steps_sum(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) ->
     return sp.summation(keys, (p, lo, hi))
 
 
-def attention_flops(convention: "Convention | str", past: sp.Expr, new: sp.Expr,
-                    block: "Block | str") -> sp.Expr:
+def attention_flops(convention: Convention, past: sp.Expr, new: sp.Expr,
+                    block: Block) -> sp.Expr:
     """Attention FLOPs of one sequence: ``new`` queries after ``past`` cached tokens."""
-    convention, block = Convention.parse(convention, "convention"), coerce(block)
     keys = attention_sum(convention, block, sp.sympify(past), sp.sympify(new))
     unit = per_query_flops(sp.Integer(1), block)          # FLOPs per query-key pair, all layers
     if isinstance(keys, sp.Sum):

@@ -39,10 +39,6 @@ class Breakdown:
         return {t: expand(out[t]) for t in _TERMS if t in out}
 
     @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.terms)
-
-    @property
     def linear(self) -> sp.Expr:
         return sp.Add(*(e for t, e in self.terms.items() if t in LINEAR_PARTS))
 

@@ -21,8 +21,9 @@ from functools import lru_cache
 import sympy as sp
 
 from .. import symbols as s
-from ..blocks import Block, coerce
-from .workloads import decode_step, prefill
+from ..blocks import Block
+from ..vocab import Convention
+from .workloads import decode, prefill
 
 
 def _positive_root(equation: sp.Eq, unknown: sp.Symbol) -> sp.Expr:
@@ -33,18 +34,18 @@ def _positive_root(equation: sp.Eq, unknown: sp.Symbol) -> sp.Expr:
 
 
 @lru_cache(maxsize=None)
-def decode_t_equal(arch: "str | Block") -> sp.Expr:
+def decode_t_equal(block: Block) -> sp.Expr:
     """Keys read per decode step at which attention equals linear FLOPs (B = 1)."""
-    step = decode_step(coerce(arch)).map(lambda e: e.subs(s.B, 1))
-    # decode_step is written in T cached tokens; the step reads K = T + 1 keys.
+    step = decode(block).map(lambda e: e.subs(s.B, 1))
+    # a decode step is written in T cached tokens; the step reads K = T + 1 keys.
     attention = step.terms["attention"].subs(s.T, s.K - 1)
     return _positive_root(sp.Eq(step.linear, attention), s.K)
 
 
 @lru_cache(maxsize=None)
-def prefill_crossover(arch: "str | Block", convention: str) -> sp.Expr:
+def prefill_crossover(block: Block, convention: Convention) -> sp.Expr:
     """Prompt length at which prefill attention equals prefill linear FLOPs (B = 1)."""
-    pre = prefill(coerce(arch), convention).map(lambda e: e.subs(s.B, 1))
+    pre = prefill(block, convention).map(lambda e: e.subs(s.B, 1))
     return _positive_root(sp.Eq(pre.linear, pre.terms["attention"]), s.S)
 
 
@@ -53,4 +54,4 @@ def formulas(block: Block) -> dict[str, str]:
     if block.attention in ("window", "chunk"):
         return {}
     return {"decode_t_equal": str(decode_t_equal(block)),
-            **{f"prefill_{c}": str(prefill_crossover(block, c)) for c in ("causal", "full")}}
+            **{f"prefill_{c.value}": str(prefill_crossover(block, c)) for c in (Convention.causal, Convention.full)}}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from .. import symbols as s
-from ..blocks import Block, coerce
+from ..blocks import Block
 from .matmul import FLOPS_PER_MULTIPLY_ADD, matmul
 
 
@@ -93,9 +93,8 @@ SHARED_GATE = Projection("shared_expert_gate", "shared_experts", s.d, sp.Integer
 LM_HEAD = Projection("lm_head", "lm_head", s.d, s.V)
 
 
-def block(arch: "str | Block") -> tuple[Projection, ...]:
-    """The projections of one decoder block of the given kind (a ``Block`` or its key)."""
-    kind = coerce(arch)
+def block(kind: Block) -> tuple[Projection, ...]:
+    """The projections of one decoder block of the given kind."""
     attention = GQA if kind.attention in ("gqa", "window", "chunk") else mla(kind.q_lora, kind.form)
     if kind.ffn == "dense":
         return attention + DENSE_FFN
@@ -104,22 +103,22 @@ def block(arch: "str | Block") -> tuple[Projection, ...]:
     return attention + MOE_FFN + (SHARED_FFN if kind.shared else ()) + ((SHARED_GATE,) if kind.shared_gate else ())
 
 
-def operators(arch: "str | Block", n: sp.Expr, past: sp.Expr = sp.Integer(0)) -> dict[str, sp.Expr]:
+def operators(kind: Block, n: sp.Expr, past: sp.Expr = sp.Integer(0)) -> dict[str, sp.Expr]:
     """Linear FLOPs of each projection for n new tokens after ``past`` cached ones through all
     L layers, by operator name (a projection ``over_cache`` runs over the past tokens too)."""
     return {p.name: s.L * matmul((n + past if p.over_cache else n) * p.uses, p.fan_in, p.fan_out)
-            for p in block(arch)}
+            for p in block(kind)}
 
 
-def term_of(arch: "str | Block") -> dict[str, str]:
+def term_of(kind: Block) -> dict[str, str]:
     """The breakdown term of each operator of a block (and of the LM head)."""
-    return {**{p.name: p.term for p in block(arch)}, LM_HEAD.name: LM_HEAD.term}
+    return {**{p.name: p.term for p in block(kind)}, LM_HEAD.name: LM_HEAD.term}
 
 
-def linear_terms(arch: "str | Block", n: sp.Expr) -> dict[str, sp.Expr]:
+def linear_terms(kind: Block, n: sp.Expr) -> dict[str, sp.Expr]:
     """Block linear FLOPs for n tokens through all L layers, per breakdown term."""
     terms: dict[str, sp.Expr] = {}
-    for p in block(arch):
+    for p in block(kind):
         terms[p.term] = terms.get(p.term, sp.Integer(0)) + s.L * matmul(n * p.uses, p.fan_in, p.fan_out)
     return terms
 
@@ -138,19 +137,19 @@ def lm_head_flops(rows: sp.Expr) -> sp.Expr:
     return matmul(rows, LM_HEAD.fan_in, LM_HEAD.fan_out)
 
 
-def p_lin(arch: "str | Block") -> sp.Expr:
+def p_lin(kind: Block) -> sp.Expr:
     """Linear parameters executed per token, summed over layers (the chapter's P_lin)."""
-    one_token = sum(linear_terms(arch, sp.Integer(1)).values())
+    one_token = sum(linear_terms(kind, sp.Integer(1)).values())
     return sp.expand(one_token / FLOPS_PER_MULTIPLY_ADD)
 
 
-def block_params(arch: "str | Block") -> dict[str, sp.Expr]:
+def block_params(kind: Block) -> dict[str, sp.Expr]:
     """Weights of the L blocks: ``total`` (every expert) and ``active`` (what a token runs).
 
     Counted from the same projection shapes as the FLOPs, in the naive form (the absorbed
     MLA form reuses the naive weights); matrices only -- norms and biases are not counted.
     """
-    projections = [p for p in block(coerce(arch).with_form("naive")) if p.weight]
+    projections = [p for p in block(kind.with_form("naive")) if p.weight]
     total = sum(p.fan_in * p.fan_out * p.instances for p in projections)
     active = sum(p.fan_in * p.fan_out * p.uses for p in projections)
     return {"block_total": sp.expand(s.L * total), "block_active": sp.expand(s.L * active)}

@@ -2,8 +2,10 @@
 
 An entry says what the rest of the project needs: its name (the one spelling of rows,
 recipes, ``costcalc formula`` and verify), its inputs (row column, symbol, minimum), its
-logits policy, the phase that picks the MLA form, and the function of ``core.workloads``
-that builds its symbolic breakdown. Those with ``compiled`` are printed as code
+logits policy, the phase that picks the MLA form (its builder is the function of
+``core.workloads`` of the same name), and what the layers above read from it: its forward
+for bytes, the tiled cap, its extra columns, its axis in a figure, whether ``compare`` answers
+it. Those with ``compiled`` are printed as code
 (``costcalc.codegen``) and evaluated (``costcalc.evaluate``); the others are composites that
 ``costcalc.composites`` assembles from compiled ones.
 """
@@ -27,7 +29,6 @@ class Workload:
     name: str
     summary: str                       # what it is, in a line
     inputs: tuple[Input, ...]
-    builder: str                       # the function of core.workloads: (block, convention, logits) -> Breakdown
     logits: Optional[Logits] = None    # a fixed logits mode; None: the caller's
     phase: str = "prefill"             # "decode": --mla auto runs the absorbed form
     compiled: bool = True              # printed as a recipe; False: assembled from compiled ones
@@ -37,12 +38,17 @@ class Workload:
     routed: tuple[str, ...] = ()       # the inputs whose product is the tokens one forward routes
     tiled_over: str = ""               # the input whose queries the tiled convention sums tile by tile
                                        # (a decode phase: one query a step); "" for none worth capping
+    extras: tuple[str, ...] = ()       # columns its rows add beside the FLOPs (``costcalc.calc.EXTRAS``)
+    axis: str = ""                     # the x axis ``costcalc plot`` draws it against; "" for none
+    compared: bool = False             # ``costcalc compare`` answers it (its inputs are the case's sizes)
 
     @property
     def build(self) -> Callable:
+        """Its builder: the function of ``core.workloads`` named after it, (block, convention,
+        logits) -> Breakdown."""
         from . import workloads   # sympy, only when a breakdown is derived
 
-        return getattr(workloads, self.builder)
+        return getattr(workloads, self.name)
 
     @property
     def labelled_logits(self) -> bool:
@@ -54,20 +60,22 @@ _B, _S, _T, _N = Input("batch", "B", 1), Input("seq", "S", 1), Input("context", 
 _CHUNK, _PREFIX = Input("chunk", "C", 1), Input("prefix", "T", 0)
 
 WORKLOADS = {w.name: w for w in (
-    Workload("prefill", "B prompts of S tokens", (_B, _S), "prefill", traffic="0,S", routed=("B", "S"),
-             tiled_over="S"),
-    Workload("cached_prefill", "C new tokens over T cached", (_B, _CHUNK, _PREFIX), "cached_prefill",
+    Workload("prefill", "B prompts of S tokens", (_B, _S), traffic="0,S", routed=("B", "S"),
+             tiled_over="S", axis="prompt length S (tokens)", compared=True),
+    Workload("cached_prefill", "C new tokens over T cached", (_B, _CHUNK, _PREFIX),
              aliases=("cached-prefill", "chunk"), traffic="T,C", routed=("B", "C"), tiled_over="C"),
     Workload("varlen_prefill", "packed variable-length batch (padded: prefill at S = max S_i)",
-             (Input("lengths", "S_i", 1),), "varlen_sequence", compiled=False, aliases=("varlen",)),
+             (Input("lengths", "S_i", 1),), compiled=False, aliases=("varlen",)),
     Workload("chunked", "n chunks of C tokens after T cached, logits on the last",
-             (_B, _S, _CHUNK, _PREFIX), "uniform_chunks", compiled=False),
-    Workload("decode", "one decode step over T cached tokens", (_B, _T), "decode_step", Logits.last, "decode",
-             traffic="T,1", routed=("B",)),
-    Workload("decode_phase", "the N-1 decode steps after a prefill of S", (_B, _S, _N), "decode_phase",
+             (_B, _S, _CHUNK, _PREFIX), compiled=False),
+    Workload("decode", "one decode step over T cached tokens", (_B, _T), Logits.last, "decode",
+             traffic="T,1", routed=("B",), extras=("per_token",), axis="cached context T (tokens)", compared=True),
+    Workload("decode_phase", "the N-1 decode steps after a prefill of S", (_B, _S, _N),
              Logits.last, "decode", traffic="steps", routed=("B",), tiled_over="N"),
-    Workload("generate", "prefill of S plus N-1 decode steps", (_B, _S, _N), "generation", compiled=False),
-    Workload("train", "forward with all-position logits x 3", (_B, _S), "train_step", Logits.all, tiled_over="S"),
+    Workload("generate", "prefill of S plus N-1 decode steps", (_B, _S, _N), compiled=False,
+             axis="generated token j", compared=True),
+    Workload("train", "forward with all-position logits x 3", (_B, _S), Logits.all, tiled_over="S",
+             extras=("rule_6p",), compared=True),
 )}
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import sympy as sp
 
 from .. import symbols as s
-from ..blocks import Block, coerce
-from ..vocab import Convention
+from ..blocks import Block
+from ..vocab import Convention, Logits
 from .attention import expand, head_dims, keys_loaded, query_heads
 from .linear import LM_HEAD, block as projections, lm_head_rows
 
@@ -36,10 +36,9 @@ def kv_width(block: Block) -> sp.Expr:
     return s.r_kv + s.d_rope
 
 
-def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, new: sp.Expr,
+def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr, new: sp.Expr,
             batch: sp.Expr = s.B) -> dict[str, sp.Expr]:
     """``operator.kind`` -> elements moved, for every operator of one forward."""
-    block, convention = coerce(arch), Convention.parse(convention, "convention")
     out: dict[str, sp.Expr] = {}
     for p in projections(block):
         rows = batch * (new + past if p.over_cache else new) * p.uses    # MLA expanded: kv_b_proj over the cache too
@@ -60,13 +59,14 @@ def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, ne
     return {k: expand(v) for k, v in out.items()}
 
 
-def build(workload: str, arch: "str | Block", convention: str = "causal", logits: str = "last") -> dict[str, sp.Expr]:
+def build(workload: str, block: Block, convention: Convention = Convention.causal,
+          logits: Logits = Logits.last) -> dict[str, sp.Expr]:
     """The element counts of a compiled workload: the forward its registry entry names
     (``traffic``), or for ``steps`` the decode step summed over the N-1 steps after a prefill of S."""
     from .attention import steps_sum
     from .registry import workload as entry
 
-    w, block = entry(workload), coerce(arch)
+    w = entry(workload)
     if not w.traffic:
         raise ValueError(f"no traffic model for workload {workload!r}")
     logits = w.logits.value if w.logits else logits
@@ -77,6 +77,6 @@ def build(workload: str, arch: "str | Block", convention: str = "causal", logits
     out = {k: sp.expand(sp.summation(v.subs(s.T, s.S + s.j - 1), (s.j, 1, s.N - 1)))
            for k, v in step.items() if k != "attention.kv_read"}
     # keys loaded by one step's one query = the keys it reads (tests/test_roofline.py holds this)
-    keys = steps_sum(Convention.parse(convention, "convention"), block, s.S + 1, s.S + s.N - 1)
+    keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
     out["attention.kv_read"] = s.L * s.B * kv_width(block) * keys
     return {k: out[k] for k in step}

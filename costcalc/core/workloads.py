@@ -1,4 +1,5 @@
-"""Every workload of the cost model, declared once in ``WORKLOADS``, and its symbolic breakdown.
+"""The symbolic breakdown of every workload (each declared once in ``core.registry.WORKLOADS``,
+which names its builder here).
 
 Everything is built from one step, ``forward``: B sequences each run ``new`` tokens
 through the blocks after ``past`` cached tokens. The workloads are that step at
@@ -16,8 +17,6 @@ particular sizes, or sums of it:
 
 ``logits`` is ``last`` (one LM-head row per sequence) or ``all`` (a row per new token);
 internally also ``none``, for a chunk that is not the prompt's last.
-
-``costcalc.core.registry`` declares each workload once and names its builder here.
 """
 from __future__ import annotations
 
@@ -26,8 +25,8 @@ from functools import lru_cache
 import sympy as sp
 
 from .. import symbols as s
-from ..blocks import Block, coerce
-from ..vocab import Convention
+from ..blocks import Block
+from ..vocab import Convention, Logits
 from .attention import attention_flops, per_query_flops, steps_sum
 from .breakdown import Breakdown
 from .linear import LM_HEAD, lm_head_flops, lm_head_rows, operators, term_of
@@ -35,10 +34,9 @@ from .linear import LM_HEAD, lm_head_flops, lm_head_rows, operators, term_of
 TRAIN_FACTOR = 3  # forward + backward ~ 3 x forward (weight and input gradients)
 
 
-def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, new: sp.Expr,
+def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr, new: sp.Expr,
             batch: sp.Expr = s.B) -> Breakdown:
     """``batch`` sequences, each running ``new`` tokens after ``past`` cached ones."""
-    block, convention = coerce(arch), Convention.parse(convention, "convention")
     rows = lm_head_rows(logits, new)
     ops = {name: batch * e for name, e in operators(block, new, past).items()}
     ops["attention"] = batch * attention_flops(convention, past, new, block)
@@ -47,51 +45,49 @@ def forward(arch: "str | Block", convention: str, logits: str, past: sp.Expr, ne
 
 
 @lru_cache(maxsize=None)
-def prefill(arch: "str | Block", convention: str = "causal", logits: str = "last") -> Breakdown:
-    return forward(arch, convention, logits, past=sp.Integer(0), new=s.S)
+def prefill(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
+    return forward(block, convention, logits, past=sp.Integer(0), new=s.S)
 
 
 @lru_cache(maxsize=None)
-def cached_prefill(arch: "str | Block", convention: str = "causal", logits: str = "last") -> Breakdown:
+def cached_prefill(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
     """C new tokens over a cached prefix of T tokens."""
-    return forward(arch, convention, logits, past=s.T, new=s.C)
+    return forward(block, convention, logits, past=s.T, new=s.C)
 
 
 @lru_cache(maxsize=None)
-def decode_step(arch: "str | Block", convention: str = "causal", logits: str = "last") -> Breakdown:
+def decode(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
     """One decode step over T cached tokens: one new token per sequence."""
-    return forward(arch, convention, "last", past=s.T, new=sp.Integer(1))
+    return forward(block, convention, "last", past=s.T, new=sp.Integer(1))
 
 
 @lru_cache(maxsize=None)
-def decode_phase(arch: "str | Block", convention: str = "causal", logits: str = "last") -> Breakdown:
+def decode_phase(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
     """The N-1 decode steps after a prefill of S: step j runs over S + j - 1 cached tokens.
 
     Its linear and LM-head operators are the step's, summed over j; its attention is the
     per-pair cost times the keys the steps read, ``steps_sum`` over positions S+1..S+N-1.
     """
-    block = coerce(arch)
-    step = decode_step(block, convention)
+    step = decode(block, convention)
     ops = {op: sp.summation(e.subs(s.T, s.S + s.j - 1), (s.j, 1, s.N - 1))
            for op, e in step.operators.items() if op != "attention"}
-    keys = steps_sum(Convention.parse(convention, "convention"), block, s.S + 1, s.S + s.N - 1)
+    keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
     ops["attention"] = s.B * per_query_flops(sp.Integer(1), block) * keys
     return Breakdown({op: ops[op] for op in step.operators}, step.term_of).expanded()
 
 
 @lru_cache(maxsize=None)
-def generation(arch: "str | Block", convention: str = "causal", logits: str = "last") -> Breakdown:
+def generate(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
     """A whole generation of N tokens from a prompt of S: prefill plus N-1 decode steps."""
-    return prefill(arch, convention, logits) + decode_phase(arch, convention)
+    return prefill(block, convention, logits) + decode_phase(block, convention)
 
 
-def uniform_chunks(arch: "str | Block", convention: str = "causal", logits: str = "last",
+def chunked(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last,
                    n_chunks: sp.Expr = s.n_chunks) -> Breakdown:
     """``n_chunks`` chunks of C tokens after a cached prefix of T, logits on the last chunk only.
 
     Chunk j (0-based) runs C tokens over T + j*C cached tokens.
     """
-    block = coerce(arch)
     if block.attention in ("window", "chunk"):
         raise ValueError("a uniform chunk schedule over a sliding window or attention chunks has no single closed form; "
                          "evaluate the chunks one by one")
@@ -100,13 +96,13 @@ def uniform_chunks(arch: "str | Block", convention: str = "causal", logits: str 
     return chunks + Breakdown({LM_HEAD.name: lm_head_flops(s.B)})
 
 
-def varlen_sequence(arch: "str | Block", convention: str = "causal", logits: str = "last") -> Breakdown:
+def varlen_prefill(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.last) -> Breakdown:
     """Sequence i of a packed variable-length batch: a one-sequence prefill of S_i tokens
     (the batch is the sum over i = 1..B)."""
-    return prefill(arch, convention, logits).map(lambda e: e.subs(s.B, 1).subs(s.S, s.S_i))
+    return prefill(block, convention, logits).map(lambda e: e.subs(s.B, 1).subs(s.S, s.S_i))
 
 
 @lru_cache(maxsize=None)
-def train_step(arch: "str | Block", convention: str = "causal", logits: str = "all") -> Breakdown:
+def train(block: Block, convention: Convention = Convention.causal, logits: Logits = Logits.all) -> Breakdown:
     """Forward with logits at every position, times 3 for forward + backward."""
-    return prefill(arch, convention, "all").map(lambda e: TRAIN_FACTOR * e)
+    return prefill(block, convention, "all").map(lambda e: TRAIN_FACTOR * e)

@@ -20,12 +20,7 @@ from .families import MAPPERS
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
 
-WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}     # multimodal: the text decoder is what costs
-FAMILIES = tuple(MAPPERS) + tuple(WRAPPERS)
-TIED_DEFAULT = {"gemma2": True, "gemma3_text": True, "gemma3": True, "starcoder2": True, "gemma": True,
-                "cohere": True, "ernie4_5_moe": True, "smollm3": True, "ernie4_5": True,
-                "gpt_bigcode": True, "opt": True, "bloom": True, "mpt": True,
-                "cohere2": True, "vaultgemma": True}      # the classes' own defaults
+FAMILIES = tuple(MAPPERS) + tuple(name for name, table in TABLES.items() if table.decoder)   # wrappers too
 OUT_OF_REACH = {
     "qwen3_next": "linear attention (Gated DeltaNet)",
     "kimi_linear": "linear attention (Kimi Delta Attention)",
@@ -74,12 +69,12 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         raise CostcalcError(f"{where}: model_type {quote(family)} is not supported; supported: "
                             f"{', '.join(FAMILIES)}")
     tied = None
-    if family in WRAPPERS:
+    if TABLES[family].decoder:   # a multimodal wrapper: its text decoder is what costs
         outer = _reader(config, family, where)
         if not isinstance(config.get("text_config"), dict):
             raise CostcalcError(f"{where}: {family} without a text_config")
-        tied = outer.flag("tie_word_embeddings", TIED_DEFAULT.get(family, False))   # the wrapper's flag ties
-        family = WRAPPERS[family]
+        tied = outer.flag("tie_word_embeddings", TABLES[family].tied)   # the wrapper's flag ties
+        family = TABLES[family].decoder
         config = {**config["text_config"], "model_type": family}
     reader = _reader(config, family, where)
     layers = MAPPERS[family](reader)
@@ -88,8 +83,7 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         raise CostcalcError(f"{where}: its layers are of {len(groups):,} different kinds (at most {MAX_GROUPS:,})")
     preset: dict[str, Any] = {"name": name, "title": name, "d": reader.need("hidden_size"),
                               "V": reader.need("vocab_size"), "layers": groups}
-    preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings",
-                                                                          TIED_DEFAULT.get(family, False))
+    preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings", TABLES[family].tied)
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
     return _flatten(preset)
 

@@ -94,6 +94,8 @@ class Table(NamedTuple):
     rows: dict[str, Row]
     extra: dict[str, Row]
     aliases: dict[str, str]       # attribute_map: alias -> the key it stands for
+    tied: bool = False            # the class's default of tie_word_embeddings
+    decoder: str = ""             # a multimodal wrapper: the family of its text_config, the decoder costed
 
     def known(self) -> dict[str, Row]:
         return {**COMMON, **self.extra, **self.rows}
@@ -110,10 +112,11 @@ def _rows(names: str, role: str, why: dict[str, str]) -> dict[str, Row]:
 
 
 def family(used: str, ignored: str, extra_used: str = "", extra_ignored: str = "",
-           aliases: dict[str, str] | None = None, **why: str) -> Table:
+           aliases: dict[str, str] | None = None, tied: bool = False, **why: str) -> Table:
     """A family's table. ``used``/``ignored``: the class's keys (space-separated); ``extra_*``: keys
-    the class does not define but that the family accepts; ``why``: reasons not in ``SHARED``
-    (``HEAD_DIM_READ`` is the shared reason of an undeclared head_dim that the code reads)."""
+    the class does not define but that the family accepts; ``tied``: the class's default of
+    tie_word_embeddings; ``why``: reasons not in ``SHARED`` (``HEAD_DIM_READ`` is the shared
+    reason of an undeclared head_dim that the code reads)."""
     aliases = aliases or {}
     rows = {**_rows(used, USED, why), **_rows(ignored, IGNORED, why)}
     extra = {**_rows(extra_used, USED, why), **_rows(extra_ignored, IGNORED, why)}
@@ -121,7 +124,7 @@ def family(used: str, ignored: str, extra_used: str = "", extra_ignored: str = "
         extra.setdefault(name, Row(IGNORED, SHARED[name]))
     for alias, target in aliases.items():
         extra[alias] = Row(rows.get(target, Row(IGNORED, "")).role, f"alias of {target}")
-    return Table(rows, extra, dict(aliases))
+    return Table(rows, extra, dict(aliases), tied)
 
 
 def wrapper(decoder: str, tied: bool, ignored: str = "", **why: str) -> Table:
@@ -129,6 +132,7 @@ def wrapper(decoder: str, tied: bool, ignored: str = "", **why: str) -> Table:
     ``decoder``), its own ``tie_word_embeddings`` (class default ``tied``) ties the LM head, and its
     image token ids and vision tower cost nothing here. ``ignored``, ``why``: the wrapper's other keys."""
     return family(
+        tied=tied,
         used="text_config tie_word_embeddings",
         ignored="boi_token_index eoi_token_index image_token_index vision_config " + ignored,
         extra_ignored="bos_token_id eos_token_id pad_token_id",
@@ -137,4 +141,4 @@ def wrapper(decoder: str, tied: bool, ignored: str = "", **why: str) -> Table:
         text_config=f"the decoder that is costed (read as {decoder})",
         tie_word_embeddings=f"whether the LM head is tied (the wrapper's flag decides; default {str(tied).lower()})",
         boi_token_index="token id", eoi_token_index="token id", image_token_index="token id",
-        vision_config="the vision tower: not part of the text decoder costed here", **why)
+        vision_config="the vision tower: not part of the text decoder costed here", **why)._replace(decoder=decoder)

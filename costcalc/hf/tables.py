@@ -122,6 +122,7 @@ TABLES = {
         experts_per_token="not read by 5.23: checked equal to num_experts_per_tok",
         initial_context_length="RoPE scaling", attention_bias="biases (router and experts too): not counted"),
     "gemma2": family(
+        tied=True,
         used=DENSE + " head_dim layer_types sliding_window use_bidirectional_attention",
         ignored=_GEMMA_IGNORED,
         extra_used="sliding_window_size", extra_ignored="hidden_act cache_implementation",
@@ -129,6 +130,7 @@ TABLES = {
         sliding_window_size="older duplicate of sliding_window: checked equal",
         hidden_act="older name of hidden_activation: elementwise", **_GEMMA),
     "gemma3_text": family(
+        tied=True,
         used=DENSE + " head_dim layer_types sliding_window use_bidirectional_attention _sliding_window_pattern",
         ignored=_GEMMA_IGNORED,
         extra_used="sliding_window_pattern", extra_ignored="rope_local_base_freq hidden_act cache_implementation",
@@ -166,6 +168,7 @@ TABLES = {
         used=DENSE + " layer_types sliding_window", ignored=BASE + " attention_bias", extra_used="head_dim",
         head_dim=HEAD_DIM_READ, layer_types="which layers are windowed (absent: all but every fourth)"),
     "starcoder2": family(
+        tied=True,
         used=DENSE + " sliding_window",
         ignored=BASE.replace("rms_norm_eps", "norm_epsilon") + " embedding_dropout residual_dropout use_bias",
         extra_used="head_dim", extra_ignored="layer_norm_epsilon norm_type mlp_type",
@@ -174,8 +177,10 @@ TABLES = {
         layer_norm_epsilon="older norm epsilon", norm_type="older norm choice: not a matmul",
         mlp_type="older MLP name: the MLP is the non-gated one whatever it says"),
     "gemma": family(
+        tied=True,
         used=DENSE + " head_dim use_bidirectional_attention", ignored=BASE + " attention_bias", **_GEMMA),
     "cohere": family(
+        tied=True,
         used=DENSE, ignored=BASE.replace("rms_norm_eps", "layer_norm_eps") + " attention_bias logit_scale use_qk_norm",
         extra_used="head_dim", head_dim=HEAD_DIM_READ, logit_scale="scales the logits: elementwise",
         use_qk_norm="LayerNorm of q and k: no matmul (its weights are [heads, d_h], not matrices of a product)"),
@@ -203,6 +208,7 @@ TABLES = {
         n_shared_experts="E_s shared experts of width m_e (one MLP of width m_e * E_s: same FLOPs)",
         num_nextn_predict_layers="multi-token prediction: not built by the causal LM"),
     "ernie4_5_moe": family(
+        tied=True,
         used=DENSE + " moe_intermediate_size moe_k moe_layer_end_index moe_layer_interval moe_layer_start_index "
                      "moe_num_experts moe_num_shared_experts",
         ignored=BASE.replace("attention_dropout ", "") + " moe_norm_min use_bias " + ROUTER,
@@ -219,6 +225,7 @@ TABLES = {
         sliding_window_pattern="older configs: an int p (layer i global iff (i+1) % p == 0) or a string like "
                                "'LLLG'; must agree with layer_types"),
     "smollm3": family(
+        tied=True,
         used=DENSE + " layer_types no_rope_layer_interval no_rope_layers sliding_window use_sliding_window",
         ignored=BASE + " attention_bias mlp_bias", extra_used="head_dim", extra_ignored="max_window_layers pretraining_tp",
         head_dim=HEAD_DIM_READ, use_sliding_window="windows on (false: every layer global whatever layer_types says)",
@@ -291,6 +298,7 @@ TABLES = {
         sliding_window="W of the sliding_attention layers; null: no window (an absent key is the class's 4096: state it)",
         layer_types="which layers are windowed (absent: every layer when sliding_window is set, else none)"),
     "ernie4_5": family(
+        tied=True,
         used=DENSE + " head_dim", ignored=BASE.replace("attention_dropout ", "") + " use_bias",
         head_dim="d_h (null: hidden_size // heads; an absent key is the class's 128: state it)",
         use_bias="q/k/v/o and MLP biases: not counted"),
@@ -302,6 +310,7 @@ TABLES = {
         head_dim=HEAD_DIM_READ, clip_qkv="clamp of q, k, v: elementwise"),
     # older attention + non-gated MLP decoders: learned positions or ALiBi, fused projections
     "gpt_bigcode": family(
+        tied=True,
         used="add_cross_attention multi_query n_embd n_head n_inner n_layer num_key_value_heads tie_word_embeddings "
              "vocab_size",
         ignored="activation_function attention_softmax_in_fp32 attn_pdrop bos_token_id embd_pdrop eos_token_id "
@@ -320,6 +329,7 @@ TABLES = {
         scale_attn_weights="the softmax scale", tie_word_embeddings="tied_embeddings (the class default is true)",
         runner_max_sequence_length="a legacy inference-runner setting", **_SUMMARY_HEAD),
     "opt": family(
+        tied=True,
         used="ffn_dim hidden_size num_attention_heads num_hidden_layers tie_word_embeddings vocab_size "
              "word_embed_proj_dim",
         ignored="_remove_final_layer_norm activation_function attention_dropout bos_token_id do_layer_norm_before "
@@ -338,6 +348,7 @@ TABLES = {
         activation_dropout="not read: dropout", prefix="a generation prefix string",
         output_projection="a metaseq flag: transformers always builds the LM head"),
     "bloom": family(
+        tied=True,
         used="hidden_size n_head n_layer tie_word_embeddings vocab_size",
         ignored="apply_residual_connection_post_layernorm attention_dropout bos_token_id eos_token_id "
                 "hidden_dropout initializer_range layer_norm_epsilon pad_token_id pretraining_tp slow_but_exact "
@@ -359,6 +370,7 @@ TABLES = {
         seq_length="training sequence length: no matmul shape", skip_bias_add="a Megatron kernel switch",
         skip_bias_add_qkv="a Megatron kernel switch", unk_token_id="token id", layer_norm_epsilon="norm epsilon"),
     "mpt": family(
+        tied=True,
         used="attn_config d_model expansion_ratio n_heads n_layers tie_word_embeddings vocab_size",
         ignored="bos_token_id emb_pdrop embedding_fraction eos_token_id init_device initializer_range "
                 "layer_norm_epsilon learned_pos_emb logit_scale max_seq_len no_bias norm_type pad_token_id "
@@ -379,6 +391,7 @@ TABLES = {
         layer_norm_epsilon="norm epsilon"),
     # attention + MLP decoders added later
     "cohere2": family(
+        tied=True,
         used=DENSE + " head_dim layer_types sliding_window",
         ignored=BASE.replace("rms_norm_eps", "layer_norm_eps") + " attention_bias logit_scale",
         extra_used="sliding_window_pattern order_of_interleaved_layers use_gated_activation use_embedding_sharing",
@@ -411,6 +424,7 @@ TABLES = {
         head_dim="d_h (null: hidden_size // heads; hidden_size must be a multiple of the heads)",
         intermediate_size="m of the non-gated MLP (up_proj, ReLU^2, down_proj)"),
     "vaultgemma": family(
+        tied=True,
         used=DENSE + " head_dim layer_types sliding_window", ignored=_GEMMA_IGNORED, extra_ignored="cache_implementation",
         head_dim="d_h (the class default is a fixed 256: state it)",
         num_key_value_heads="h_kv (the class default is a fixed 4: state it)",

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Callable, Optional, Union
+from typing import Callable, NamedTuple, Optional, Union
 
+from ..core.registry import WORKLOADS as REGISTRY
 from ..errors import CostcalcError
+from ..evaluate import Options, Query
 from ..spec import ModelSpec
 
 Number = Union[int, Fraction]
-WORKLOADS = ("prefill", "decode", "generate", "train")
+WORKLOADS = tuple(name for name, w in REGISTRY.items() if w.compared)   # what the recipes answer
 HALF = "x0.5"           # a difference that halves the running number (MACs not FLOPs)
 
 
@@ -34,12 +36,9 @@ class Case:
     new: int = 0
 
     def inputs(self) -> dict[str, int]:
-        """The row columns of this case's sizes."""
-        if self.workload == "decode":
-            return {"batch": self.batch, "context": self.context}
-        if self.workload == "generate":
-            return {"batch": self.batch, "seq": self.seq, "new_tokens": self.new}
-        return {"batch": self.batch, "seq": self.seq}
+        """The row columns of this case's sizes: its workload's inputs (``core.registry``)."""
+        sizes = {"batch": self.batch, "seq": self.seq, "context": self.context, "new_tokens": self.new}
+        return {i.column: sizes[i.column] for i in REGISTRY[self.workload].inputs}
 
     @property
     def tokens(self) -> int:
@@ -48,69 +47,52 @@ class Case:
         return self.batch * {"decode": 1, "generate": self.new}.get(self.workload, self.seq)
 
 
-@dataclass(frozen=True)
-class Config:
-    """The costcalc options a number is computed under."""
-    convention: str = "causal"
-    logits: str = "last"
-    mla: str = "auto"
-    window_cache: str = "whole"
-
-    def label(self, spec: ModelSpec, workload: str) -> str:
-        """``full/all``, plus the MLA form and window cache where the model has them and they
-        are not the default (``full/all, mla expanded, window-cache rolling``); the cache
-        only where there is one (a decode step, a generation)."""
-        text = self.convention if workload in ("decode", "train") else f"{self.convention}/{self.logits}"
-        if spec.has_mla and self.mla != "auto":
-            text += f", mla {self.mla}"
-        if spec.windows and self.window_cache != "whole" and workload in ("decode", "generate"):
-            text += f", window-cache {self.window_cache}"
-        return text
+DEFAULT = Options()
 
 
-DEFAULT = Config()
+def label(options: Options, spec: ModelSpec, workload: str) -> str:
+    """Options as a compare row names them: ``full/all``, plus the MLA form and window cache
+    where the model has them and they are not the default (``full/all, mla expanded,
+    window-cache rolling``); the cache only where there is one (a decode step, a generation)."""
+    text = options.convention.value if workload in ("decode", "train") else \
+        f"{options.convention.value}/{options.logits.value}"
+    if spec.has_mla and options.mla != "auto":
+        text += f", mla {options.mla.value}"
+    if spec.windows and options.window_cache != "whole" and workload in ("decode", "generate"):
+        text += f", window-cache {options.window_cache.value}"
+    return text
 
 
 class Costcalc:
-    """costcalc's own numbers for a case, by configuration, through ``costcalc.calc``."""
+    """costcalc's own numbers for a case, by options, through ``costcalc.calc``."""
 
     def __init__(self, case: Case) -> None:
         self.case = case
-        self._seen: dict[tuple, dict[str, int]] = {}
+        self._seen: dict[Options, dict[str, int]] = {}
 
-    def terms(self, config: Config = DEFAULT, **changes) -> dict[str, int]:
+    def terms(self, options: Options = DEFAULT, **changes) -> dict[str, int]:
         """Every ``<term>`` (attention, experts, lm_head, linear, total, ...) as an int."""
         from .. import calc
 
-        config = replace(config, **changes)
-        c, key = self.case, (config.convention, config.logits, config.mla, config.window_cache)
-        if key not in self._seen:
-            opts = dict(convention=config.convention, mla=config.mla)
-            if c.workload == "train":
-                row = calc.train(c.spec, c.seq, c.batch, **opts)
-            elif c.workload == "decode":
-                row = calc.decode(c.spec, c.context, c.batch, window_cache=config.window_cache, **opts)
-            elif c.workload == "generate":
-                row = calc.generate(c.spec, c.seq, c.new, c.batch, logits=config.logits,
-                                    window_cache=config.window_cache, **opts)[-1]
-            else:
-                row = calc.prefill(c.spec, c.seq, c.batch, logits=config.logits, **opts)
-            self._seen[key] = {k.removesuffix("_flops"): v for k, v in row.items() if k.endswith("_flops")}
-        return self._seen[key]
+        options = replace(options, **changes)
+        if options not in self._seen:
+            row = calc.point(Query(self.case.spec, self.case.workload, options), **self.case.inputs())
+            self._seen[options] = {k.removesuffix("_flops"): v for k, v in row.items() if k.endswith("_flops")}
+        return self._seen[options]
 
-    def total(self, config: Config = DEFAULT, **changes) -> int:
-        return self.terms(config, **changes)["total"]
+    def total(self, options: Options = DEFAULT, **changes) -> int:
+        return self.terms(options, **changes)["total"]
 
-    def term(self, name: str, config: Config = DEFAULT, **changes) -> int:
-        return self.terms(config, **changes).get(name, 0)
+    def term(self, name: str, options: Options = DEFAULT, **changes) -> int:
+        return self.terms(options, **changes).get(name, 0)
 
-    def per_key(self, config: Config = DEFAULT) -> int:
+    def per_key(self, options: Options = DEFAULT) -> int:
         """FLOPs of one more key for one query of every sequence in every layer (attention of
         a decode step over 2 cached tokens minus over 1; no window is that short)."""
         from .. import calc
 
-        c = self.case
-        rows = [calc.decode(c.spec, t, c.batch, config.convention, mla=config.mla) for t in (1, 2)]
+        query = Query(self.case.spec, "decode", Options(options.convention, mla=options.mla))
+        rows = [calc.point(query, batch=self.case.batch, context=t) for t in (1, 2)]
         return rows[1]["attention_flops"] - rows[0]["attention_flops"]
 
 
@@ -132,7 +114,7 @@ class Answer:
 
 
 Step = tuple[str, dict]                                  # a costcalc option change, named
-Extra = tuple[str, Union[Number, Callable[[Config], Number], str]]   # a tool term (or HALF)
+Extra = tuple[str, Union[Number, Callable[[Options], Number], str]]   # a tool term (or HALF)
 
 
 def full(case: Case) -> Step:
@@ -142,11 +124,20 @@ def full(case: Case) -> Step:
     return ("full square", {"convention": "full"})
 
 
-def reconcile(cc: Costcalc, path: list[Step], extras: list[Extra], flops: Number,
-              reported: Union[int, float], note: str) -> Answer:
-    """The differences from costcalc's default to ``flops``: the path's steps (each the change
-    of costcalc's total), then the tool's terms (a number, a function of the path's end
-    configuration, or HALF). Zero terms are left out; the sum must be ``flops`` exactly."""
+class Told(NamedTuple):
+    """What a tool's formula gives for a case: the count, the number as the tool prints it,
+    and a note (the settings it was read under)."""
+    flops: Number
+    reported: Union[int, float]
+    note: str = ""
+
+
+def reconcile(cc: Costcalc, path: list[Step], extras: list[Extra], told: Told) -> Answer:
+    """The differences from costcalc's default to the tool's count (``told.flops``): the path's
+    steps (each the change of costcalc's total), then the tool's terms (a number, a function
+    of the path's end options, or HALF). Zero terms are left out; the sum must be the count
+    exactly."""
+    flops, reported, note = told
     config, running = DEFAULT, Fraction(cc.total())
     seen = [(DEFAULT, cc.total())]
     diffs: list[Difference] = []
@@ -165,7 +156,7 @@ def reconcile(cc: Costcalc, path: list[Step], extras: list[Extra], flops: Number
     if running != flops:
         raise AssertionError(f"{cc.case.spec.name} {cc.case.workload}: the differences give {running}, "
                              f"the tool's formula {flops}")
-    equals = next((c.label(cc.case.spec, cc.case.workload) for c, v in [seen[0], seen[-1], *seen[1:-1]]
+    equals = next((label(c, cc.case.spec, cc.case.workload) for c, v in [seen[0], seen[-1], *seen[1:-1]]
                    if v == flops), None)
     return Answer(reported, exact(flops), diffs, equals, note)
 

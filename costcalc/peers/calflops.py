@@ -10,7 +10,7 @@ is not patched (SDPA attention reads 0); SiLU and softmax at one FLOP per elemen
 from __future__ import annotations
 
 from . import hf
-from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 from .deepspeed import ELEMENTWISE, elementwise
 
 # Why HF's routed experts read 0 (eager experts run F.linear, which is counted).
@@ -37,4 +37,4 @@ class Calflops(Recipe):
         if case.workload == "train":
             note += "; include_backPropagation=True: forward x 3, as a float"
         value = times * flops
-        return reconcile(cc, hf.path(case), extras, value, float(value) if times > 1 else value, note)
+        return reconcile(cc, hf.path(case), extras, Told(value, float(value) if times > 1 else value, note))

@@ -11,7 +11,7 @@ default experts) are not patched: 0. It profiles a forward; no training count.
 from __future__ import annotations
 
 from . import hf
-from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 
 ELEMENTWISE = "elementwise counts as on HF's Llama, Mixtral and DeepSeek-V3 paths (SiLU MLPs)"
 
@@ -42,4 +42,4 @@ class DeepSpeed(Recipe):
         note = hf.SETUP.format(**vars(setup)) + f"; {ELEMENTWISE}"
         if case.workload == "decode":
             note += "; FlopsProfiler on one step (get_model_profile's warm-up would add a key)"
-        return reconcile(cc, hf.path(case), extras + elementwise(m, eager), flops, flops, note)
+        return reconcile(cc, hf.path(case), extras + elementwise(m, eager), Told(flops, flops, note))

@@ -10,7 +10,7 @@ decode step needs a wrapper that takes the cache as tensors.
 from __future__ import annotations
 
 from . import hf
-from .base import HALF, Answer, Case, Costcalc, Recipe, Setup, reconcile
+from .base import HALF, Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 
 
 class Fvcore(Recipe):
@@ -35,4 +35,4 @@ class Fvcore(Recipe):
         note = hf.SETUP.format(**vars(setup)) + "; one multiply-add counted as one flop"
         if case.workload == "decode":
             note += "; the model wrapped to take the cache as tensors (HF's DynamicCache cannot be traced)"
-        return reconcile(cc, hf.path(case), extras, macs, macs, note)
+        return reconcile(cc, hf.path(case), extras, Told(macs, macs, note))

@@ -14,7 +14,7 @@ experts, no dense-first layers, sliding windows ignored.
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, full, reconcile
 from .counts import layers, one_kind
 
 # GenZ's own DeepSeek-V3 entry (Models/Model_sets/misc.py, DeepseekV3_moe_671b_config)
@@ -64,7 +64,7 @@ class Genz(Recipe):
             extras.append(("tokens per expert floored (S k // E)",
                            lambda c: 2 * L * ffn["experts"] - cc.term("experts", c)))
         note += "; sliding windows ignored" if case.spec.windows else ""
-        return reconcile(cc, path, extras, flops, flops / 1e6, note)
+        return reconcile(cc, path, extras, Told(flops, flops / 1e6, note))
 
     def config(self, case: Case):
         spec = case.spec
@@ -93,4 +93,4 @@ class Genz(Recipe):
                  "embedding": "embedding as a GEMM (D x S x V)"}
         extras = [(names[k], lambda c, k=k: tool.get(k, 0) - cc.term(k, c)) for k in names]
         note += "; DeepSeek-V3 as GenZ's catalogue entry (Model_sets/misc.py): GQA shapes, no MLA"
-        return reconcile(cc, [], extras, flops, flops / 1e6, note)
+        return reconcile(cc, [], extras, Told(flops, flops / 1e6, note))

@@ -16,7 +16,7 @@ and the MHA assert now fails once the MLP is more than 1% off 16bsh^2 (Llama-2-7
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, full, reconcile
 from .counts import layers, one_kind
 
 ALL = ("LM head on all positions", {"logits": "all"})
@@ -77,7 +77,7 @@ class LlmAnalysis(Recipe):
         extras.append((name, lambda c: times * L * self.mlp(g, tokens) - cc.term(ffn, c)))
         path = [full(case)] + ([ALL] if case.workload == "prefill" else [])
         note = "float arithmetic, exact here" + ("; no sliding windows" if case.spec.windows else "")
-        return reconcile(cc, path, extras, flops, float(flops), note)
+        return reconcile(cc, path, extras, Told(flops, float(flops), note))
 
 
 class LlmAnalysisHead(LlmAnalysis):

@@ -11,7 +11,7 @@ Inference stages only.
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, full, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, full, reconcile
 from .counts import layers, one_kind
 
 
@@ -55,4 +55,4 @@ class LlmViewer(Recipe):
                        (f"one expert instead of k={z['k']}", lambda c: L * tokens * 6 * d * m - cc.term("experts", c))]
         path = [full(case)]
         note = "float arithmetic, exact here" + ("; no sliding windows" if case.spec.windows else "")
-        return reconcile(cc, path, extras, ops, float(ops), note)
+        return reconcile(cc, path, extras, Told(ops, float(ops), note))

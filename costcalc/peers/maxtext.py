@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, reconcile
 from .counts import matrices, norms
 
 HALF = "half square (S^2/2: the diagonal dropped)"
@@ -56,7 +56,7 @@ class Maxtext(Recipe):
                    lambda c: 3 * attention - cc.term("attention", c)),
                   ("shared-expert gate not counted", -3 * 2 * b * s * sum(g.count * g.sizes["d"] for g in spec.groups
                                                                      if g.block.shared_gate))]
-        return reconcile(cc, [], extras, flops, float(flops) / 1e12, "per device per step, 1 device, gas 1")
+        return reconcile(cc, [], extras, Told(flops, float(flops) / 1e12, "per device per step, 1 device, gas 1"))
 
     def prefill(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         spec, b, s = case.spec, case.batch, case.seq
@@ -74,5 +74,5 @@ class Maxtext(Recipe):
                   ("embedding as a GEMM (the table in the parameter count)",
                    0 if p["tied"] else 2 * b * s * p["embedding"]),
                   ("every expert counted (all E, not k)", 2 * b * s * (p["experts"] - p["experts_run"]))]
-        return reconcile(cc, [("LM head on all positions", {"logits": "all"})], extras, flops,
-                         float(flops) / 1e12, f"per prompt (x {b}), 1 device; N = every parameter")
+        return reconcile(cc, [("LM head on all positions", {"logits": "all"})], extras, Told(flops,
+                         float(flops) / 1e12, f"per prompt (x {b}), 1 device; N = every parameter"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 
 PAD = 128     # make_vocab_size_divisible_by (x tensor-parallel size 1)
 
@@ -64,4 +64,4 @@ class Megatron(Recipe):
                   ("MLA latent norm weights as matmul parameters (+1 per rank)", 6 * tokens * norms),
                   (f"padded vocabulary ({padded:,}, not {V:,})", 6 * tokens * d * (padded - V))]
         flops = tokens * per_token
-        return reconcile(cc, [], extras, flops, float(flops), f"batch_size {case.batch} x seq_length {s}; TP 1")
+        return reconcile(cc, [], extras, Told(flops, float(flops), f"batch_size {case.batch} x seq_length {s}; TP 1"))

@@ -13,8 +13,6 @@ from ..vocab import CONVENTIONS
 from . import TOOLS, compare
 from .base import Case, Costcalc, Setup
 
-
-
 # A measured run: a nanosecond to 30 years; a rate of one token in 1,000 s to 10^15 tokens/s. Outside
 # these the input is a typo, and a subnormal one would make the MFU infinite.
 TIME_RANGE = (1e-9, 1e9)            # seconds
@@ -32,12 +30,13 @@ def seconds(case: Case, time_s: Optional[float], tokens_per_s: Optional[float]) 
     return time_s if time_s is not None else case.tokens / tokens_per_s
 
 
-def utilisation(case: Case, time_s: float, peak: float, names: Sequence[str] = TOOLS,
-                setup: Setup = Setup(), peak_from: str = "") -> list[dict[str, Any]]:
+def utilisation(case: Case, time_s: float, peak: tuple[float, str], names: Sequence[str] = TOOLS,
+                setup: Setup = Setup()) -> list[dict[str, Any]]:
     """A row per costcalc convention (``convention``) and per tool (``tool``): ``flops``,
     ``mfu`` (a fraction), ``peak_flops``, ``time_s``; tool rows add ``equals`` and
     ``differences`` (as in ``compare``), rows of tools that cannot answer an ``mfu`` of None.
-    ``peak_from`` says where the peak comes from (a device and dtype)."""
+    ``peak``: FLOP/s, and where it comes from (a device and dtype)."""
+    peak, peak_from = peak
     if not peak > 0 or peak == float("inf"):
         raise CostcalcError(f"the peak must be a positive number of FLOP/s, got {peak}")
     peak = float(peak)     # FLOP/s, whether a profile's integer or --peak

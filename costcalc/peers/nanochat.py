@@ -9,7 +9,7 @@ only; no inference estimate.
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, reconcile
 from .counts import has, matrices
 
 
@@ -39,5 +39,5 @@ class Nanochat(Recipe):
                    lambda c: -cc.term("lm_head", c) if p["tied"] else 0),
                   ("attention as written: window layers t x min(W, t), width n_embd",
                    lambda c: tokens * attention - cc.term("attention", c))]
-        return reconcile(cc, [("full square", {"convention": "full"})], extras, tokens * per_token, per_token,
-                         f"per token x {tokens:,} tokens (batch x seq)")
+        return reconcile(cc, [("full square", {"convention": "full"})], extras, Told(tokens * per_token, per_token,
+                         f"per token x {tokens:,} tokens (batch x seq)"))

@@ -8,7 +8,7 @@ for an MoE model N is the active parameters (the usual extension); MLA has no on
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, cannot, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, reconcile
 from .counts import matrices, norms
 
 
@@ -37,4 +37,4 @@ class Palm(Recipe):
                    lambda c: -cc.term("lm_head", c) if p["tied"] else 0)]
         note = f"per token x {tokens:,} tokens; N includes norm weights" + (
             "; MoE: N = active parameters" if any(g.block.ffn == "moe" for g in spec.groups) else "")
-        return reconcile(cc, [("full square", {"convention": "full"})], extras, tokens * per_token, per_token, note)
+        return reconcile(cc, [("full square", {"convention": "full"})], extras, Told(tokens * per_token, per_token, note))

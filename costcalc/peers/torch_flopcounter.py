@@ -10,7 +10,7 @@ every forward product twice more (3 x forward; CPU SDPA stays 0 both ways).
 from __future__ import annotations
 
 from . import hf
-from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 
 
 class TorchFlopCounter(Recipe):
@@ -32,4 +32,4 @@ class TorchFlopCounter(Recipe):
             note += " (on CUDA, SDPA is counted as the full rectangle, as eager is)"
         if case.workload == "train":
             note += "; forward(labels) + backward executed: 3 x forward"
-        return reconcile(cc, hf.path(case), extras, times * flops, times * flops, note)
+        return reconcile(cc, hf.path(case), extras, Told(times * flops, times * flops, note))

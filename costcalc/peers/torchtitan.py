@@ -10,7 +10,7 @@ routed experts as ``all x top_k // num_experts``. MLA in the naive form. Trainin
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 from .counts import matrices, norms
 
 
@@ -47,5 +47,5 @@ class Torchtitan(Recipe):
                    lambda c: -cc.term("lm_head", c) if p["tied"] else 0),
                   ("routed experts as all x top_k // num_experts",
                    lambda c: 6 * tokens * routed - cc.term("experts", c))]
-        return reconcile(cc, [("full square", {"convention": "full"})], extras, tokens * per_token, per_token,
-                         f"per token x {tokens:,} tokens; MLA naive")
+        return reconcile(cc, [("full square", {"convention": "full"})], extras, Told(tokens * per_token, per_token,
+                         f"per token x {tokens:,} tokens; MLA naive"))

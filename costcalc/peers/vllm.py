@@ -13,7 +13,7 @@ request and per decode token. tp = pp = dp = 1. Layer counts are floats: exact b
 """
 from __future__ import annotations
 
-from .base import Answer, Case, Costcalc, Recipe, Setup, reconcile
+from .base import Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 from .hf import sum_min
 
 
@@ -77,4 +77,4 @@ class Vllm(Recipe):
                   ("router omitted", lambda c: -cc.term("router", c)),
                   ("shared experts at moe_intermediate_size x n_shared_experts",
                    lambda c: got["shared_experts"] - cc.term("shared_experts", c))]
-        return reconcile(cc, path, extras, flops, flops, "tp = pp = dp = 1; one step per prefill, per decode token")
+        return reconcile(cc, path, extras, Told(flops, flops, "tp = pp = dp = 1; one step per prefill, per decode token"))

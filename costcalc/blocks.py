@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import quote
+from .vocab import ARCHS
 
 ATTENTIONS = ("gqa", "window", "mla", "chunk")
 FFNS = ("dense", "moe", "mlp")
@@ -108,6 +109,18 @@ class Block:
 def coerce(arch: "str | Block") -> Block:
     """A block kind from a ``Block`` or its key (the one place a key becomes a ``Block``)."""
     return arch if isinstance(arch, Block) else parse(arch)
+
+
+def parse_arch(arch: object) -> Block:
+    """An ``arch`` as a preset or ``--arch`` gives it -> its Block; else a ValueError with the
+    one message of a bad arch, for the caller to prefix with where it came from."""
+    if not isinstance(arch, str):
+        raise ValueError(f"must be one of {', '.join(ARCHS)} or a block kind like window.dense, "
+                         f"got {'null' if arch is None else quote(arch)}")
+    try:
+        return parse(arch)
+    except ValueError as exc:
+        raise ValueError(f"must be one of {', '.join(ARCHS)} or a block kind ATTENTION.FFN: {exc}") from None
 
 
 def parse(key: str) -> Block:

@@ -166,14 +166,10 @@ def _positive(origin: str, key: str, value: Any, most: int = MAX_SIZE) -> int:
 def _block(origin: str, where: str, arch: Any) -> blocks.Block:
     if arch is None:
         raise CostcalcError(f"{origin}: {where}missing field 'arch'")
-    if not isinstance(arch, str):
-        raise CostcalcError(f"{origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
-                            f"kind like window.dense, got {quote(arch)}")
     try:
-        return blocks.parse(arch)
+        return blocks.parse_arch(arch)
     except ValueError as exc:
-        raise CostcalcError(f"{origin}: {where}field 'arch' must be one of {', '.join(ARCHS)} or a block "
-                            f"kind ATTENTION.FFN like window.dense or mla_q.moe_shared: {exc}") from None
+        raise CostcalcError(f"{origin}: {where}field 'arch' {exc}") from None
 
 
 def _check_group(origin: str, where: str, block: blocks.Block, sizes: dict[str, int]) -> None:
@@ -212,11 +208,11 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
         if "arch" not in data:
             raise CostcalcError(f"{origin}: missing field 'arch' (the block kind: {', '.join(ARCHS)} "
                                 f"or ATTENTION.FFN like window.dense), or 'layers'")
-        arch = data.get("arch")
-        if not isinstance(arch, str):
-            raise CostcalcError(f"{origin}: field 'arch' must be one of {', '.join(ARCHS)} "
-                                f"or a block kind like window.dense, got {'null' if arch is None else repr(arch)}")
-        block = _block(origin, "", arch)
+        arch = data["arch"]
+        try:
+            block = blocks.parse_arch(arch)
+        except ValueError as exc:
+            raise CostcalcError(f"{origin}: field 'arch' {exc}") from None
         if "L" not in top:
             raise CostcalcError(f"{origin}: missing field 'L' ({vocab.meaning('L')})")
         _check_group(origin, "", block, top)

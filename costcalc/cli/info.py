@@ -40,12 +40,12 @@ def formula(
     from ..errors import CostcalcError
     from ..formulas import describe, formula_rows
 
-    from ..blocks import parse
+    from ..blocks import parse, parse_arch
 
     try:
-        parse(arch)
+        parse_arch(arch)
     except ValueError as exc:
-        raise CostcalcError(f"--arch must be one of {', '.join(ARCHS)} or a block kind ATTENTION.FFN: {exc}") from None
+        raise CostcalcError(f"--arch {exc}") from None
     try:
         rows = [r for c in conventions(convention) for r in formula_rows(workload, arch, c, logits.value)]
     except (ValueError, ArithmeticError, NotImplementedError) as exc:

@@ -81,9 +81,10 @@ EXTRAS = {"per_token": per_token, "rule_6p": beside_6p}   # the columns a regist
 
 
 def point(query: Query, **inputs: int) -> Row:
-    """One point of a workload as a row: a compiled workload's, or a generation's total."""
+    """One point of a workload as a row: a compiled workload's, or the total of one run in
+    phases (a generation's)."""
     columns = {k: [v] for k, v in inputs.items()}
-    if query.workload.name == "generate":
+    if query.workload.phases:
         return rows(generation(query, **columns))[-1]
     return rows(answer(query, **columns))[0]
 
@@ -164,7 +165,8 @@ def varlen_prefill(spec: ModelSpec, lengths: Sequence[int], padded: bool = False
                    machine: Machine | None = None) -> Row:
     """A batch of prompts of different lengths, packed (sums) or padded to the longest; with
     ``precision`` or ``machine``, the bytes and times of its forwards, summed."""
-    return varlen(Query(spec, "prefill", options(convention, logits, tile, mla), precision, machine), lengths, padded)
+    return varlen(Query(spec, "varlen_prefill", options(convention, logits, tile, mla), precision, machine), lengths,
+                  padded)
 
 
 def generate(spec: ModelSpec, prompt: int, new: int, batch: int = 1,

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import evaluate
-from .core.registry import workload as find
 from .errors import CostcalcError
 from .evaluate import SMALL, Query, Table, add, ints
 from .ranges import check_rows
@@ -41,11 +40,11 @@ def varlen(query: Query, lengths: Sequence[int], padded: bool = False) -> Row:
     if not lengths:
         raise CostcalcError("lengths must list at least one prompt length")
     lengths = [evaluate.positive("each of lengths", n) for n in lengths]
-    query = query.but(workload="prefill")
+    own, query = query.workload.name, query.but(workload=query.workload.runs)
     points = {"batch": [len(lengths)], "seq": [max(lengths)]} if padded else \
         {"batch": [1] * len(lengths), "seq": lengths}
     each = evaluate.table(query, **points)
-    row: Row = {"preset": query.spec.name, "workload": "varlen_prefill", **query.labels(), "batch": len(lengths),
+    row: Row = {"preset": query.spec.name, "workload": own, **query.labels(), "batch": len(lengths),
                 "lengths": ",".join(map(str, lengths)), "padded": padded, "logits": query.logits.value}
     row.update({k: sum(v) for k, v in each.items() if k.endswith("_flops")})
     if query.traffic:
@@ -59,12 +58,12 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
     (``prefill``, ``decode`` = the N-1 steps, ``total``). With the query's dtypes or device,
     bytes and times; with a device, the total rows give ``ttft_s`` (the prefill), ``tpot_s``
     (a decode step on average), and ``tokens_per_s`` per sequence and for the batch."""
-    n = evaluate.check_inputs(find("generate"), {"batch": batch, "seq": seq, "new_tokens": new_tokens})
-    prefill, phase = query.but(workload="prefill"), query.but(workload="decode_phase")
+    n = evaluate.check_inputs(query.workload, {"batch": batch, "seq": seq, "new_tokens": new_tokens})
+    prefill, phase = (query.but(workload=name) for name in query.workload.phases)
     first = evaluate.table(prefill, batch=batch, seq=seq)
     steps = evaluate.table(phase, batch=batch, seq=seq, new_tokens=new_tokens)
     flops = [k for k in first if k.endswith("_flops")]
-    out: Table = {"preset": [query.spec.name] * (3 * n), "workload": ["generate"] * (3 * n)}
+    out: Table = {"preset": [query.spec.name] * (3 * n), "workload": [query.workload.name] * (3 * n)}
     labels = prefill.labels()
     if query.spec.has_mla:
         a, b = prefill.form.value, phase.form.value
@@ -88,8 +87,9 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
 def _generation_traffic(query: Query, first: Table, steps: Table, new: list[int]) -> Table:
     """Bytes and times of the prefill rows, the decode-phase rows and their totals."""
     n = len(new)
-    one = _traffic(query.but(workload="prefill"), {"B": first["batch"], "S": first["seq"]}, first["total_flops"])
-    many = _traffic(query.but(workload="decode_phase"), {"B": first["batch"], "S": first["seq"], "N": new},
+    prefill, phase = (query.but(workload=name) for name in query.workload.phases)
+    one = _traffic(prefill, {"B": first["batch"], "S": first["seq"]}, first["total_flops"])
+    many = _traffic(phase, {"B": first["batch"], "S": first["seq"], "N": new},
                     steps["total_flops"])
     out: Table = {}
     for key in dict.fromkeys([*one, *many]):   # a one-token generation has no decode steps: no decode terms
@@ -154,7 +154,7 @@ def schedule(query: Query, seq: int, chunk: int, prefix: int = 0, batch: int = 1
     if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
         raise CostcalcError(f"prefix must be a non-negative integer, got {prefix!r}")
     batch = evaluate.positive("batch", batch)
-    query = query.but(workload="cached_prefill")
+    own, query = query.workload.name, query.but(workload=query.workload.runs)
     logits = query.logits
     n = full + bool(rest)
     sizes, starts = _arange(n, chunk, 0), _arange(n, prefix, chunk)
@@ -171,7 +171,7 @@ def schedule(query: Query, seq: int, chunk: int, prefix: int = 0, batch: int = 1
             for name, column in got.items():
                 flops.setdefault(name, []).extend(column)
     out: Table = {key: [value] * (n + 2) for key, value in
-                  {"preset": query.spec.name, "workload": "chunked", **query.labels()}.items()}
+                  {"preset": query.spec.name, "workload": own, **query.labels()}.items()}
     out["phase"] = [f"chunk {i}" for i in range(1, n + 1)] + ["total", "unchunked"]
     out["batch"], out["seq"] = [batch] * (n + 2), [seq] * (n + 2)
     out["chunk"] = ints(sizes, n) + [chunk, seq]

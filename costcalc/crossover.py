@@ -82,7 +82,7 @@ def _formula(query: Query, quantity: str) -> str:
 def first_root(query: Query) -> Optional["Root"]:
     """The first length >= 1 where attention - linear of the query's workload (prefill: the
     prompt length; decode: keys read) reaches 0, or None."""
-    decode = query.workload.name == "decode"
+    decode = query.workload.phase == "decode"     # keys read: T + 1 at a decode step
     windowed = query.options.convention == "causal" or decode
     recipes = [recipe for _, recipe in query.recipes()]
 

@@ -43,6 +43,7 @@ def test_ragged_chunk_schedules_keep_the_causal_total():
         rows = calc.chunked(spec, seq, chunk, prefix=prefix, batch=rng.randint(1, 4))
         total, single = rows[-2], rows[-1]
         assert total["phase"] == "total" and single["phase"] == "unchunked"
+        assert {r["workload"] for r in rows} == {"chunked"}
         assert {k: v for k, v in total.items() if k.endswith("_flops")} == \
                {k: v for k, v in single.items() if k.endswith("_flops")}
 

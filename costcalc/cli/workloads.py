@@ -56,7 +56,7 @@ def prefill(
     if lengths is not None:   # one batch of its own lengths, under the whole window cache
         given = {"--seq": seq, "--cached-prefix": cached_prefix, "--batch": None if batch == "1" else batch}
         each = _options(kinds, logits=logits.value, tile=chosen, mla=mla)
-        queries = [Query(spec, "prefill", o, precision, machine) for spec in specs for o in each]
+        queries = [Query(spec, "varlen_prefill", o, precision, machine) for spec in specs for o in each]
         emit(_varlen(queries, lengths, padded, given), fmt, output, wide=wide)
         return
     if seq is None:

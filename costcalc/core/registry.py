@@ -41,6 +41,10 @@ class Workload:
     extras: tuple[str, ...] = ()       # columns its rows add beside the FLOPs (``costcalc.calc.EXTRAS``)
     axis: str = ""                     # the x axis ``costcalc plot`` draws it against; "" for none
     compared: bool = False             # ``costcalc compare`` answers it (its inputs are the case's sizes)
+    runs: str = ""                     # a composite of one compiled workload run many times (``costcalc.composites``):
+                                       # a prefill per prompt, a cached prefill per chunk
+    phases: tuple[str, ...] = ()       # a composite of compiled workloads run one after another, a row each and
+                                       # their total (its point): a generation's prefill, then its decode phase
 
     @property
     def build(self) -> Callable:
@@ -65,15 +69,15 @@ WORKLOADS = {w.name: w for w in (
     Workload("cached_prefill", "C new tokens over T cached", (_B, _CHUNK, _PREFIX),
              aliases=("cached-prefill", "chunk"), traffic="T,C", routed=("B", "C"), tiled_over="C"),
     Workload("varlen_prefill", "packed variable-length batch (padded: prefill at S = max S_i)",
-             (Input("lengths", "S_i", 1),), compiled=False, aliases=("varlen",)),
+             (Input("lengths", "S_i", 1),), compiled=False, aliases=("varlen",), runs="prefill"),
     Workload("chunked", "n chunks of C tokens after T cached, logits on the last",
-             (_B, _S, _CHUNK, _PREFIX), compiled=False),
+             (_B, _S, _CHUNK, _PREFIX), compiled=False, runs="cached_prefill"),
     Workload("decode", "one decode step over T cached tokens", (_B, _T), Logits.last, "decode",
              traffic="T,1", routed=("B",), extras=("per_token",), axis="cached context T (tokens)", compared=True),
     Workload("decode_phase", "the N-1 decode steps after a prefill of S", (_B, _S, _N),
              Logits.last, "decode", traffic="steps", routed=("B",), tiled_over="N"),
     Workload("generate", "prefill of S plus N-1 decode steps", (_B, _S, _N), compiled=False,
-             axis="generated token j", compared=True),
+             axis="generated token j", compared=True, phases=("prefill", "decode_phase")),
     Workload("train", "forward with all-position logits x 3", (_B, _S), Logits.all, tiled_over="S",
              extras=("rule_6p",), compared=True),
 )}

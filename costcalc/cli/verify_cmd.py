@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import outputs
+from ..core.registry import WORKLOADS as REGISTRY
 from ..errors import CostcalcError
 from .options import (ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, WideOpt, WindowCacheOpt, int_list,
                       mla_form, model, warn)
@@ -16,7 +17,8 @@ from ..vocab import WindowCache
 from .options import tile as parse_tile
 
 MAX_LENGTHS = 64   # lengths one verify run takes (each runs every workload on the model)
-WORKLOADS = "prefill,varlen_prefill,cached_prefill,chunked,decode,generate"   # costcalc.verify.jobs.JOBS (a test holds it)
+VERIFIED = [name for name, w in REGISTRY.items() if w.verified]   # costcalc.verify.jobs.JOBS (a test holds it)
+WORKLOADS = ",".join(VERIFIED)
 
 
 VerifyPresetOpt = Annotated[Optional[str], typer.Option(
@@ -36,8 +38,8 @@ def verify(
     vocab: Annotated[Optional[int], typer.Option(metavar="V", help="A smaller vocabulary of V tokens.")] = None,
     workloads: Annotated[str, typer.Option(
         metavar="NAMES", show_default=False,
-        help="Some of prefill, varlen_prefill, cached_prefill, chunked, decode, generate (the "
-             "workload names; varlen and chunk too), as a comma list.  (default: all six)")] = WORKLOADS,
+        help=f"Some of {', '.join(VERIFIED)} (the workload names; varlen and chunk too), as a comma "
+             "list.  (default: all)")] = WORKLOADS,
     seq: Annotated[str, typer.Option("--seq", "-s", metavar="S", help="Lengths to run; a comma list.")] = "64",
     batch: Annotated[int, typer.Option(metavar="B", help="Batch size.")] = 1,
     tile: Annotated[str, typer.Option(metavar="QxK", help="Tile of the tiled convention (queries x keys).")] = "16",

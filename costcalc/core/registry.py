@@ -5,7 +5,7 @@ recipes, ``costcalc formula`` and verify), its inputs (row column, symbol, minim
 logits policy, the phase that picks the MLA form (its builder is the function of
 ``core.workloads`` of the same name), and what the layers above read from it: its forward
 for bytes, the tiled cap, its extra columns, its axis in a figure, whether ``compare`` answers
-it. Those with ``compiled`` are printed as code
+it, whether ``verify`` runs it, a composite's compiled workloads. Those with ``compiled`` are printed as code
 (``costcalc.codegen``) and evaluated (``costcalc.evaluate``); the others are composites that
 ``costcalc.composites`` assembles from compiled ones.
 """
@@ -45,6 +45,8 @@ class Workload:
                                        # a prefill per prompt, a cached prefill per chunk
     phases: tuple[str, ...] = ()       # a composite of compiled workloads run one after another, a row each and
                                        # their total (its point): a generation's prefill, then its decode phase
+    verified: bool = False             # ``costcalc verify`` runs it (a job of ``costcalc.verify.jobs`` of its name,
+                                       # with its sizes there); the registry's order is verify's
 
     @property
     def build(self) -> Callable:
@@ -65,19 +67,23 @@ _CHUNK, _PREFIX = Input("chunk", "C", 1), Input("prefix", "T", 0)
 
 WORKLOADS = {w.name: w for w in (
     Workload("prefill", "B prompts of S tokens", (_B, _S), traffic="0,S", routed=("B", "S"),
-             tiled_over="S", axis="prompt length S (tokens)", compared=True),
-    Workload("cached_prefill", "C new tokens over T cached", (_B, _CHUNK, _PREFIX),
-             aliases=("cached-prefill", "chunk"), traffic="T,C", routed=("B", "C"), tiled_over="C"),
+             tiled_over="S", axis="prompt length S (tokens)", compared=True, verified=True),
     Workload("varlen_prefill", "packed variable-length batch (padded: prefill at S = max S_i)",
-             (Input("lengths", "S_i", 1),), compiled=False, aliases=("varlen",), runs="prefill"),
+             (Input("lengths", "S_i", 1),), compiled=False, aliases=("varlen",), runs="prefill",
+             verified=True),
+    Workload("cached_prefill", "C new tokens over T cached", (_B, _CHUNK, _PREFIX),
+             aliases=("cached-prefill", "chunk"), traffic="T,C", routed=("B", "C"), tiled_over="C",
+             verified=True),
     Workload("chunked", "n chunks of C tokens after T cached, logits on the last",
-             (_B, _S, _CHUNK, _PREFIX), compiled=False, runs="cached_prefill"),
+             (_B, _S, _CHUNK, _PREFIX), compiled=False, runs="cached_prefill", verified=True),
     Workload("decode", "one decode step over T cached tokens", (_B, _T), Logits.last, "decode",
-             traffic="T,1", routed=("B",), extras=("per_token",), axis="cached context T (tokens)", compared=True),
+             traffic="T,1", routed=("B",), extras=("per_token",), axis="cached context T (tokens)", compared=True,
+             verified=True),
     Workload("decode_phase", "the N-1 decode steps after a prefill of S", (_B, _S, _N),
              Logits.last, "decode", traffic="steps", routed=("B",), tiled_over="N"),
     Workload("generate", "prefill of S plus N-1 decode steps", (_B, _S, _N), compiled=False,
-             axis="generated token j", compared=True, phases=("prefill", "decode_phase")),
+             axis="generated token j", compared=True, phases=("prefill", "decode_phase"),
+             verified=True),
     Workload("train", "forward with all-position logits x 3", (_B, _S), Logits.all, tiled_over="S",
              extras=("rule_6p",), compared=True),
 )}

@@ -22,9 +22,8 @@ A block is an attention kind and an FFN kind:
   token), optionally with E_s always-on ``shared`` experts of width m_s, and optionally
   a ``shared_gate`` (Qwen2-MoE: a d x 1 sigmoid gate on the shared expert).
 
-A ``window`` layer's KV cache (``cache``) is ``whole`` (every past key is kept and masked)
-or ``rolling`` (only the last W-1 keys are kept, as Hugging Face's and vLLM's sliding-window
-caches do): it changes what the shapes multiply, so only the ``full`` convention.
+A ``window`` layer's KV cache (``cache``) is ``whole`` or ``rolling`` (docs/cost-model.md,
+"Sliding windows"): it changes what the shapes multiply, so only the ``full`` convention.
 
 ``Block.key`` names a block in one short string, e.g. ``gqa.dense``, ``window.moe``,
 ``mla_q-absorbed.moe_shared``; the seed's ``dense`` and ``moe`` are ``gqa.dense`` and
@@ -52,7 +51,7 @@ class Block:
     form: str = "naive"         # mla: naive or absorbed
     shared: bool = False        # moe: E_s shared experts of width m_s
     shared_gate: bool = False   # moe with shared experts: a d x 1 gate
-    cache: str = "whole"        # window: the whole KV cache, or a rolling one of W-1 keys
+    cache: str = "whole"        # window: whole or rolling (docs/cost-model.md, Sliding windows)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:

@@ -59,8 +59,8 @@ def _cache_bytes(per_token: list[tuple[int, Fraction]], batch: int, context: int
 
 def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE) -> dict[str, Any]:
     """The ``memory`` row on the query's device, in its dtypes: resident weights, KV cache,
-    whether they fit, and the limits. The query's options: the MLA form (``auto``: the
-    absorbed latent, as decode runs) and the window cache (``rolling``, ``SERVING``'s: windows
+    whether they fit, and the limits. The query's options: the MLA form (``auto``: a decode
+    step's, docs/cost-model.md, MLA) and the window cache (``rolling``, ``SERVING``'s: windows
     and chunks keep only theirs; ``whole``: every layer keeps every token)."""
     spec, device, precision = query.spec, query.machine.device, query.precision
     batch, context = positive("batch", batch), positive("context", context)

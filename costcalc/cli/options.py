@@ -47,7 +47,7 @@ MlaOpt = Annotated[Mla, typer.Option(
                   "at each forward, as Hugging Face runs DeepSeek).")]
 WindowCacheOpt = Annotated[WindowCache, typer.Option(
     "--window-cache", help="KV cache of sliding-window layers: whole (every past key kept and masked) or "
-                           "rolling (the last W-1 keys, as Hugging Face and vLLM keep); changes full only.")]
+                           "rolling (the last W-1 keys); changes full only.")]
 DeviceOpt = Annotated[Optional[str], typer.Option(
     "--device", "-d", metavar="NAME", help="A device profile (see 'costcalc devices'): its peaks, bandwidth and "
                                             "memory give the time, the fit and the time crossover.")]

@@ -49,8 +49,8 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
       chunked layer (the keys of its own chunk of W_c, chunks aligned at position 1, up to
       itself);
     - full: every key the shapes hold, ``past + new``, window or not (a dense masked matmul);
-      a window layer with a rolling cache holds only the last W-1 past keys,
-      ``min(past, W - 1) + new`` (Hugging Face's and vLLM's sliding-window caches);
+      with a rolling window cache, ``min(past, W - 1) + new`` (docs/cost-model.md, "Sliding
+      windows");
     - tiled: the key tiles of ``b_k`` (aligned at key 0) its query tile visits: queries go in
       tiles of ``b_q`` from the first new one; tile t reads from the tile holding the window
       (or chunk) start of its first row (key 1 without either) to the tile holding its last row's

@@ -30,7 +30,7 @@ class Workload:
     summary: str                       # what it is, in a line
     inputs: tuple[Input, ...]
     logits: Optional[Logits] = None    # a fixed logits mode; None: the caller's
-    phase: str = "prefill"             # "decode": --mla auto runs the absorbed form
+    phase: str = "prefill"             # "decode": decode steps (--mla auto: docs/cost-model.md, MLA)
     compiled: bool = True              # printed as a recipe; False: assembled from compiled ones
     aliases: tuple[str, ...] = ()      # other spellings accepted on input
     traffic: str = ""                  # its memory-traffic recipe ("<name>.bytes", core.traffic): the forward

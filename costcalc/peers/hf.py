@@ -13,7 +13,8 @@ independently of costcalc's core, so that a recipe's differences are checked aga
   (``modeling_deepseek_v3.py``: the cache holds ``compressed_kv``);
 - attention multiplies the whole rectangle, masked: a query multiplies every key in the
   cache plus the new ones (the step's own key is in the cache before attention: T+1 keys);
-  a sliding-window layer's cache (``DynamicSlidingWindowLayer``) keeps only the last W-1 keys;
+  a sliding-window layer's cache (``DynamicSlidingWindowLayer``) is the rolling one
+  (docs/cost-model.md, "Sliding windows");
 - routed experts: k per token, whatever the routing;
 - elementwise operations the patching counters see: SiLU on each MLP's gate, the eager
   attention softmax over the scores, the softmax over the router logits (Mixtral-style

@@ -12,9 +12,8 @@ from costcalc import symbols as s
 from costcalc.core.breakdown import add_up
 from costcalc.spec import from_dict
 from costcalc.vocab import Convention, Logits
-from named import linear, workloads as w
+from named import workloads as w
 
-block_params, linear_terms = linear.block_params, linear.linear_terms
 
 @settings(max_examples=40, deadline=None)
 @given(past=st.integers(0, 60), new=st.integers(1, 60), size=st.integers(1, 30),
@@ -67,14 +66,6 @@ def test_the_generated_code_prints_the_chunk_formulas_exactly():
     seqs = np.arange(30, 330)
     cols = calc.table(spec, "prefill", "causal", batch=np.full(seqs.size, 2), seq=seqs)
     assert cols["attention_flops"] == [calc.prefill(spec, int(q), 2)["attention_flops"] for q in seqs]
-
-
-def test_the_non_gated_mlp_has_two_matrices():
-    terms = linear_terms("gqa.mlp", 1)
-    assert sp.expand(terms["ffn"] - 4 * s.L * s.d * s.m) == 0
-    params = block_params("window.mlp")["block_total"]
-    gated = block_params("window.dense")["block_total"]
-    assert sp.expand(gated - params - s.L * s.d * s.m) == 0
 
 
 def scan(spec, name, conv, limit):

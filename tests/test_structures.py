@@ -131,13 +131,6 @@ def test_windowed_generation_equals_prefill_plus_steps(prompt, new, window):
     assert phase.xreplace(point) == 4 * steps
 
 
-def test_shared_experts_and_gate_cost_per_token():
-    terms = linear_terms("gqa.moe_shared_gate", 1)
-    assert same(terms["shared_experts"], s.L * (6 * s.E_s * s.d * s.m_s + 2 * s.d))
-    assert same(terms["experts"], 6 * s.L * s.k * s.d * s.m_e)
-    assert same(terms["router"], 2 * s.L * s.d * s.E)
-
-
 def test_hybrid_model_is_the_sum_of_its_groups():
     spec = presets.load("gpt-oss-20b")
     rng = random.Random(5)

@@ -6,13 +6,15 @@
 - A path that is this process's standard output (``/dev/stdout``, ``/proc/self/fd/1``, a link
   to either, or the very file stdout is redirected to) is standard output: written where the
   stream stands, never truncated or replaced.
-- A FIFO, a terminal, a character device, or any other path under ``/dev`` or ``/proc`` (such
-  as ``/dev/stderr`` redirected to a log) is written in place, streamed and appended to --
-  never truncated, never replaced by a regular file.
+- A FIFO, a terminal, a character device, or a name of an open descriptor (``/dev/stderr``
+  redirected to a log, ``/proc/self/fd/3``) is written in place, streamed and appended to --
+  never truncated, never replaced by a regular file. Any other path under ``/dev`` or
+  ``/proc`` is what it leads to (``/proc/self/cwd/r.csv`` is the regular file ``r.csv``).
 - A directory, an empty path, a socket or block device, a missing or unwritable folder:
   one ``CostcalcError`` naming the problem, raised by ``target`` before anything is computed.
 - A file this command reads (a config, a preset or device file: whatever ``jsonfile.read``
-  opened), by any name -- a symlink to it or a hard link -- is never replaced: whichever of
+  opened), by any name -- a symlink to it or a hard link, a descriptor or the standard output
+  it is open as -- is never replaced or appended to: whichever of
   the check and the read comes second refuses it, before the work, and ``_atomic`` checks
   again just before the move.
 - A replaced file keeps its mode, and its owner and group where the process may set them
@@ -28,6 +30,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -38,7 +41,9 @@ from typing import IO, Any, Callable, Optional, Union
 from .errors import CostcalcError
 
 STDOUT = "-"
-_STREAM_ROOTS = ("/dev/", "/proc/")
+# A name of an open descriptor (``/dev/stderr``, ``/dev/fd/3``, ``/proc/self/fd/1``): written in
+# place, appended to. Any other path, under /dev or /proc too, is what it leads to.
+_DESCRIPTOR = re.compile(r"/(dev/(stdin|stdout|stderr|fd/\d+)|proc/(self|thread-self|\d+)/fd/\d+)\Z")
 
 
 class ReaderGone(Exception):
@@ -105,9 +110,9 @@ def target(path: Union[str, Path, None], option: str = "--output") -> Target:
     if not text.strip():
         raise CostcalcError(f"{option}: the path is empty (use - for standard output)")
     p = Path(text)
-    if _is_stdout(p):
-        return Target("stdout", p, text)     # its name still picks the format (-o r.json >> r.json)
-    if text.startswith(_STREAM_ROOTS):
+    if _is_stdout(p):     # its name still picks the format (-o r.json >> r.json)
+        return _claim(os.fstat(sys.stdout.fileno()), Target("stdout", p, text, option))
+    if _DESCRIPTOR.match(text):
         return _existing_stream(p, text, option)
     try:
         info = os.stat(p)
@@ -127,11 +132,17 @@ def target(path: Union[str, Path, None], option: str = "--output") -> Target:
     if not os.access(real, os.W_OK):
         raise CostcalcError(f"{option}: cannot write {text!r}: permission denied")
     _writable_folder(real.parent, text, option)
-    dest = Target("file", real, text, option)
-    key = (info.st_dev, info.st_ino)
-    if key in _read:
-        raise _same_file(dest, _read[key])
-    _replaced[key] = dest
+    return _claim(info, Target("file", real, text, option))
+
+
+def _claim(info: os.stat_result, dest: Target) -> Target:
+    """``dest``, noted as a file this command writes when ``info`` is a regular file: refused
+    if the command reads that file (a later read is refused by ``reading``)."""
+    if stat.S_ISREG(info.st_mode):
+        key = (info.st_dev, info.st_ino)
+        if key in _read:
+            raise _same_file(dest, _read[key])
+        _replaced[key] = dest
     return dest
 
 
@@ -164,7 +175,7 @@ def _existing_stream(p: Path, text: str, option: str) -> Target:
         raise CostcalcError(f"{option}: {text!r} is a directory; give a file name")
     if not os.access(p, os.W_OK):
         raise CostcalcError(f"{option}: cannot write {text!r}: permission denied")
-    return Target("stream", p, text)
+    return _claim(info, Target("stream", p, text, option))
 
 
 def _new_file(p: Path, text: str, option: str) -> Target:

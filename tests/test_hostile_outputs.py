@@ -64,7 +64,8 @@ def _input_args(option: str, path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("option", list(INPUTS))
-@pytest.mark.parametrize("how", ["same name", "-o a link to it", "read through a link", "-o a hard link"])
+@pytest.mark.parametrize("how", ["same name", "-o a link to it", "read through a link", "-o a hard link",
+                                 "-o through /proc"])
 def test_an_input_is_never_the_output(option, how, tmp_path, capsys, no_work):
     source = tmp_path / "input.json"
     source.write_bytes(INPUTS[option].read_bytes())
@@ -78,11 +79,32 @@ def test_an_input_is_never_the_output(option, how, tmp_path, capsys, no_work):
     elif how == "-o a hard link":
         output = tmp_path / "hard.json"
         os.link(source, output)
+    elif how == "-o through /proc":     # a path under /proc that is no descriptor: the file it leads to
+        output = Path(f"/proc/self/root{source}")
     code, out, err = run(capsys, *_input_args(option, given), "-o", str(output))
     assert code == 2 and one_error(err, "this command reads"), err
     assert str(output) in err and out == ""
     assert source.read_bytes() == INPUTS[option].read_bytes()
     assert temporaries(tmp_path) == []
+
+
+def test_standard_output_sent_to_an_input_is_refused(tmp_path):
+    """``costcalc --config c.json >> c.json``: stdout is the input, appended to; refused."""
+    source = tmp_path / "input.json"
+    source.write_bytes(CONFIG.read_bytes())
+    code, out, err = costcalc("prefill", "--config", "input.json", "--seq", "4", "-o", "input.json",
+                              cwd=tmp_path, shell=">> input.json")
+    assert code == 2 and one_error(err, "this command reads"), err
+    assert source.read_bytes() == CONFIG.read_bytes()
+
+
+def test_a_regular_file_reached_under_proc_is_replaced_not_appended_to(tmp_path, capsys):
+    out = tmp_path / "out.csv"
+    out.write_text("old\n")
+    code, _, err = run(capsys, "prefill", "-p", "toy", "--seq", "4", "-f", "csv", "-o", f"/proc/self/root{out}")
+    assert code == 0, err
+    text = out.read_text()
+    assert not text.startswith("old") and text.count("preset,") == 1 and temporaries(tmp_path) == []
 
 
 def test_presets_import_with_force_does_not_replace_its_config(tmp_path, capsys):

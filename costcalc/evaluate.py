@@ -241,33 +241,41 @@ def columns(query: Query, point: dict[str, Sequence[int]], n: int,
     """A recipe's outputs at n points (``names``: terms and sums by default), summed over the
     model's layer groups: each group's terms with L = its layer count, the LM head once."""
     wanted = list(names) if names is not None else list(TERM_ORDER)
-    per_group = []
+    groups = len(query.spec.groups)
+    if n * groups > MAX_GROUP_POINTS:
+        raise CostcalcError(f"the sweep is {n:,} points x {groups:,} layer groups = {n * groups:,} group "
+                            f"points (at most {MAX_GROUP_POINTS:,}); narrow the ranges")
+    if groups == 1:
+        group, recipe = next(query.recipes())
+        return _ordered(_group_columns(query, group, recipe, point, n, wanted), wanted)
+    out: dict[str, list[int]] = {}      # the groups added as they come: one group's columns held at a time
     for group, recipe in query.recipes():
-        base = {**group.numbers(), **query.options.values()}
-        if n <= SMALL:
-            got = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}, wanted) for i in range(n)]
-            per_group.append({name: [g[name] for g in got] for name in recipe.outputs if name in wanted})
-        else:
-            per_group.append(recipe.columns({**base, **point}, n, wanted))
-    if len(per_group) == 1:
-        return _ordered(per_group[0], wanted)
-    return _combine(per_group, wanted)
+        for name, column in _group_columns(query, group, recipe, point, n, wanted).items():
+            if name not in SUMS:
+                out[name] = add([out[name], column]) if name in out else column
+    return _sums(out, wanted)
+
+
+MAX_GROUP_POINTS = 10_000_000   # points x layer groups of one sweep (about 5 s at 1,024 groups)
+
+
+def _group_columns(query: Query, group: Group, recipe: "Recipe", point: dict[str, Sequence[int]], n: int,
+                   wanted: list[str]) -> dict[str, list[int]]:
+    base = {**group.numbers(), **query.options.values()}
+    if n <= SMALL:
+        got = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}, wanted) for i in range(n)]
+        return {name: [g[name] for g in got] for name in recipe.outputs if name in wanted}
+    return recipe.columns({**base, **point}, n, wanted)
 
 
 def _ordered(got: dict[str, list[int]], wanted: list[str]) -> dict[str, list[int]]:
     return {name: got[name] for name in wanted if name in got}
 
 
-def _combine(per_group: list[dict[str, list[int]]], wanted: list[str]) -> dict[str, list[int]]:
-    """Outputs summed over groups; ``linear`` and ``total`` formed again from the summed terms
-    (the LM head is in the first group only)."""
-    out: dict[str, list[int]] = {}
-    for name in wanted:
-        if name in SUMS:
-            continue
-        present = [g[name] for g in per_group if name in g]
-        if present:
-            out[name] = add(present)
+def _sums(out: dict[str, list[int]], wanted: list[str]) -> dict[str, list[int]]:
+    """The terms summed over groups, in ``wanted`` order, with ``linear`` and ``total`` formed
+    again from them (the LM head is in the first group only)."""
+    out = _ordered(out, wanted)
     if "linear" in wanted and any(t in out for t in SUMS["linear"]):
         out["linear"] = add([out[t] for t in SUMS["linear"] if t in out])
     if "total" in wanted:

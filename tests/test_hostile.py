@@ -193,6 +193,26 @@ def test_a_preset_of_the_most_groups_answers_and_one_more_is_refused(capsys, tmp
     assert code == 2 and one_error(err, f"lists {spec.MAX_GROUPS + 1:,} groups (at most {spec.MAX_GROUPS:,}")
 
 
+def test_a_sweep_over_many_groups_is_capped_by_its_group_points_before_the_work(capsys, tmp_path, monkeypatch):
+    """Points x layer groups bound a FLOPs sweep (1,024 groups x 1M points took 24 GB); the groups'
+    columns are added as they come, so the cap is about time, not memory."""
+    from costcalc import evaluate
+
+    monkeypatch.setattr(evaluate, "MAX_GROUP_POINTS", 3 * 300)
+    path = tmp_path / "g.json"
+    layers = [{"count": 1, "arch": "window.dense", "W": w} for w in (5, 7, 11)]
+    path.write_text(json.dumps({"name": "g", "d": 64, "V": 100, "h_q": 4, "h_kv": 2, "d_h": 16, "m": 96,
+                                "layers": layers}))
+    code, out, err = run(capsys, "prefill", "--preset-file", str(path), "--seq", "1:300", "-f", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    single = [json.loads(run(capsys, "prefill", "--preset-file", str(path), "--seq", s, "-f", "json")[1])[0]
+              for s in ("1", "257", "300")]
+    assert [rows[i]["total_flops"] for i in (0, 256, 299)] == [str(r["total_flops"]) for r in single]
+    code, _, err = run(capsys, "prefill", "--preset-file", str(path), "--seq", "1:301", "-f", "csv")
+    assert code == 2 and one_error(err, "301 points x 3 layer groups = 903 group points (at most 900)")
+
+
 @pytest.mark.parametrize("field, value", [("hidden_size", 10**200), ("vocab_size", 10**2200),
                                           ("intermediate_size", spec.MAX_SIZE + 1)])
 def test_a_huge_size_in_a_config_is_refused(capsys, tmp_path, field, value):

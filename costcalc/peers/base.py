@@ -60,7 +60,7 @@ class Case:
 
     @property
     def training(self) -> bool:
-        """A training step: the forward, with logits at every position, then its backward."""
+        """A training step: the forward, then its backward (the entry's ``backward``)."""
         return self.entry.backward
 
     @property

@@ -431,3 +431,23 @@ def test_mfu_above_one_hundred_percent_is_called_out(capsys):
     assert main(["mfu", "prefill", "-p", "llama-3.1-8b", "-s", "8192", "--time", "10", "--peak", "1000T",
                  "--tools", "vllm"]) == 0
     assert "MFU above 100%" not in capsys.readouterr().out
+
+
+def test_a_case_answers_what_its_workload_runs_from_its_registry_entry():
+    """The facts the recipes ask (``Case``): read from the registry entry, never the name."""
+    spec = presets.load("toy")
+    facts = {w: (c.decoding, c.generating, c.training, c.prompt_logits, c.logits.value)
+             for w in ("prefill", "decode", "generate", "train") for c in [Case(spec, w, 2, 3, 4, 5)]}
+    assert facts == {"prefill": (False, False, False, True, "last"), "decode": (True, False, False, False, "last"),
+                     "generate": (False, True, False, False, "last"), "train": (False, False, True, False, "all")}
+    assert [Case(spec, w, 2, 3, 4, 5).tokens for w in facts] == [6, 2, 10, 6]
+
+
+def test_no_recipe_chooses_by_a_workload_name():
+    from pathlib import Path
+    import re
+
+    peers = Path(calc.__file__).parent / "peers"
+    named = [f"{p.name}: {line.strip()}" for p in sorted(peers.glob("*.py")) for line in p.read_text().splitlines()
+             if re.search(r"workload\s*(==|!=|in\b|not in\b)|\bworkloads\s*=", line)]
+    assert named == []

@@ -5,7 +5,8 @@ recipes, ``costcalc formula`` and verify), its inputs (row column, symbol, minim
 logits policy, the phase that picks the MLA form (its builder is the function of
 ``core.workloads`` of the same name), and what the layers above read from it: its forward
 for bytes, the tiled cap, its extra columns, its axis in a figure, whether ``compare`` answers
-it, whether ``verify`` runs it, a composite's compiled workloads. Those with ``compiled`` are printed as code
+it, whether ``verify`` runs it, whether it is a training step (``compare``'s recipes ask), a
+composite's compiled workloads. Those with ``compiled`` are printed as code
 (``costcalc.codegen``) and evaluated (``costcalc.evaluate``); the others are composites that
 ``costcalc.composites`` assembles from compiled ones.
 """
@@ -45,6 +46,7 @@ class Workload:
                                        # a prefill per prompt, a cached prefill per chunk
     phases: tuple[str, ...] = ()       # a composite of compiled workloads run one after another, a row each and
                                        # their total (its point): a generation's prefill, then its decode phase
+    backward: bool = False             # a training step: the forward, then its backward (2 forwards more)
     verified: bool = False             # ``costcalc verify`` runs it (a job of ``costcalc.verify.jobs`` of its name,
                                        # with its sizes there); the registry's order is verify's
 
@@ -85,7 +87,7 @@ WORKLOADS = {w.name: w for w in (
              axis="generated token j", compared=True, phases=("prefill", "decode_phase"),
              verified=True),
     Workload("train", "forward with all-position logits x 3", (_B, _S), Logits.all, tiled_over="S",
-             extras=("rule_6p",), compared=True),
+             extras=("rule_6p",), compared=True, backward=True),
 )}
 
 

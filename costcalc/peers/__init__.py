@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from ..errors import CostcalcError
-from .base import Answer, Case, Costcalc, Recipe, Setup
+from .base import Answer, Case, Costcalc, Recipe, Setup, default_config
 from .calflops import Calflops
 from .deepspeed import DeepSpeed
 from .fvcore import Fvcore
@@ -52,8 +52,7 @@ def compare(case: Case, names: Sequence[str] = TOOLS, setup: Setup = Setup()) ->
     gives every row's ``ratio``."""
     cc = Costcalc(case)
     default = cc.total()
-    config = ("causal, logits " + ("all" if case.workload == "train" else "last")
-              + (", MLA auto" if case.spec.has_mla else ""))
+    config = default_config(case)
     rows = []
     for name in names:
         recipe = RECIPES[name]

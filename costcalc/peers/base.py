@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable, NamedTuple, Optional, Union
 
-from ..core.registry import WORKLOADS as REGISTRY
+from ..core.registry import WORKLOADS as REGISTRY, Workload
 from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from ..spec import ModelSpec
+from ..vocab import Logits
 
 Number = Union[int, Fraction]
 WORKLOADS = tuple(name for name, w in REGISTRY.items() if w.compared)   # what the recipes answer
@@ -27,7 +28,9 @@ HALF = "x0.5"           # a difference that halves the running number (MACs not 
 @dataclass(frozen=True)
 class Case:
     """One workload of one model: B sequences; ``seq`` S (prefill, train, the prompt of a
-    generation), ``context`` T (decode), ``new`` N output tokens (generate)."""
+    generation), ``context`` T (decode), ``new`` N output tokens (generate). A recipe asks it
+    what the workload runs (``decoding``, ``generating``, ``training``, ``prompt_logits``): its
+    registry entry answers, never its name."""
     spec: ModelSpec
     workload: str
     batch: int = 1
@@ -35,32 +38,71 @@ class Case:
     context: int = 0
     new: int = 0
 
+    @property
+    def entry(self) -> Workload:
+        """The workload's registry entry (``core.registry``)."""
+        return REGISTRY[self.workload]
+
     def inputs(self) -> dict[str, int]:
         """The row columns of this case's sizes: its workload's inputs (``core.registry``)."""
         sizes = {"batch": self.batch, "seq": self.seq, "context": self.context, "new_tokens": self.new}
-        return {i.column: sizes[i.column] for i in REGISTRY[self.workload].inputs}
+        return {i.column: sizes[i.column] for i in self.entry.inputs}
+
+    @property
+    def decoding(self) -> bool:
+        """One decode step: a new token a sequence over T cached (the entry's phase)."""
+        return self.entry.phase == "decode"
+
+    @property
+    def generating(self) -> bool:
+        """A generation: a prefill of the prompt, then decode steps (the entry's phases)."""
+        return bool(self.entry.phases)
+
+    @property
+    def training(self) -> bool:
+        """A training step: the forward, then its backward (the entry's ``backward``)."""
+        return self.entry.backward
+
+    @property
+    def prompt_logits(self) -> bool:
+        """One forward over a prompt whose LM-head positions are costcalc's option (default the
+        last; a plain forward of a tool runs them all): the logits are the caller's (the entry
+        fixes none) and no decode steps follow."""
+        return self.entry.logits is None and not self.generating
+
+    @property
+    def logits(self) -> Logits:
+        """costcalc's default logits mode for the case: the entry's own, else the last position."""
+        return self.entry.logits or DEFAULT.logits
 
     @property
     def tokens(self) -> int:
         """Tokens a run of this case produces or processes: B*S (prefill, train), B (a decode
         step), B*N (a generation's output tokens). MFU per token-rate uses it."""
-        return self.batch * {"decode": 1, "generate": self.new}.get(self.workload, self.seq)
+        return self.batch * (1 if self.decoding else self.new if self.generating else self.seq)
 
 
 DEFAULT = Options()
 
 
-def label(options: Options, spec: ModelSpec, workload: str) -> str:
+def label(options: Options, case: Case) -> str:
     """Options as a compare row names them: ``full/all``, plus the MLA form and window cache
     where the model has them and they are not the default (``full/all, mla expanded,
-    window-cache rolling``); the cache only where there is one (a decode step, a generation)."""
-    text = options.convention.value if workload in ("decode", "train") else \
-        f"{options.convention.value}/{options.logits.value}"
+    window-cache rolling``); the logits only where they are the caller's (the entry fixes none),
+    the cache only where there is one (a decode step, a generation)."""
+    spec = case.spec
+    text = options.convention.value if case.entry.logits else f"{options.convention.value}/{options.logits.value}"
     if spec.has_mla and options.mla != "auto":
         text += f", mla {options.mla.value}"
-    if spec.windows and options.window_cache != "whole" and workload in ("decode", "generate"):
+    if spec.windows and options.window_cache != "whole" and (case.decoding or case.generating):
         text += f", window-cache {options.window_cache.value}"
     return text
+
+
+def default_config(case: Case) -> str:
+    """costcalc's default for the case as a row's ``costcalc_config`` says it: ``causal, logits
+    last`` (the case's logits mode), plus ``MLA auto`` where the model has MLA."""
+    return f"causal, logits {case.logits.value}" + (", MLA auto" if case.spec.has_mla else "")
 
 
 class Costcalc:
@@ -119,7 +161,7 @@ Extra = tuple[str, Union[Number, Callable[[Options], Number], str]]   # a tool t
 
 def full(case: Case) -> Step:
     """The step to the full rectangle: a decode step only changes where windows are ignored."""
-    if case.workload == "decode":
+    if case.decoding:
         return ("sliding windows ignored (all T+1 keys)", {"convention": "full"})
     return ("full square", {"convention": "full"})
 
@@ -156,7 +198,7 @@ def reconcile(cc: Costcalc, path: list[Step], extras: list[Extra], told: Told) -
     if running != flops:
         raise AssertionError(f"{cc.case.spec.name} {cc.case.workload}: the differences give {running}, "
                              f"the tool's formula {flops}")
-    equals = next((label(c, cc.case.spec, cc.case.workload) for c, v in [seen[0], seen[-1], *seen[1:-1]]
+    equals = next((label(c, cc.case) for c, v in [seen[0], seen[-1], *seen[1:-1]]
                    if v == flops), None)
     return Answer(reported, exact(flops), diffs, equals, note)
 
@@ -173,23 +215,24 @@ def cannot(reason: str) -> Answer:
 
 class Recipe:
     """A tool: its name (the row's ``tool``), unit (FLOP, MAC or OP), what its printed number
-    is (``reported_as``), the source it follows, and ``answer``."""
+    is (``reported_as``), the source it follows, ``why_not`` (the cases it has no count for)
+    and ``answer``."""
     name = ""
     unit = "FLOP"
     printed = ""            # the printed number's unit where it is not ``unit`` (TFLOP, FLOP/token)
     reported_as = ""
     source = ""
-    workloads: tuple[str, ...] = WORKLOADS
     # Layer kinds costcalc models beyond those every recipe follows (GQA, window and MLA
     # attention; SwiGLU and MoE FFNs) that this recipe takes: "mlp" (the non-gated MLP),
     # "chunk" (chunked local attention). A model with another is a row that cannot answer.
     kinds: frozenset[str] = frozenset()
 
     def refusal(self, case: Case) -> Optional[Answer]:
-        """Why the recipe has no answer for the case (a workload or a layer kind it does not
-        take), or None."""
-        if case.workload not in self.workloads:
-            return cannot(self.why_not(case.workload))
+        """Why the recipe has no answer for the case (a run it does not count, ``why_not``, or
+        a layer kind it does not take), or None."""
+        why = self.why_not(case)
+        if why:
+            return cannot(why)
         other = [k for k in KINDS if k not in self.kinds and any(k in (g.block.ffn, g.block.attention)
                                                                    for g in case.spec.groups)]
         if other:
@@ -201,13 +244,14 @@ class Recipe:
     def takes(self, block) -> bool:
         return (block.ffn != "mlp" or "mlp" in self.kinds) and (block.attention != "chunk" or "chunk" in self.kinds)
 
-    def answer(self, case: Case, cc: Costcalc, setup: "Setup") -> Answer:
-        """The tool's answer for a case the recipe takes (``refusal`` is None): by default its
-        method named after the workload."""
-        return getattr(self, case.workload)(case, cc, setup)
+    def why_not(self, case: Case) -> Optional[str]:
+        """Why the tool has no count for the case's run, asked of the case (``case.training``,
+        ``case.generating``, ...); None where it has one. By default it counts every run."""
+        return None
 
-    def why_not(self, workload: str) -> str:
-        return f"no {workload} count"
+    def answer(self, case: Case, cc: Costcalc, setup: "Setup") -> Answer:
+        """The tool's answer for a case the recipe takes (``refusal`` is None)."""
+        raise NotImplementedError
 
 
 KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention"}

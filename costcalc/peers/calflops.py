@@ -25,16 +25,16 @@ class Calflops(Recipe):
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         eager = setup.attention == "eager"
-        m = hf.macs(case, hf.run(case, logits_all=case.workload != "generate"))
+        m = hf.macs(case, hf.run(case, logits_all=not case.generating))
         macs, extras = hf.counted(m, cc, attention=None if eager else "F.scaled_dot_product_attention not patched",
                                   experts=_MISSED_EXPERTS.get(setup.experts))
         flops = 2 * macs + m["silu"] + m["router_softmax"] + (m["softmax"] if eager else 0)
-        times = 3 if case.workload == "train" else 1
+        times = 3 if case.training else 1
         extras += [(name, times * value) for name, value in elementwise(m, eager)]
         note = hf.SETUP.format(**vars(setup)) + f"; {ELEMENTWISE}"
-        if case.workload == "decode":
+        if case.decoding:
             note += "; calculate_flops() cannot take a DynamicCache: this is its pipeline on one step"
-        if case.workload == "train":
+        if case.training:
             note += "; include_backPropagation=True: forward x 3, as a float"
         value = times * flops
         return reconcile(cc, hf.path(case), extras, Told(value, float(value) if times > 1 else value, note))

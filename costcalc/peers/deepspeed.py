@@ -10,6 +10,8 @@ default experts) are not patched: 0. It profiles a forward; no training count.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from . import hf
 from .base import Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 
@@ -28,18 +30,19 @@ class DeepSpeed(Recipe):
     unit = "FLOP"
     reported_as = "FlopsProfiler.get_total_flops() (2 x MACs + elementwise ops)"
     source = "DeepSpeed 0.19.8 deepspeed/profiling/flops_profiler/profiler.py, on transformers 5.23 models"
-    workloads = ("prefill", "decode", "generate")
 
-    def why_not(self, workload: str) -> str:
-        return "profiles a forward; no training count (the engine's printout only scales rates)"
+    def why_not(self, case: Case) -> Optional[str]:
+        if case.training:
+            return "profiles a forward; no training count (the engine's printout only scales rates)"
+        return None
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         eager = setup.attention == "eager"
-        m = hf.macs(case, hf.run(case, logits_all=case.workload != "generate"))
+        m = hf.macs(case, hf.run(case, logits_all=not case.generating))
         missed = "torch._grouped_mm not patched" if setup.experts == "grouped_mm" else None
         macs, extras = hf.counted(m, cc, experts=missed)        # matmul and SDPA are patched: attention counted
         flops = 2 * macs + m["silu"] + m["router_softmax"] + (m["softmax"] if eager else 0)
         note = hf.SETUP.format(**vars(setup)) + f"; {ELEMENTWISE}"
-        if case.workload == "decode":
+        if case.decoding:
             note += "; FlopsProfiler on one step (get_model_profile's warm-up would add a key)"
         return reconcile(cc, hf.path(case), extras + elementwise(m, eager), Told(flops, flops, note))

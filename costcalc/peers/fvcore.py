@@ -9,6 +9,8 @@ decode step needs a wrapper that takes the cache as tensors.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from . import hf
 from .base import HALF, Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 
@@ -18,13 +20,14 @@ class Fvcore(Recipe):
     unit = "MAC"
     reported_as = "FlopCountAnalysis(model, inputs).total() (multiply-adds, named flops)"
     source = "fvcore 0.1.5.post20221221 fvcore/nn/flop_count.py, jit_handles.py, on transformers 5.23 models"
-    workloads = ("prefill", "decode")
     kinds = frozenset({"mlp"})
 
-    def why_not(self, workload: str) -> str:
-        if workload == "generate":
+    def why_not(self, case: Case) -> Optional[str]:
+        if case.generating:
             return "a jit trace of one forward: generate() cannot be traced"
-        return "a trace of the forward: no training count"
+        if case.training:
+            return "a trace of the forward: no training count"
+        return None
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         m = hf.macs(case, hf.run(case))
@@ -33,6 +36,6 @@ class Fvcore(Recipe):
             experts="aten::_grouped_mm unsupported" if setup.experts == "grouped_mm" else None)
         extras.append(("MACs not FLOPs x0.5", HALF))
         note = hf.SETUP.format(**vars(setup)) + "; one multiply-add counted as one flop"
-        if case.workload == "decode":
+        if case.decoding:
             note += "; the model wrapped to take the cache as tensors (HF's DynamicCache cannot be traced)"
         return reconcile(cc, hf.path(case), extras, Told(macs, macs, note))

@@ -14,6 +14,8 @@ experts, no dense-first layers, sliding windows ignored.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, full, reconcile
 from .counts import layers, one_kind
 
@@ -26,19 +28,20 @@ class Genz(Recipe):
     printed = "MFLOP"
     reported_as = "summary_table 'MACs (MFLOP)' column (FLOPs / 1e6 on the default path)"
     source = "genz-llm 0.0.16 (PyPI wheel) GenZ/Models/*.py, operator_base.py, analyse_model.py"
-    workloads = ("prefill", "decode")
 
-    def why_not(self, workload: str) -> str:
-        if workload == "generate":
+    def why_not(self, case: Case) -> Optional[str]:
+        if case.generating:
             return "models prefill and decode stages; no generation total"
-        return "inference only (prefill, decode, chunked)"
+        if case.training:
+            return "inference only (prefill, decode, chunked)"
+        return None
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         c = self.config(case)
         if c is None:
             return cannot(f"one kind of GQA layer only (no MLA, shared experts or dense-first layers); "
                           f"this model: {layers(case.spec)}")
-        b, prefill = case.batch, case.workload == "prefill"
+        b, prefill = case.batch, not case.decoding
         s = case.seq if prefill else 1
         D, H, Hkv, Dq, Df, E, K, L, V = (c[k] for k in ("D", "H", "Hkv", "Dq", "Df", "E", "K", "L", "V"))
         proj = b * s * (D * (H * Dq + 2 * Hkv * Dq) + D * H * Dq)

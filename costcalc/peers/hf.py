@@ -53,10 +53,10 @@ def run(case: Case, logits_all: bool = True) -> Run:
     prefill with ``logits_to_keep=1`` and N-1 steps, step j after S+j-1 cached tokens."""
     b, s, t, n = case.batch, case.seq, case.context, case.new
     windows = {g.sizes["W"] for g in case.spec.groups if g.block.attention == "window"}
-    if case.workload == "decode":
+    if case.decoding:
         pairs = {None: b * (t + 1), **{w: b * (min(t, w - 1) + 1) for w in windows}}
         return Run(b, b, b * (t + 1), pairs)
-    if case.workload == "generate":
+    if case.generating:
         steps = n - 1
         full = b * (s * s + steps * s + steps * (steps + 1) // 2)
         pairs = {None: full, **{w: b * (s * s + sum_min(s + 1, s + steps, w)) for w in windows}}
@@ -134,7 +134,7 @@ LOGITS = ("LM head on all positions", {"logits": "all"})
 
 def path(case: Case) -> list:
     """The costcalc steps from the default to HF's execution of the case."""
-    return PATH + ([LOGITS] if case.workload == "prefill" else [])
+    return PATH + ([LOGITS] if case.prompt_logits else [])
 
 
 SETUP = ("Hugging Face transformers 5.23, attn_implementation={attention}, "

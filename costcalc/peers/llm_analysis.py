@@ -16,6 +16,8 @@ and the MHA assert now fails once the MLP is more than 1% off 16bsh^2 (Llama-2-7
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, full, reconcile
 from .counts import layers, one_kind
 
@@ -26,11 +28,10 @@ class LlmAnalysis(Recipe):
     name = "llm-analysis"
     reported_as = "prefill/decode_num_flops_fwd_total, num_flops_total_per_micro_batch (float FLOPs)"
     source = "llm-analysis 0.2.2 (PyPI wheel) llm_analysis/analysis.py"
-    workloads = ("prefill", "decode", "train")
     mlp_name = "fixed 16bsh^2 MLP"
 
-    def why_not(self, workload: str) -> str:
-        return "prints prefill and per-step decode FLOPs, no generation total"
+    def why_not(self, case: Case) -> Optional[str]:
+        return "prints prefill and per-step decode FLOPs, no generation total" if case.generating else None
 
     def mlp(self, g, tokens: int) -> float:
         return 16 * tokens * g.sizes["d"] ** 2
@@ -57,12 +58,12 @@ class LlmAnalysis(Recipe):
                           f"shared experts); this model: {layers(case.spec)}")
         if g.sizes["h_q"] * g.sizes["d_h"] != g.sizes["d"]:
             return cannot("attention width is hidden_dim: head_dim x n_head != hidden_dim is not expressible")
-        b, one = case.batch, case.workload == "decode"
+        b, one = case.batch, case.decoding
         s = 1 if one else case.seq
         if self.asserts(g, b, s):
             return cannot(f"AssertionError in get_num_flops_fwd_total: an MHA total more than 1% off "
                           f"24bLsh^2(1+s/6h+V/12Lh) (its formula would give {self.fwd(g, b, s):,})")
-        times = 3 if case.workload == "train" else 1
+        times = 3 if case.training else 1
         flops = times * self.fwd(g, b, s)
         z, L, tokens = g.sizes, g.count, b * s
         moe = g.block.ffn == "moe"
@@ -75,7 +76,7 @@ class LlmAnalysis(Recipe):
         ffn = "experts" if moe else "ffn"
         name = self.mlp_name + (f", one expert instead of k={z['k']}" if moe else "")
         extras.append((name, lambda c: times * L * self.mlp(g, tokens) - cc.term(ffn, c)))
-        path = [full(case)] + ([ALL] if case.workload == "prefill" else [])
+        path = [full(case)] + ([ALL] if case.prompt_logits else [])
         note = "float arithmetic, exact here" + ("; no sliding windows" if case.spec.windows else "")
         return reconcile(cc, path, extras, Told(flops, float(flops), note))
 

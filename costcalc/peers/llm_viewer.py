@@ -11,6 +11,8 @@ Inference stages only.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, full, reconcile
 from .counts import layers, one_kind
 
@@ -20,12 +22,13 @@ class LlmViewer(Recipe):
     unit = "OP"
     reported_as = "total_results[stage]['OPs'] (float)"
     source = "hahnyuan/LLM-Viewer model_analyzer.py, configs/Llama.py, configs/Mixtral.py at commit a626bee"
-    workloads = ("prefill", "decode")
 
-    def why_not(self, workload: str) -> str:
-        if workload == "generate":
+    def why_not(self, case: Case) -> Optional[str]:
+        if case.generating:
             return "analyze_generate_task() returns a time only (no OPs total)"
-        return "inference stages only (prefill and decode)"
+        if case.training:
+            return "inference stages only (prefill and decode)"
+        return None
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         g = one_kind(case.spec)
@@ -38,7 +41,7 @@ class LlmViewer(Recipe):
             return cannot("q_proj is hidden_size x hidden_size: head_dim x heads != hidden_size is not expressible")
         moe = g.block.ffn == "moe"
         m = z["m_e"] if moe else z["m"]
-        prefill = case.workload == "prefill"
+        prefill = not case.decoding
         tokens = b * case.seq if prefill else b
         rows = case.seq * case.seq if prefill else case.context      # query x key pairs per head
         hs = d // hq

@@ -13,6 +13,7 @@ norm weights, every expert), per prompt. TFLOPs per device, one device.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Optional
 
 from .base import Answer, Case, Costcalc, Recipe, Setup, Told, cannot, reconcile
 from .counts import matrices, norms
@@ -25,10 +26,16 @@ class Maxtext(Recipe):
     printed = "TFLOP"
     reported_as = "TFLOPs per device (per training step, or per prefill)"
     source = "AI-Hypercomputer/maxtext src/MaxText/maxtext_utils.py at commit c491caa"
-    workloads = ("prefill", "train")
 
-    def why_not(self, workload: str) -> str:
-        return "no decode FLOP estimate (its inference microbenchmark reports decode as time and bandwidth)"
+    def why_not(self, case: Case) -> Optional[str]:
+        if case.decoding or case.generating:
+            return "no decode FLOP estimate (its inference microbenchmark reports decode as time and bandwidth)"
+        return None
+
+    def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
+        """calculate_tflops_training_per_device for a training step, else
+        calculate_prefill_tflops_per_device."""
+        return (self.train if case.training else self.prefill)(case, cc, setup)
 
     def train(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         spec, b, s = case.spec, case.batch, case.seq

@@ -23,13 +23,12 @@ class Megatron(Recipe):
     name = "megatron"
     reported_as = "num_floating_point_operations(args, batch_size) (FLOPs per iteration, float)"
     source = "NVIDIA/Megatron-LM megatron/training/training.py at commit 001b00c"
-    workloads = ("train",)
     kinds = frozenset({"mlp", "chunk"})
 
-    def why_not(self, workload: str) -> str:
-        return "a training count only (one iteration, forward + backward)"
+    def why_not(self, case: Case) -> Optional[str]:
+        return None if case.training else "a training count only (one iteration, forward + backward)"
 
-    def train(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
+    def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         spec, s = case.spec, case.seq
         d, V = spec["d"], spec["V"]
         padded = -(-V // PAD) * PAD

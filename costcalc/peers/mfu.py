@@ -11,7 +11,7 @@ from ..errors import CostcalcError
 from ..evaluate import MAX_TILE_STEPS, TooManyTiles
 from ..vocab import CONVENTIONS
 from . import TOOLS, compare
-from .base import Case, Costcalc, Setup
+from .base import Case, Costcalc, Setup, default_config
 
 # A measured run: a nanosecond to 30 years; a rate of one token in 1,000 s to 10^15 tokens/s. Outside
 # these the input is a typo, and a subnormal one would make the MFU infinite.
@@ -43,8 +43,7 @@ def utilisation(case: Case, time_s: float, peak: tuple[float, str], names: Seque
     cc = Costcalc(case)
     base = {"preset": case.spec.name, "workload": case.workload, **case.inputs()}
     rows = []
-    default = ("causal, logits " + ("all" if case.workload == "train" else "last")
-               + (", MLA auto" if case.spec.has_mla else ""))
+    default = default_config(case)
     for convention in CONVENTIONS:
         note = "tiles of 128 x 128" if convention == "tiled" else ""
         try:

@@ -18,13 +18,12 @@ class Nanochat(Recipe):
     printed = "FLOP/token"
     reported_as = "GPT.estimate_flops() (FLOPs per token, forward + backward)"
     source = "karpathy/nanochat nanochat/gpt.py at commit e28d4ea"
-    workloads = ("train",)
     kinds = frozenset({"mlp"})
 
-    def why_not(self, workload: str) -> str:
-        return "a training estimate only (FLOPs per token, forward + backward)"
+    def why_not(self, case: Case) -> Optional[str]:
+        return None if case.training else "a training estimate only (FLOPs per token, forward + backward)"
 
-    def train(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
+    def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         spec = case.spec
         if has(spec, ffn="moe") or spec.has_mla:
             return cannot("nanochat's GPT is a dense GQA model: no MoE, no MLA")

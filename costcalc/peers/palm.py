@@ -17,13 +17,12 @@ class Palm(Recipe):
     printed = "FLOP/token"
     reported_as = "6N + 12LHQT (FLOPs per token, forward + backward)"
     source = "PaLM, arXiv:2204.02311, Appendix B"
-    workloads = ("train",)
     kinds = frozenset({"mlp", "chunk"})
 
-    def why_not(self, workload: str) -> str:
-        return "a training formula only (model FLOPs per token, forward + backward)"
+    def why_not(self, case: Case) -> Optional[str]:
+        return None if case.training else "a training formula only (model FLOPs per token, forward + backward)"
 
-    def train(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
+    def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         spec = case.spec
         if spec.has_mla:
             return cannot("MLA has no single H x Q (scores and values have different widths)")

@@ -22,14 +22,14 @@ class TorchFlopCounter(Recipe):
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         counts_attention = setup.attention == "eager" or hf.sdpa_falls_back(case)
-        m = hf.macs(case, hf.run(case, logits_all=case.workload != "generate"))
+        m = hf.macs(case, hf.run(case, logits_all=not case.generating))
         macs, extras = hf.counted(m, cc, attention=None if counts_attention else "CPU SDPA kernel has no formula",
                                   experts="_grouped_mm has no formula" if setup.experts == "grouped_mm" else None)
         flops = 2 * macs
-        times = 3 if case.workload == "train" else 1
+        times = 3 if case.training else 1
         note = hf.SETUP.format(**vars(setup)) + "; CPU"
         if setup.attention == "sdpa":
             note += " (on CUDA, SDPA is counted as the full rectangle, as eager is)"
-        if case.workload == "train":
+        if case.training:
             note += "; forward(labels) + backward executed: 3 x forward"
         return reconcile(cc, hf.path(case), extras, Told(times * flops, times * flops, note))

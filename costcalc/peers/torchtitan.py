@@ -19,13 +19,12 @@ class Torchtitan(Recipe):
     printed = "FLOP/token"
     reported_as = "num_flops_per_token (FLOPs per token, forward + backward)"
     source = "pytorch/torchtitan torchtitan/models/utils.py at commit 76dd118"
-    workloads = ("train",)
     kinds = frozenset({"mlp", "chunk"})
 
-    def why_not(self, workload: str) -> str:
-        return "a training estimate only (FLOPs per token for MFU)"
+    def why_not(self, case: Case) -> Optional[str]:
+        return None if case.training else "a training estimate only (FLOPs per token for MFU)"
 
-    def train(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
+    def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         spec = case.spec
         p = matrices(spec)
         dense = p["total"] - p["experts"] - p["embedding"] + norms(spec)      # tied: the table once, then out

@@ -13,6 +13,8 @@ request and per decode token. tp = pp = dp = 1. Layer counts are floats: exact b
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .base import Answer, Case, Costcalc, Recipe, Setup, Told, reconcile
 from .hf import sum_min
 
@@ -23,9 +25,9 @@ def contexts(case: Case, window) -> tuple[int, int, int]:
     (context T+1), or a generation (the prefill, then step j with context S+j)."""
     b, s = case.batch, case.seq
     clip = (lambda c: min(c, window)) if window else (lambda c: c)
-    if case.workload == "decode":
+    if case.decoding:
         return b, b, b * clip(case.context + 1)
-    steps = case.new - 1 if case.workload == "generate" else 0
+    steps = case.new - 1 if case.generating else 0
     later = sum_min(s + 1, s + steps, window) if window else steps * s + steps * (steps + 1) // 2
     return b * (s + steps), b * (1 + steps), b * (s * clip(s) + later)
 
@@ -61,10 +63,9 @@ class Vllm(Recipe):
     name = "vllm"
     reported_as = "vllm:estimated_flops_per_gpu_total (FLOPs, summed over scheduler steps)"
     source = "vLLM 0.33.0 vllm/v1/metrics/perf.py"
-    workloads = ("prefill", "decode", "generate")
 
-    def why_not(self, workload: str) -> str:
-        return "an inference engine's metric: no training count"
+    def why_not(self, case: Case) -> Optional[str]:
+        return "an inference engine's metric: no training count" if case.training else None
 
     def answer(self, case: Case, cc: Costcalc, setup: Setup) -> Answer:
         got = count(case)

@@ -60,18 +60,27 @@ def locate() -> tuple[Optional[Path], str]:
         if root is None:
             return None, f"no cache: COSTCALC_CACHE_DIR={explicit!r} is relative and the working directory is gone"
     else:
-        xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.environ.get("HOME", "")
-        if os.path.isabs(xdg):
+        xdg, home = (_below_root(os.environ.get(name, "")) for name in ("XDG_CACHE_HOME", "HOME"))
+        if xdg:
             root = os.path.join(xdg, "costcalc")
-        elif os.path.isabs(home) and home.strip("/"):
+        elif home:
             root = os.path.join(home, ".cache", "costcalc")
         else:
-            return None, (f"no cache: HOME={home!r} is not an absolute path other than / and XDG_CACHE_HOME="
-                          f"{xdg!r} is not absolute")
+            return None, (f"no cache: neither XDG_CACHE_HOME={os.environ.get('XDG_CACHE_HOME', '')!r} nor "
+                          f"HOME={os.environ.get('HOME', '')!r} is an absolute path below /")
     path = Path(root)
     if path.parent == path:
         return None, "no cache: never the filesystem root"
     return path, ""
+
+
+def _below_root(value: str) -> str:
+    """``value`` normalised (``/.`` and ``/a/..`` are ``/``) if it is an absolute path other
+    than the filesystem root, else the empty string: not a place for a cache."""
+    if not os.path.isabs(value):
+        return ""
+    value = os.path.normpath(value)
+    return "" if os.path.dirname(value) == value else value
 
 
 @lru_cache(maxsize=None)

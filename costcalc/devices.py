@@ -32,7 +32,7 @@ class Device:
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
-            raise CostcalcError(f"device {self.name}: no {dtype} peak (it has {', '.join(self.peak_flops)})")
+            raise CostcalcError(f"device {self.name}: no {dtype} peak (it has {quote(', '.join(self.peak_flops))})")
         return self.peak_flops[dtype]
 
     def to_dict(self) -> dict[str, Any]:

@@ -202,8 +202,9 @@ def draw(request: Figure, specs: Sequence[ModelSpec], output: str | Path, look: 
         row[0].set_ylabel(("time of one decode step" if traffic else
                            {"prefill": "FLOPs of the prefill", "decode": "FLOPs of one decode step",
                             "generate": "FLOPs of the token"}[what]) + (f" (batch {batch})" if batch > 1 else ""))
-    fig.suptitle(look.title or (_time_title(traffic, batch, conventions[0], specs) if traffic
-                                else _title(what, batch, request.prompt, conventions)), fontsize=11)
+    said = (_time_title(traffic, batch, conventions[0], specs) if traffic
+            else _title(what, batch, request.prompt, conventions))
+    fig.suptitle(_plain(look.title) if look.title else said, fontsize=11)
     fig.tight_layout()
     kind = Path(dest.shown).suffix.lower().lstrip(".")
     try:
@@ -226,6 +227,12 @@ def check_output(output: str | Path) -> "outputs.Target":
     if Path(dest.shown).suffix.lower() not in (".png", ".svg"):
         raise CostcalcError(f"plot: --output must name a .png or .svg file, got {dest.shown!r}")
     return dest
+
+
+def _plain(text: str) -> str:
+    """A user's text drawn as written: matplotlib reads ``$...$`` as math (a stray ``$`` in a
+    preset's title was a parse error), so each ``$`` is escaped."""
+    return text.replace("$", r"\$")
 
 
 def _time_title(traffic, batch: int, convention: str, specs: Sequence[ModelSpec]) -> str:
@@ -324,7 +331,7 @@ def _draw(ax, spec: ModelSpec, panel: dict, request: Figure) -> None:
 
     show = units.seconds if request.traffic else units.flops
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: show(v, short=True) if v > 0 else "0"))
-    ax.set_title(spec.title or spec.name, fontsize=10)
+    ax.set_title(_plain(spec.title or spec.name), fontsize=10)
     ax.set_xlabel(find(request.what).axis)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="best")

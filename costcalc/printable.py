@@ -1,22 +1,31 @@
 """Text from a user's file, made safe to show: a C0 or C1 control character or DEL (an escape
 sequence that sets a window title, clears the screen or moves the cursor over the numbers) is
 refused where the file is read (``check``), and written as visible text (``\\x1b``) wherever
-text is shown (``escape``), as a second guard."""
+text is shown (``escape``), as a second guard. So are the invisible characters that reorder or
+hide what a terminal shows (a right-to-left override, zero-width spaces: ``\\u202e``)."""
 from __future__ import annotations
 
 import re
 
 from .errors import CostcalcError, quote
 
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_NOT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+# Invisible characters that change what a terminal shows: bidirectional overrides and
+# isolates, zero-width characters, line and paragraph separators, the byte-order mark.
+_FORMAT = "\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT}]")
+_NOT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_FORMAT}]")
+
+
+def _visible(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def escape(text: str, lines: bool = False) -> str:
     """``text`` with each control character as ``\\xNN``; ``lines``: newlines kept (a whole
     rendered text, whose lines are its own)."""
     pattern = _NOT_NEWLINE if lines else CONTROL
-    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if pattern.search(text) else text
+    return pattern.sub(lambda m: _visible(m.group()), text) if pattern.search(text) else text
 
 
 def check(origin: str, field: str, text: str) -> str:

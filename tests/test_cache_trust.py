@@ -208,6 +208,8 @@ def test_a_failed_write_leaves_no_temp_file(cache, caplog, monkeypatch):
 
 @pytest.mark.parametrize("home, xdg, expected", [
     ("", None, None), ("/", None, None), ("relhome", None, None), (None, None, None),
+    ("/.", None, None), ("//", None, None), ("/h/..", None, None), ("/", "/", None), ("/h", "/./", "/h/.cache/costcalc"),
+    ("/h/./", None, "/h/.cache/costcalc"),
     ("/h", "relcache", "/h/.cache/costcalc"), ("/h", "/x", "/x/costcalc"), ("", "/x", "/x/costcalc")])
 def test_the_cache_folder_is_never_the_root_nor_the_working_directory(monkeypatch, home, xdg, expected):
     monkeypatch.delenv("COSTCALC_CACHE_DIR", raising=False)
@@ -229,7 +231,7 @@ def test_a_relative_costcalc_cache_dir_is_made_absolute_once(tmp_path, monkeypat
 def test_no_usable_home_means_no_cache_not_one_at_the_root(tmp_path):
     existed = os.path.exists("/.cache/costcalc")
     done = cli(["-v", *ARGS], {"HOME": ""}, tmp_path)
-    assert done.returncode == 0 and "no cache: HOME='' is not an absolute path" in done.stderr
+    assert done.returncode == 0 and "nor HOME='' is an absolute path below /" in done.stderr
     assert os.path.exists("/.cache/costcalc") == existed and not os.listdir(tmp_path)
 
 

@@ -93,6 +93,23 @@ def test_a_preset_files_escape_sequences_are_refused(capsys, tmp_path):
     assert code == 2 and one_error(err, "control character")
 
 
+@pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u2066", "\ufeff", "\u2028"])
+def test_invisible_characters_that_reorder_a_title_are_refused(capsys, tmp_path, char):
+    path = _preset(tmp_path, title=f"H100 {char}001H")
+    code, out, err = run(capsys, "presets", "show", "--preset-file", path)
+    assert code == 2 and one_error(err, "control character") and char not in err + out
+    assert render.render([{"title": f"a{char}b"}], "table").count(f"\\u{ord(char):04x}") == 1
+
+
+def test_a_devices_unknown_peak_keys_are_quoted_short(capsys, tmp_path):
+    device = json.loads((PRESETS / "devices" / "h100.json").read_text())
+    device["peak_flops"] = {"x" * 100_000: 1e15}
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(device))
+    code, _, err = run(capsys, "prefill", "-p", "toy", "--seq", "4", "--device-file", str(path))
+    assert code == 2 and one_error(err, "peak") and len(err) < 300
+
+
 def test_text_shown_escapes_control_characters(capsys, tmp_path):
     """The second guard: whatever reaches a table, Markdown or a field listing is shown as text."""
     rows = [{"title": ESCAPES + "\x7f\x85", "n": 1}]

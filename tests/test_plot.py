@@ -152,3 +152,16 @@ def test_a_time_plot_says_the_dtypes_its_times_depend_on(tmp_path):
     for words in ("weights int4 (groups of 64)", "KV fp8", "compute bf16", "expected routing", "efficiency 0.5/0.8",
                   "on h100, batch 1"):
         assert words in text, words
+
+
+@pytest.mark.parametrize("title", [r"bad $\frac{$ x", "$" + "{" * 200 + "$"])
+def test_a_title_with_dollar_signs_is_drawn_as_written(tmp_path, title):
+    """matplotlib reads $...$ as math: a preset's title (or --title) is drawn as plain text."""
+    import json
+    from pathlib import Path
+
+    preset = json.loads((Path(__file__).parent.parent / "presets" / "toy.json").read_text())
+    (tmp_path / "p.json").write_text(json.dumps({**preset, "title": title}))
+    out = tmp_path / "t.svg"
+    assert main(["plot", "prefill", "--preset-file", str(tmp_path / "p.json"), "--seq", "4:16:x2", "-o", str(out)]) == 0
+    assert out.stat().st_size > 1_000

@@ -246,11 +246,10 @@ def columns(query: Query, point: dict[str, Sequence[int]], n: int,
         raise CostcalcError(f"the sweep is {n:,} points x {groups:,} layer groups = {n * groups:,} group "
                             f"points (at most {MAX_GROUP_POINTS:,}); narrow the ranges")
     if groups == 1:
-        group, recipe = next(query.recipes())
-        return _ordered(_group_columns(query, group, recipe, point, n, wanted), wanted)
+        return _ordered(_group_columns(query, next(query.recipes()), point, n, wanted), wanted)
     out: dict[str, list[int]] = {}      # the groups added as they come: one group's columns held at a time
-    for group, recipe in query.recipes():
-        for name, column in _group_columns(query, group, recipe, point, n, wanted).items():
+    for pair in query.recipes():
+        for name, column in _group_columns(query, pair, point, n, wanted).items():
             if name not in SUMS:
                 out[name] = add([out[name], column]) if name in out else column
     return _sums(out, wanted)
@@ -259,8 +258,10 @@ def columns(query: Query, point: dict[str, Sequence[int]], n: int,
 MAX_GROUP_POINTS = 10_000_000   # points x layer groups of one sweep (about 5 s at 1,024 groups)
 
 
-def _group_columns(query: Query, group: Group, recipe: "Recipe", point: dict[str, Sequence[int]], n: int,
+def _group_columns(query: Query, pair: tuple[Group, "Recipe"], point: dict[str, Sequence[int]], n: int,
                    wanted: list[str]) -> dict[str, list[int]]:
+    """One layer group's outputs (``pair``: the group and its recipe) at n points."""
+    group, recipe = pair
     base = {**group.numbers(), **query.options.values()}
     if n <= SMALL:
         got = [recipe.evaluate({**base, **{k: int(v[i]) for k, v in point.items()}}, wanted) for i in range(n)]

@@ -209,6 +209,19 @@ def test_verify_refuses_a_model_that_does_not_fit(capsys):
     assert code == 2 and "GiB free" in err and len(err.strip().splitlines()) == 1
 
 
+def test_gpu_check_script_parses_and_names_its_dry_presets():
+    """The fast half of the script's check: bash reads it, and every preset file DRY=1 runs exists."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = root / "verify" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    named = re.findall(r"--preset-file (verify/dry/[\w.-]+\.json)", script.read_text())
+    assert len(named) == 4 and all((root / p).is_file() for p in named)
+
+
+@pytest.mark.slow   # six processes that each import torch: about 30 s of CPU
 def test_gpu_check_script_logic_on_cpu(tmp_path):
     """The prepared GPU script, run DRY=1 on CPU on small presets with the real models'
     structures: every step must run and report exact matches, in seconds."""
@@ -219,7 +232,6 @@ def test_gpu_check_script_logic_on_cpu(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     script = root / "verify" / "gpu_check.sh"
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     env = {**os.environ, "DRY": "1", "OUT": str(tmp_path), "PYTHONPATH": str(root),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)

@@ -2,7 +2,7 @@
 # GPU verification at real sizes on one H200, about 8 minutes. Writes reports under $OUT.
 #   PYTHONPATH=. OUT=/tmp/out bash verify/gpu_check.sh
 # DRY=1 runs the same four steps on CPU, each on a small preset file with the structure of the
-# real model (verify/dry/*.json), in seconds: how CI tests this script's logic. It times only
+# real model (verify/dry/*.json), in about 20 s (python -m pytest -m slow -k gpu_check; run it before a GPU run). It times only
 # step 1 (steps 2-4 count, --repeats 0) and runs torch on one thread (tiny matmuls gain
 # nothing from more, and lose much on a busy machine).
 set -euo pipefail

@@ -54,6 +54,10 @@ def test_a_name_with_a_trailing_newline_is_refused(capsys, tmp_path, monkeypatch
     config.write_bytes((HF / "llama-3.1-8b.json").read_bytes())
     code, _, err = run(capsys, "prefill", "--config", str(config), "--seq", "1024", "-f", "csv")
     assert code == 2 and one_error(err, "is not a preset name")
+    config = tmp_path / "my config (1).json"    # the error says where the name came from
+    config.write_bytes((HF / "llama-3.1-8b.json").read_bytes())
+    code, _, err = run(capsys, "prefill", "--config", str(config), "--seq", "1024")
+    assert code == 2 and one_error(err, "the name taken from its file name: 'my config (1)' is not a preset name")
     with pytest.raises(CostcalcError):
         spec.check_name("x\n", "name")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import jsonfile
 from ..errors import CostcalcError, quote
-from ..spec import MAX_GROUPS, ModelSpec, from_dict
+from ..spec import MAX_GROUPS, ModelSpec, check_name, from_dict
 from .families import MAPPERS
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
@@ -46,8 +46,10 @@ def load(path: str | Path, name: str | None = None) -> ModelSpec:
     """A model from a config.json file."""
     path = Path(path)
     config = jsonfile.read(path, "config")
-    default = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return from_dict(to_preset(config, name or default, str(path)), origin=f"config {str(path)!r}")
+    if name is None:     # the file's name (its folder's, for a config.json) names the model
+        name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+        check_name(name, f"config {quote(str(path))}: the name taken from its file name")
+    return from_dict(to_preset(config, name, str(path)), origin=f"config {str(path)!r}")
 
 
 def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, Any]:

@@ -19,20 +19,18 @@ PRESETS = Path(__file__).parent.parent / "presets"
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[1;31mFAKE: all checks passed\x1b[0m"
 
 
-def _config(tmp_path, base="llama-3.1-8b", file="c.json", **changes):
-    data = json.loads((HF / f"{base}.json").read_text())
-    data.update(changes)
-    path = tmp_path / file
-    path.write_text(json.dumps(data))
+def _changed(source: Path, path: Path, changes: dict) -> str:
+    """``source``'s JSON with ``changes`` applied, written to ``path`` (its name returned)."""
+    path.write_text(json.dumps({**json.loads(source.read_text()), **changes}))
     return str(path)
+
+
+def _config(tmp_path, base="llama-3.1-8b", file="c.json", **changes):
+    return _changed(HF / f"{base}.json", tmp_path / file, changes)
 
 
 def _preset(tmp_path, base="llama-3.1-8b", file="p.json", **changes):
-    data = json.loads((PRESETS / f"{base}.json").read_text())
-    data.update(changes)
-    path = tmp_path / file
-    path.write_text(json.dumps(data))
-    return str(path)
+    return _changed(PRESETS / f"{base}.json", tmp_path / file, changes)
 
 
 def _strict(text):

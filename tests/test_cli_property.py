@@ -242,6 +242,20 @@ _EXAMPLE = itertools.count()
 @seed(int(os.environ.get("CLI_SEED", 20250117)))
 @settings(max_examples=int(os.environ.get("CLI_EXAMPLES", 300)), deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def _main_in(folder, argv, shown, capsys) -> int:
+    """``main(argv)`` run in ``folder`` (captured output reset first); anything escaping the one
+    boundary is a traceback for the user, and fails the test."""
+    capsys.readouterr()
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        return main(argv)
+    except BaseException as exc:
+        pytest.fail(f"{shown} raised {type(exc).__name__}: {exc}")
+    finally:
+        os.chdir(here)
+
+
 @given(case=command_lines())
 def test_no_command_line_ends_in_a_traceback(case, tmp_path, capsys):
     drawn, usage = case
@@ -252,15 +266,7 @@ def test_no_command_line_ends_in_a_traceback(case, tmp_path, capsys):
     (out / "old.json").write_bytes(OLD)
     argv = [_real(arg, inputs, out) for arg in drawn]
     shown = f"costcalc {' '.join(argv)!r}"
-    capsys.readouterr()
-    here = os.getcwd()
-    os.chdir(out)
-    try:
-        code = main(argv)
-    except BaseException as exc:   # anything escaping the one boundary is a traceback for the user
-        pytest.fail(f"{shown} raised {type(exc).__name__}: {exc}")
-    finally:
-        os.chdir(here)
+    code = _main_in(out, argv, shown, capsys)
     stdout, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err, (shown, err)
@@ -330,15 +336,9 @@ def test_hostile_files_and_targets_end_in_output_or_one_error(case, tmp_path, ca
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.is_symlink()}
     drain = hostile.Drain(target) if target_name == "@fifo" else None
     shown = f"costcalc {' '.join(argv)!r} ({data[:300]!r})"
-    capsys.readouterr()
-    here = os.getcwd()
-    os.chdir(out)
     try:
-        code = main(argv)
-    except BaseException as exc:
-        pytest.fail(f"{shown} raised {type(exc).__name__}: {exc}")
+        code = _main_in(out, argv, shown, capsys)
     finally:
-        os.chdir(here)
         streamed = drain.close() if drain else b""
     stdout, err = capsys.readouterr()
     others = [line for line in err.splitlines() if line.strip() and not line.startswith("warning: ")]

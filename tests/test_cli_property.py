@@ -239,9 +239,6 @@ def _files(folder):
 _EXAMPLE = itertools.count()
 
 
-@seed(int(os.environ.get("CLI_SEED", 20250117)))
-@settings(max_examples=int(os.environ.get("CLI_EXAMPLES", 300)), deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def _main_in(folder, argv, shown, capsys) -> int:
     """``main(argv)`` run in ``folder`` (captured output reset first); anything escaping the one
     boundary is a traceback for the user, and fails the test."""
@@ -256,6 +253,9 @@ def _main_in(folder, argv, shown, capsys) -> int:
         os.chdir(here)
 
 
+@seed(int(os.environ.get("CLI_SEED", 20250117)))
+@settings(max_examples=int(os.environ.get("CLI_EXAMPLES", 300)), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=command_lines())
 def test_no_command_line_ends_in_a_traceback(case, tmp_path, capsys):
     drawn, usage = case

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional, Union
 
 from .errors import CostcalcError
+from .printable import escape
 
 STDOUT = "-"
 # A name of an open descriptor (``/dev/stderr``, ``/dev/fd/3``, ``/proc/self/fd/1``): written in
@@ -72,8 +73,8 @@ class Target:
 
 
 def printable(text: str) -> str:
-    """``text`` with its control characters written as Python escapes (``\\n``, ``\\x1b``)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """A name as a message shows it: ``printable.escape`` (control characters as Python escapes)."""
+    return escape(text)
 
 
 # Files this process reads and files it will replace, by (st_dev, st_ino): one may not be

@@ -17,12 +17,12 @@ _NOT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_FORMAT}]")
 
 
 def _visible(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    """One character as a Python escape (``\\n``, ``\\x1b``, ``\\u202e``)."""
+    return repr(char)[1:-1]
 
 
 def escape(text: str, lines: bool = False) -> str:
-    """``text`` with each control character as ``\\xNN``; ``lines``: newlines kept (a whole
+    """``text`` with each control character as a Python escape; ``lines``: newlines kept (a whole
     rendered text, whose lines are its own)."""
     pattern = _NOT_NEWLINE if lines else CONTROL
     return pattern.sub(lambda m: _visible(m.group()), text) if pattern.search(text) else text

@@ -4,6 +4,6 @@ try:
 except KeyboardInterrupt:      # Ctrl-C before run() is in place: as quiet as run() would be
     import os
 
-    os._exit(130)
+    os._exit(130)              # cli.EXIT_INTERRUPTED, which could not be imported
 
 run()

@@ -8,13 +8,10 @@ hash of the core's own source files and the sympy version (its behaviour shapes 
 expressions), so any change to either derives again. A later start loads the data: no sympy
 import.
 
-Loading never executes the file. Each expression is parsed (``ast``) and held to a grammar
-of integer arithmetic (``costcalc.grammar``): int constants, the term's parameters, ``+ - * //``,
-``**`` by a constant, unary minus, the helpers ``_min``/``_max``/``_cdiv`` defined here,
-and ``sum(... for t in range(...))``. The checked trees are compiled into functions that
-see no builtins but those. A file that fails anything is derived again: an unwritable,
-foreign, corrupt or hostile cache is never an error; the reason is logged (``costcalc
---verbose`` shows it).
+Loading never executes the file: each expression is held to the grammar of
+``costcalc.grammar`` (integer arithmetic and the helpers defined here) before it is compiled.
+A file that fails anything is derived again: an unwritable, foreign, corrupt or hostile cache
+is never an error; the reason is logged (``costcalc --verbose`` shows it).
 """
 from __future__ import annotations
 
@@ -32,7 +29,7 @@ from .cachefile import cache_dir, log
 from .vocab import Convention, Logits
 
 _PACKAGE = Path(__file__).resolve().parent
-# The files whose content decides the generated code.
+# The files whose content decides the compiled expressions.
 SOURCES = ("symbols.py", "vocab.py", "blocks.py", "codegen.py", "compiled.py", "cachefile.py", "grammar.py",
            "core/*.py")
 INT64_SAFE = 2**62  # bound below which every intermediate fits int64 with room to spare
@@ -61,7 +58,7 @@ def sympy_version() -> str:
 
 
 class Compiled:
-    """One recipe's generated functions: ``evaluate`` at a point, ``columns`` over arrays."""
+    """One recipe's compiled functions: ``evaluate`` at a point, ``columns`` over arrays."""
 
     def __init__(self, key: str, namespace: dict[str, Any]) -> None:
         self.key = key
@@ -95,11 +92,11 @@ class Compiled:
     def columns(self, values: Mapping[str, Any], n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
         """Every output over ``n`` points; ``values`` maps names to ints or length-n arrays.
 
-        A term is evaluated over whole arrays by its generated function in int64 where its
+        A term is evaluated over whole arrays by its compiled function in int64 where its
         bound shows every intermediate fits. Past that, a polynomial term is taken as a
         polynomial in the swept variables whose coefficients (the model's values folded in)
         are exact Python ints, each monomial computed once in int64 and scaled as Python
-        ints; a window term (Min/Max) runs its generated function over arrays of Python
+        ints; a window term (Min/Max) runs its compiled function over arrays of Python
         ints. Sums over tiles run point by point. Every result is the exact integer.
         """
         import numpy as np

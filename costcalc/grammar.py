@@ -17,6 +17,7 @@ import keyword
 from typing import Any, Iterable, Mapping
 
 CALLS = ("_min", "_max", "_cdiv", "sum", "range")   # the names an expression may call
+CALLED = frozenset(CALLS) - {"range"}                # as a call of its own (range: inside a sum only)
 MAX_POWER = 64   # the largest exponent an expression may hold (the core's are below 5)
 _BINARY = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Pow)
 
@@ -57,7 +58,7 @@ def check(text: Any, params: Iterable[str]) -> ast.expr:
             stack += [(node.left, names), (node.right, names)]
         elif kind is ast.UnaryOp and type(node.op) is ast.USub:
             stack.append((node.operand, names))
-        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id in ("_min", "_max", "_cdiv", "sum"):
+        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id in CALLED:
             call, args = node.func.id, node.args
             if node.keywords or not args or (call == "_cdiv" and len(args) != 2):
                 raise ValueError(f"a call of {call} with other arguments")

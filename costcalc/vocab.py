@@ -57,7 +57,7 @@ WORKLOAD = (
     Name("b_k", "tile", "keys per attention tile (tiled convention)"),
 )
 
-ORDER = tuple(n.name for n in MODEL + DERIVED + WORKLOAD)  # argument order of generated code
+ORDER = tuple(n.name for n in MODEL + DERIVED + WORKLOAD)  # argument order of compiled expressions
 
 
 def derived(sizes: Mapping[str, int]) -> dict[str, int]:

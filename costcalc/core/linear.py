@@ -2,7 +2,7 @@
 
 Each projection is a shape ``fan_in x fan_out`` used ``uses`` times per token (k for a
 routed expert, 1 otherwise). Its name is the operator's name everywhere: a breakdown's
-operators, the generated code, and the verifier, which joins the FLOPs it counts on each
+operators, the compiled recipes, and the verifier, which joins the FLOPs it counts on each
 module to these names. Every linear term is derived from these shapes by ``matmul``; the
 executed parameters per token, P_lin, are the linear FLOPs of one token divided by 2.
 """

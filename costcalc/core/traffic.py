@@ -15,7 +15,7 @@ For ``batch`` sequences running ``new`` tokens after ``past`` cached ones, per o
 Widths per key: GQA reads and writes K and V, ``2 h_kv d_h``; MLA in the naive form caches
 and reads the up-projected K and V (``h_q (d_nope + d_rope + d_v)``); absorbed, the latent and
 the RoPE key (``r_kv + d_rope``). Every count is an integer polynomial (tile sums aside), so
-the generated code evaluates it exactly, like the FLOPs.
+the compiled recipes evaluate it exactly, like the FLOPs.
 """
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ class Case:
     @property
     def logits(self) -> Logits:
         """costcalc's default logits mode for the case: the entry's own, else the last position."""
-        return self.entry.logits or DEFAULT.logits
+        return Query(self.spec, self.workload, DEFAULT).logits
 
     @property
     def tokens(self) -> int:

@@ -163,11 +163,12 @@ def _positive(origin: str, key: str, value: Any, most: int = MAX_SIZE) -> int:
     return value
 
 
-def _block(origin: str, where: str, arch: Any) -> blocks.Block:
-    if arch is None:
+def _block(origin: str, where: str, fields: dict) -> blocks.Block:
+    """The block kind ``fields['arch']`` names (``where``: the group, or "" for the top level)."""
+    if "arch" not in fields:
         raise CostcalcError(f"{origin}: {where}missing field 'arch'")
     try:
-        return blocks.parse_arch(arch)
+        return blocks.parse_arch(fields["arch"])
     except ValueError as exc:
         raise CostcalcError(f"{origin}: {where}field 'arch' {exc}") from None
 
@@ -209,10 +210,7 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
             raise CostcalcError(f"{origin}: missing field 'arch' (the block kind: {', '.join(ARCHS)} "
                                 f"or ATTENTION.FFN like window.dense), or 'layers'")
         arch = data["arch"]
-        try:
-            block = blocks.parse_arch(arch)
-        except ValueError as exc:
-            raise CostcalcError(f"{origin}: field 'arch' {exc}") from None
+        block = _block(origin, "", data)
         if "L" not in top:
             raise CostcalcError(f"{origin}: missing field 'L' ({vocab.meaning('L')})")
         _check_group(origin, "", block, top)
@@ -258,7 +256,7 @@ def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:
             if key not in ("count", "arch") + SIZE_KEYS or key in MODEL_KEYS + ("L",):
                 raise CostcalcError(f"{origin}: {where}unknown field {quote(key)}")
         count = _positive(origin, f"layers[{index}].count", group.get("count"), MAX_LAYERS)
-        block = _block(origin, where, group.get("arch"))
+        block = _block(origin, where, group)
         own = {k: _positive(origin, f"layers[{index}].{k}", v) for k, v in group.items() if k in SIZE_KEYS}
         for key in own:
             if key not in block.sizes():

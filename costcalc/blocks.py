@@ -22,6 +22,26 @@ A block is an attention kind and an FFN kind:
   token), optionally with E_s always-on ``shared`` experts of width m_s, and optionally
   a ``shared_gate`` (Qwen2-MoE: a d x 1 sigmoid gate on the shared expert).
 
+Token mixers that are not softmax attention (docs/cost-model.md, "Linear attention and
+state-space mixers") take the attention's place; each keeps a fixed-size state per sequence
+instead of a KV cache:
+
+- ``gdn``: Gated DeltaNet (Qwen3-Next, Qwen3.5): h_lk key heads and h_lv value heads of widths
+  d_lk, d_lv, a short convolution of K_c over q, k, v, a chunked scan of Q_c;
+- ``kda``: Kimi Delta Attention (Kimi Linear): h_lv heads of d_lk = d_lv, per-channel decay;
+- ``mamba2``: Mamba-2's SSD (Bamba, Granite 4, Nemotron-H, Falcon-H1, Zamba2): h_m heads of d_m
+  channels, G groups of B and C, state N_s per channel, conv K_c, chunk Q_c;
+- ``mamba1``: Mamba's selective scan (Mamba, Falcon-Mamba, Jamba, Zamba): inner width d_in,
+  state N_s, dt rank r_dt, conv K_c;
+- ``lightning``: MiniMax's lightning attention (h_q heads of d_h, blocks of Q_c);
+- ``shortconv``: LFM2's gated short convolution (width d, kernel K_c);
+- ``none``: no mixer (Nemotron-H's MLP-only and MoE-only layers).
+
+A softmax attention may gate its output per head with a sigmoid of a second query-width
+projection (``gated``: Qwen3-Next's and Qwen3.5's ``q_proj`` of twice the query width:
+``gqa-gated.moe``). A softmax attention may run a mixer ``beside`` it in the same layer, their outputs summed
+(Falcon-H1: ``gqa+mamba2``). The FFN may be ``none`` too (Nemotron-H's mixer-only layers).
+
 A ``window`` layer's KV cache (``cache``) is ``whole`` or ``rolling`` (docs/cost-model.md,
 "Sliding windows"): it changes what the shapes multiply, so only the ``full`` convention.
 
@@ -36,8 +56,10 @@ from dataclasses import dataclass
 from .errors import quote
 from .vocab import ARCHS
 
-ATTENTIONS = ("gqa", "window", "mla", "chunk")
-FFNS = ("dense", "moe", "mlp")
+SOFTMAX = ("gqa", "window", "mla", "chunk")                 # attention over a KV cache
+MIXERS = ("gdn", "kda", "mamba2", "mamba1", "lightning", "shortconv")   # a fixed-size state instead
+ATTENTIONS = SOFTMAX + MIXERS + ("none",)
+FFNS = ("dense", "moe", "mlp", "none")
 FORMS = ("naive", "absorbed", "expanded")
 CACHES = ("whole", "rolling")
 ALIASES = {"dense": "gqa.dense", "moe": "gqa.moe"}
@@ -52,6 +74,8 @@ class Block:
     shared: bool = False        # moe: E_s shared experts of width m_s
     shared_gate: bool = False   # moe with shared experts: a d x 1 gate
     cache: str = "whole"        # window: whole or rolling (docs/cost-model.md, Sliding windows)
+    beside: str = ""            # a mixer run in parallel with the attention, outputs summed (Falcon-H1)
+    gated: bool = False         # gqa kinds: q_proj also gives a per-head output gate (Qwen3-Next, Qwen3.5)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -70,11 +94,30 @@ class Block:
             raise ValueError(f"unknown window cache {quote(self.cache)}; expected one of {', '.join(CACHES)}")
         if self.cache != "whole" and self.attention != "window":
             raise ValueError("a rolling cache applies to window attention only")
+        if self.beside and (self.beside not in MIXERS or self.attention not in SOFTMAX):
+            raise ValueError(f"a mixer beside attention must be one of {', '.join(MIXERS)}, "
+                             f"beside a softmax attention ({', '.join(SOFTMAX)})")
+        if self.gated and self.attention not in ("gqa", "window", "chunk"):
+            raise ValueError("an output gate applies to gqa, window and chunk attention only")
+        if self.attention == "none" and self.ffn == "none":
+            raise ValueError("a block needs a mixer or an FFN")
+
+    @property
+    def attends(self) -> bool:
+        """Whether the block runs softmax attention over a KV cache."""
+        return self.attention in SOFTMAX
+
+    @property
+    def mixer(self) -> str:
+        """The state-keeping mixer the block runs (its own or beside its attention), or ""."""
+        return self.attention if self.attention in MIXERS else self.beside
 
     @property
     def key(self) -> str:
         attn = self.attention + ("_q" if self.q_lora else "") + ("" if self.form == "naive" else f"-{self.form}")
+        attn += "-gated" if self.gated else ""
         attn += "-rolling" if self.cache == "rolling" else ""
+        attn += f"+{self.beside}" if self.beside else ""
         ffn = self.ffn + ("_shared" if self.shared else "") + ("_gate" if self.shared_gate else "")
         return f"{attn}.{ffn}"
 
@@ -82,13 +125,15 @@ class Block:
         """The same block under an MLA form (other attention kinds are unchanged)."""
         if self.attention != "mla":
             return self
-        return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate)
+        return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate, beside=self.beside,
+                     gated=self.gated)
 
     def with_cache(self, cache: str) -> "Block":
         """The same block with a whole or rolling window cache (other attention kinds are unchanged)."""
         if self.attention != "window":
             return self
-        return Block(self.attention, self.ffn, self.q_lora, self.form, self.shared, self.shared_gate, cache)
+        return Block(self.attention, self.ffn, self.q_lora, self.form, self.shared, self.shared_gate, cache,
+                     self.beside, self.gated)
 
     def sizes(self) -> tuple[str, ...]:
         """The size symbols this block's formulas use (besides L, d, V)."""
@@ -96,13 +141,25 @@ class Block:
         if self.attention in ("gqa", "window", "chunk"):
             out += ["h_q", "h_kv", "d_h"] + (["W"] if self.attention == "window" else [])
             out += ["W_c"] if self.attention == "chunk" else []
-        else:
+        elif self.attention == "mla":
             out += ["h_q"] + (["r_q"] if self.q_lora else []) + ["r_kv", "d_nope", "d_rope", "d_v"]
+        out += [x for x in MIXER_SIZES.get(self.mixer, ()) if x not in out]
         if self.ffn in ("dense", "mlp"):
             out += ["m"]
-        else:
+        elif self.ffn == "moe":
             out += ["E", "k", "m_e"] + (["E_s", "m_s"] if self.shared else [])
         return tuple(out)
+
+
+# The sizes each mixer's formulas use (docs/cost-model.md, "Linear attention and state-space mixers").
+MIXER_SIZES = {
+    "gdn": ("h_lk", "h_lv", "d_lk", "d_lv", "K_c", "Q_c"),
+    "kda": ("h_lv", "d_lk", "d_lv", "K_c", "Q_c"),
+    "mamba2": ("h_m", "d_m", "G", "N_s", "K_c", "Q_c"),
+    "mamba1": ("d_in", "N_s", "r_dt", "K_c"),
+    "lightning": ("h_q", "d_h", "Q_c"),
+    "shortconv": ("K_c",),
+}
 
 
 def coerce(arch: "str | Block") -> Block:
@@ -130,8 +187,11 @@ def parse(key: str) -> Block:
         attn, ffn = key.split(".")
     except ValueError:
         raise ValueError(f"block {quote(key)} is not ATTENTION.FFN (e.g. gqa.dense, window.moe)") from None
+    attn, _, beside = attn.partition("+")
     cache = "rolling" if attn.endswith("-rolling") else "whole"
     attn = attn.removesuffix("-rolling")
+    gated = attn.endswith("-gated")
+    attn = attn.removesuffix("-gated")
     form = next((f for f in FORMS if attn.endswith(f"-{f}")), "naive")
     attn = attn.removesuffix(f"-{form}")
     q_lora = attn.endswith("_q")
@@ -140,4 +200,4 @@ def parse(key: str) -> Block:
     ffn = ffn.removesuffix("_gate")
     shared = ffn.endswith("_shared")
     ffn = ffn.removesuffix("_shared")
-    return Block(attn, ffn, q_lora, form, shared, gate, cache)
+    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated)

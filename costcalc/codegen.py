@@ -30,6 +30,7 @@ from .blocks import Block
 from .core.breakdown import Breakdown
 from .core import traffic
 from .core.linear import block_params, p_lin
+from .core.mixers import Cached
 from .core.registry import WORKLOADS
 
 
@@ -75,6 +76,9 @@ class ExactPrinter(PythonCodePrinter):
     def _print_Max(self, expr) -> str:
         return "_max(" + ", ".join(self._print(a) for a in expr.args) + ")"
 
+    def _print_Cached(self, expr) -> str:
+        return f"_min({self._print(expr.args[0])}, 1)"
+
     def _print_ceiling(self, expr) -> str:
         num, den = _fraction(expr.args[0])
         return f"_cdiv({self._print(num)}, {self._print(den)})"
@@ -110,7 +114,7 @@ def bound_expr(expr: sp.Expr) -> sp.Expr | None:
     """Sum of |monomials| of the integer numerator -- with each Min/Max (window splits, whose
     arguments are never negative) replaced by the sum of its arguments, an upper bound of it --
     or None where the term is not evaluated over arrays (sums over tiles, ceilings, floors)."""
-    if expr.has(sp.Sum, sp.ceiling, sp.floor, sp.Piecewise):
+    if expr.has(sp.Sum, sp.ceiling, sp.floor, sp.Piecewise, Cached):
         return None
     if expr.has(sp.Min, sp.Max):
         num, den = _fraction(expr)

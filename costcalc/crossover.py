@@ -71,6 +71,8 @@ def _row(query: Query, quantity: str) -> dict:
 
 def _formula(query: Query, quantity: str) -> str:
     spec = query.spec
+    if not any(g.block.attends for g in spec.groups):
+        return "never (no softmax attention)"
     if not spec.uniform or spec.windows or any(g.block.attention == "chunk" for g in spec.groups):
         return "piecewise over layer groups"
     (_, recipe), = query.recipes("crossover")
@@ -92,7 +94,7 @@ def first_root(query: Query) -> Optional["Root"]:
 
         def gap(x: int) -> int:
             got = recipe.evaluate({**base, "T": x - 1} if decode else {**base, "S": x}, ["attention", "linear"])
-            return got["attention"] - got["linear"]
+            return got.get("attention", 0) - got.get("linear", 0)   # a mixer-only or FFN-only layer: no attention
         return gap
 
     return solve(query.spec, gap_of, windowed, steps=decode)
@@ -116,7 +118,7 @@ def time_root(query: Query, batch: int) -> Optional["Root"]:
                       for n, v in recipe.evaluate({**base, "T": 0}, names).items()) * precision.bits("weight")
 
         def gap(keys: int) -> Fraction:
-            kv = recipe.evaluate({**base, "T": keys - 1}, ["attention.kv_read"])["attention.kv_read"]
+            kv = recipe.evaluate({**base, "T": keys - 1}, ["attention.kv_read"]).get("attention.kv_read", 0)
             return kv * precision.bits("kv") - weights
         return gap
 

@@ -16,7 +16,7 @@ from .blocks import Block
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .spec import Group, ModelSpec
-from .vocab import DEFAULT_TILE, SUMS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
+from .vocab import DEFAULT_TILE, SCAN, SUMS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
 
 if TYPE_CHECKING:   # bytes and time: the layer above (the types only)
     from .roofline import Machine, Precision
@@ -117,6 +117,8 @@ class Query:
             out["tile"] = f"{options.tile[0]}x{options.tile[1]}"
         if spec.has_mla:
             out["mla"] = self.form.value
+        if spec.has_mixers:
+            out["scan"] = SCAN[options.convention.value]
         if spec.windows and options.convention == Convention.full:
             out["window_cache"] = options.window_cache.value
         return out

@@ -10,6 +10,10 @@
   the K/V width per token as the decode step writes it (GQA ``2 h_kv d_h``; MLA under
   ``--mla auto`` its latent and RoPE key, ``r_kv + d_rope``, as serving stacks cache it), in
   the KV dtype.
+- Recurrent states of B sequences: a linear-attention or state-space layer keeps a state of
+  fixed size per sequence whatever the context (in the model's ``state_dtype`` or
+  ``--state-dtype``) and its convolution window (in the KV dtype): ``state_bytes``; only the
+  softmax-attention layers' cache grows with T.
 - ``fits`` leaves ``reserve`` of the device free (activations, workspace, fragmentation);
   ``max_batch`` at this context, ``max_context`` at this batch (what memory allows: the
   model's trained context length is not modelled), and ``devices_needed`` for weights and
@@ -37,15 +41,34 @@ def weight_bytes(query: Query) -> int:
     return round(parameters(query.spec)["total_params"] * query.precision.bits("weight") / 8)
 
 
+# What a decode step writes of each cache, by traffic key: the K/V per token; per sequence
+# the recurrent state (state dtype) and the convolution window (KV dtype).
+PER_TOKEN, PER_SEQUENCE = ("attention.kv_write",), {"scan.state_write": "state", "conv.kv_write": "kv"}
+
+
 def cache_per_token(query: Query) -> list[tuple[int, Fraction]]:
     """Per layer group: (tokens its cache keeps at most, or 0 for all; bytes per token) --
     the K/V a decode step writes per token, in the block the step runs (``Query.block``)."""
+    return [(keep, per) for keep, per, _ in _caches(query)]
+
+
+def state_bytes(query: Query, batch: int) -> int:
+    """Bytes of the recurrent states and convolution windows of ``batch`` sequences."""
+    return round(batch * sum(state for _, _, state in _caches(query)))
+
+
+def _caches(query: Query) -> list[tuple[int, Fraction, Fraction]]:
+    """Per layer group: (tokens its KV cache keeps at most, or 0 for all; KV bytes per token;
+    state bytes per sequence)."""
     out = []
     rolling = query.options.window_cache == WindowCache.rolling
     for group, recipe in query.but(workload="decode").recipes("bytes"):
-        elements = recipe.evaluate({**group.numbers(), "B": 1, "T": 1}, ["attention.kv_write"])["attention.kv_write"]
+        present = [k for k in PER_TOKEN + tuple(PER_SEQUENCE) if k in recipe.outputs]
+        elements = recipe.evaluate({**group.numbers(), "B": 1, "T": 1}, present) if present else {}
         keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
-        out.append((keep if rolling else 0, elements * query.precision.bits("kv") / 8))
+        per_token = elements.get("attention.kv_write", 0) * query.precision.bits("kv") / 8
+        state = sum(elements.get(k, 0) * query.precision.bits(kind, query.spec) / 8 for k, kind in PER_SEQUENCE.items())
+        out.append((keep if rolling else 0, per_token, state))
     return out
 
 
@@ -68,19 +91,23 @@ def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE
         raise CostcalcError(f"reserve must be a fraction in [0, 1), got {reserve}")
     weights = weight_bytes(query)
     per_token = cache_per_token(query)
+    states = state_bytes(query, batch)
     cache = _cache_bytes(per_token, batch, context)
     usable = math.floor(device.mem_bytes * (1 - reserve))
-    per_sequence = _cache_bytes(per_token, 1, context)
+    per_sequence = _cache_bytes(per_token, 1, context) + state_bytes(query, 1)
     room = usable - weights
     max_batch = room // per_sequence if room > 0 and per_sequence else 0
     labels = {**({"mla": query.but(workload="decode").form.value} if spec.has_mla else {}),
-              **({"window_cache": query.options.window_cache.value} if _bounded(spec) else {})}
+              **({"window_cache": query.options.window_cache.value} if _bounded(spec) else {}),
+              **({"state_dtype": precision.state_dtype(spec).value} if spec.has_mixers else {})}
+    held = weights + cache + states
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,
            "weight_dtype": precision.weight.value, "kv_dtype": precision.kv.value, "reserve": reserve,
-           "weight_bytes_resident": weights, "kv_cache_bytes": cache, "total_bytes": weights + cache,
-           "device_bytes": device.mem_bytes, "usable_bytes": usable, "fits": weights + cache <= usable,
-           "max_batch": max_batch, "max_context": _max_context(per_token, batch, room),
-           "devices_needed": math.ceil((weights + cache) / usable) if usable else None}
+           "weight_bytes_resident": weights, "kv_cache_bytes": cache,
+           **({"state_bytes": states} if spec.has_mixers else {}), "total_bytes": held,
+           "device_bytes": device.mem_bytes, "usable_bytes": usable, "fits": held <= usable,
+           "max_batch": max_batch, "max_context": _max_context(per_token, batch, room - states),
+           "devices_needed": math.ceil(held / usable) if usable else None}
     return row
 
 

@@ -35,18 +35,22 @@ EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays b
 @dataclass(frozen=True)
 class Precision:
     """Dtypes of weights, KV cache and activations (compute runs in the activation dtype),
-    the group size of integer weights' fp16 scales, and how MoE routing touches experts."""
+    the group size of integer weights' fp16 scales, how MoE routing touches experts, and the
+    dtype of a mixer's recurrent state (None: the model's ``state_dtype``, else the KV dtype)."""
     weight: Dtype = Dtype.bf16
     kv: Dtype = Dtype.bf16
     act: Dtype = Dtype.bf16
     group_size: int = 128
     routing: Routing = Routing.expected
+    state: Optional[Dtype] = None
 
     def __post_init__(self) -> None:
         try:
             for key, what in (("weight", "weight dtype"), ("kv", "kv dtype"), ("act", "act dtype")):
                 object.__setattr__(self, key, Dtype.parse(getattr(self, key), what))
             object.__setattr__(self, "routing", Routing.parse(self.routing, "routing"))
+            if self.state is not None:
+                object.__setattr__(self, "state", Dtype.parse(self.state, "state dtype"))
         except ValueError as exc:
             raise CostcalcError(str(exc)) from None
         if self.act == Dtype.int4:
@@ -54,8 +58,15 @@ class Precision:
                                 + ", ".join(d.value for d in Dtype if d != Dtype.int4))
         positive("group size", self.group_size)
 
-    def bits(self, kind: str) -> Fraction:
-        """Bits per element moved of a traffic kind (weights with their scales)."""
+    def state_dtype(self, spec: ModelSpec) -> Dtype:
+        """The dtype a model's recurrent states are kept in: the one asked for, else the model's."""
+        return self.state or Dtype(spec.state_dtype or self.kv.value)
+
+    def bits(self, kind: str, spec: Optional[ModelSpec] = None) -> Fraction:
+        """Bits per element moved of a traffic kind (weights with their scales; a state in
+        ``state_dtype``)."""
+        if kind.startswith("state"):
+            return Fraction(self.state.bits if spec is None else self.state_dtype(spec).bits)
         if kind == "weight":
             extra = Fraction(SCALE_BITS, self.group_size) if self.weight.grouped else 0
             return self.weight.bits + extra
@@ -68,6 +79,8 @@ class Precision:
             out["group_size"] = self.group_size
         if any(g.block.ffn == "moe" for g in spec.groups):
             out["routing"] = self.routing.value
+        if spec.has_mixers:
+            out["state_dtype"] = self.state_dtype(spec).value
         return out
 
 
@@ -121,7 +134,7 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: Fraction(0) for t in TERMS}
-    per_element = {kind: precision.bits(kind) / 8 for kind in TRAFFIC}   # bytes, exact
+    per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC}   # bytes, exact
     for (group, recipe), (_, flops_recipe) in zip(query.recipes("bytes"), query.recipes()):
         base = {**group.numbers(), **query.options.values(), **values}
         elements = recipe.evaluate(base)
@@ -149,14 +162,19 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
             term_times[term][0] += t_c
             term_times[term][1] += t_m
             term_times[term][2] += max(t_c, t_m)
-    out: dict[str, Any] = {f"{kind}_bytes": _whole(kinds[kind]) for kind in TRAFFIC}
-    out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in TRAFFIC)
+    out: dict[str, Any] = {f"{kind}_bytes": _whole(kinds[kind]) for kind in traffic_kinds(query.spec)}
+    out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in traffic_kinds(query.spec))
     out.update({f"{t}_bytes": _whole(moved) for t, moved in term_bytes.items() if moved})
     if machine is not None:
         out.update(compute_time_s=compute, memory_time_s=memory, time_s=total, bound=bound(compute, memory))
         out.update({f"{t}_bound": bound(c, m) for t, (c, m, _) in term_times.items() if c or m})
         out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
     return out
+
+
+def traffic_kinds(spec: ModelSpec) -> tuple[str, ...]:
+    """The traffic kinds a model's rows show: the states only where a layer keeps one."""
+    return TRAFFIC if spec.has_mixers else tuple(k for k in TRAFFIC if not k.startswith("state"))
 
 
 def bound(compute_s: float, memory_s: float) -> Optional[str]:
@@ -211,7 +229,8 @@ def columns(query: Query, points: dict[str, list[int]], flops: list[int]) -> dic
     n = len(flops)
     rows = [point(query, {k: int(v[i]) for k, v in points.items()}) for i in range(n)]
     names = set(name for r in rows for name in r)   # a term may be absent at some points
-    table = {name: [r[name] for r in rows] for name in [f"{kind}_bytes" for kind in TRAFFIC] + ["total_bytes"]}
+    table = {name: [r[name] for r in rows]
+             for name in [f"{kind}_bytes" for kind in traffic_kinds(query.spec)] + ["total_bytes"]}
     table["intensity"] = [intensity(f, b) for f, b in zip(flops, table["total_bytes"])]
     for name in ("compute_time_s", "memory_time_s", "time_s", "bound"):
         if name in names:

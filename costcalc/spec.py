@@ -29,7 +29,7 @@ from .vocab import ARCHS
 MAX_SIZE = 2**40        # any one size (d, V, a head count, an expert width ...): larger is a typo
 MAX_LAYERS = 2**16      # layers in a model (L, a group's count, their sum): published models have a few hundred
 MAX_GROUPS = 1024       # layer groups in a preset or a config's distinct layer kinds, checked before any work
-META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated")
+META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated", "state_dtype")
 SIZE_KEYS = tuple(n.name for n in vocab.MODEL)
 MODEL_KEYS = ("d", "V")          # one value for the whole model
 
@@ -61,6 +61,7 @@ class ModelSpec:
     groups: tuple[Group, ...] = ()
     tied_embeddings: bool = False
     stated: Mapping[str, Any] = field(default_factory=dict)
+    state_dtype: str = ""        # the dtype its mixers keep their recurrent state in ("": the KV dtype)
 
     def __getitem__(self, key: str) -> int:
         return self.sizes[key]
@@ -94,6 +95,11 @@ class ModelSpec:
         return any(g.block.attention == "mla" for g in self.groups)
 
     @property
+    def has_mixers(self) -> bool:
+        """Whether some layer runs a linear-attention or state-space mixer."""
+        return any(g.block.mixer for g in self.groups)
+
+    @property
     def windows(self) -> list[int]:
         return sorted({g.sizes["W"] for g in self.groups if g.block.attention == "window"})
 
@@ -124,6 +130,8 @@ class ModelSpec:
             out["tied_embeddings"] = True
         if self.stated:
             out["stated"] = dict(self.stated)
+        if self.state_dtype:
+            out["state_dtype"] = self.state_dtype
         if self.source:
             out["source"] = dict(self.source)
         return out
@@ -179,6 +187,9 @@ def _check_group(origin: str, where: str, block: blocks.Block, sizes: dict[str, 
             raise CostcalcError(f"{origin}: {where}missing field {quote(key)} ({vocab.meaning(key)})")
     if "h_kv" in block.sizes() and sizes["h_q"] % sizes["h_kv"]:
         raise CostcalcError(f"{origin}: {where}h_q={sizes['h_q']} is not divisible by h_kv={sizes['h_kv']}")
+    for heads, per in (("h_lv", "h_lk"), ("h_m", "G")):
+        if per in block.sizes() and heads in block.sizes() and sizes[heads] % sizes[per]:
+            raise CostcalcError(f"{origin}: {where}{heads}={sizes[heads]} is not divisible by {per}={sizes[per]}")
     if block.ffn == "moe" and sizes["k"] > sizes["E"]:
         raise CostcalcError(f"{origin}: {where}k={sizes['k']} experts per token exceeds E={sizes['E']} experts")
 
@@ -237,8 +248,15 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
     stated = data.get("stated", {})
     if not isinstance(stated, dict):
         raise CostcalcError(f"{origin}: field 'stated' must be an object")
+    state_dtype = data.get("state_dtype", "")
+    if state_dtype not in ("",) + tuple(d.value for d in vocab.Dtype):
+        raise CostcalcError(f"{origin}: field 'state_dtype' must be one of {', '.join(d.value for d in vocab.Dtype)}, "
+                            f"got {quote(state_dtype)}")
+    if state_dtype and not any(g.block.mixer for g in groups):
+        raise CostcalcError(f"{origin}: field 'state_dtype' applies to models with linear-attention or "
+                            f"state-space layers")
     return ModelSpec(name=name, arch=arch, sizes=sizes, title=title, source=source, groups=tuple(groups),
-                     tied_embeddings=tied, stated=stated)
+                     tied_embeddings=tied, stated=stated, state_dtype=state_dtype)
 
 
 def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:

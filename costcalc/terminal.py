@@ -12,7 +12,7 @@ from .vocab import LINEAR_PARTS, TERMS
 
 # Columns shown with a share of the total: the linear sum and the terms outside it.
 _SHARED = ("linear_flops", *(f"{t.name}_flops" for t in TERMS if not t.linear))
-_HEADER_KEYS = ("workload", "preset", "convention", "logits", "mla", "window_cache", "tile")
+_HEADER_KEYS = ("workload", "preset", "convention", "scan", "logits", "mla", "window_cache", "tile", "state_dtype")
 
 
 def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width: int | None = None) -> str:
@@ -71,10 +71,10 @@ _NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_
              "tflops_per_s_full", "peak_fraction", "exact", *(f"{t}_flops" for t in LINEAR_PARTS),
              "rule_6p_flops", "lm_head_flops",
              *(f"{t.name}{part}" for part in ("_bytes", "_time_s", "_bound") for t in TERMS),
-             "kv_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
+             "kv_write_bytes", "state_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
              "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
-             "total_flops_per_token", "tile", "mla", "logits", "attention_flops", "kv_read_bytes",
-             "weight_dtype", "kv_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
+             "total_flops_per_token", "tile", "mla", "scan", "logits", "attention_flops", "kv_read_bytes",
+             "state_read_bytes", "weight_dtype", "kv_dtype", "state_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
              "context", "batch")
 # The workloads' inputs (batch, seq, context, ...): dropped only when constant.
 _AXES = tuple(dict.fromkeys(i.column for w in WORKLOADS.values() for i in w.inputs))

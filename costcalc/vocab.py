@@ -40,6 +40,18 @@ MODEL = (
     Name("d_rope", "d_rope", "MLA per-head RoPE dim (one shared key)"),
     Name("d_v", "d_v", "MLA per-head value dim"),
     Name("W_c", "W_c", "attention chunk: a query reads the keys of its own aligned chunk of W_c up to itself"),
+    Name("h_lk", "h_lk", "linear-attention key (and query) heads"),
+    Name("h_lv", "h_lv", "linear-attention value heads"),
+    Name("d_lk", "d_lk", "linear-attention key head dim"),
+    Name("d_lv", "d_lv", "linear-attention value head dim"),
+    Name("h_m", "h_m", "Mamba-2 heads"),
+    Name("d_m", "d_m", "Mamba-2 head dim (channels per head)"),
+    Name("G", "G", "Mamba-2 groups of B and C"),
+    Name("N_s", "N_s", "SSM state per channel"),
+    Name("d_in", "d_in", "Mamba-1 inner width"),
+    Name("r_dt", "r_dt", "Mamba-1 time-step rank"),
+    Name("K_c", "K_c", "short convolution kernel (positions)"),
+    Name("Q_c", "Q_c", "chunk of a chunked scan (tokens)"),
 )
 
 DERIVED = (
@@ -104,6 +116,13 @@ class Convention(Choice):
 CONVENTION_SETS = {"both": ("causal", "full"), "all": ("causal", "full", "tiled")}
 
 
+# How a linear-attention or state-space mixer's scan is counted under each convention
+# (docs/cost-model.md, "Linear attention and state-space mixers"): causal the ideal recurrence
+# (each token updates and reads the state once); full and tiled the chunked algorithm as
+# transformers' torch path executes it (whole chunks of Q_c, padding and inter-chunk terms).
+SCAN = {"causal": "recurrent", "full": "chunked", "tiled": "chunked"}
+
+
 class Logits(Choice):
     last = "last"       # one LM-head row per sequence
     all = "all"         # a row per new token
@@ -138,11 +157,14 @@ class Term(NamedTuple):
 
 TERMS = (
     Term("attn_proj", "attention projections", True, "#4C72B0"),
+    Term("mixer_proj", "linear-attention / SSM projections", True, "#2A9D8F"),
     Term("ffn", "FFN (SwiGLU or MLP)", True, "#55A868"),
     Term("router", "router", True, "#8172B2"),
     Term("experts", "routed experts", True, "#64B5CD"),
     Term("shared_experts", "shared experts", True, "#937860"),
     Term("attention", "attention (QK^T, AV)", False, "#C44E52"),
+    Term("scan", "linear-attention / SSM scan", False, "#E76F51"),
+    Term("conv", "short convolution", False, "#F4A261"),
     Term("lm_head", "LM head", False, "#CCB974"),
 )
 LINEAR_PARTS = tuple(t.name for t in TERMS if t.linear)
@@ -179,6 +201,7 @@ class Routing(Choice):
     worst = "worst"         # min(E, n k): every routed token hits a new expert
 
 
-# Bytes a forward moves, by kind: the columns <kind>_bytes, summed into total_bytes.
-TRAFFIC = ("weight", "kv_read", "kv_write", "activation")
+# Bytes a forward moves, by kind: the columns <kind>_bytes, summed into total_bytes. ``state``:
+# a mixer's recurrent state (in the state dtype) and its convolution window (in the KV dtype).
+TRAFFIC = ("weight", "kv_read", "kv_write", "state_read", "state_write", "activation")
 SCALE_BITS = 16   # an fp16 scale per group of integer weights

@@ -36,6 +36,9 @@ GQA = (
     Projection("o_proj", "attn_proj", s.d_q, s.d),
 )
 
+# GQA whose q_proj also gives a per-head sigmoid output gate (Qwen3-Next, Qwen3.5)
+GATED_GQA = (Projection("q_proj", "attn_proj", s.d, 2 * s.d_q),) + GQA[1:]
+
 _QK = s.d_nope + s.d_rope   # MLA per-head query/key width
 
 
@@ -61,6 +64,40 @@ def mla(q_lora: bool, form: str) -> tuple[Projection, ...]:
               Projection("v_absorb", "attn_proj", s.r_kv, s.d_v, s.h_q, weight=False))
     return q + kv + (o,)
 
+
+# The projections of each linear-attention / state-space mixer (docs/cost-model.md), by the
+# names transformers gives them.
+MIXER = {
+    # Gated DeltaNet: q, k, v and the output gate z in one matrix; beta and the decay input a
+    "gdn": (Projection("in_proj_qkvz", "mixer_proj", s.d, 2 * s.h_lk * s.d_lk + 2 * s.h_lv * s.d_lv),
+            Projection("in_proj_ba", "mixer_proj", s.d, 2 * s.h_lv),
+            Projection("out_proj", "mixer_proj", s.h_lv * s.d_lv, s.d)),
+    # Kimi Delta Attention: q, k, v; the per-channel decay and the output gate as rank-d_lk LoRAs
+    "kda": (Projection("q_proj", "mixer_proj", s.d, s.h_lv * s.d_lk),
+            Projection("k_proj", "mixer_proj", s.d, s.h_lv * s.d_lk),
+            Projection("v_proj", "mixer_proj", s.d, s.h_lv * s.d_lv),
+            Projection("f_a_proj", "mixer_proj", s.d, s.d_lk),
+            Projection("f_b_proj", "mixer_proj", s.d_lk, s.h_lv * s.d_lk),
+            Projection("b_proj", "mixer_proj", s.d, s.h_lv),
+            Projection("g_a_proj", "mixer_proj", s.d, s.d_lv),
+            Projection("g_b_proj", "mixer_proj", s.d_lv, s.h_lv * s.d_lv),
+            Projection("o_proj", "mixer_proj", s.h_lv * s.d_lv, s.d)),
+    # Mamba-2: x and the gate z (h_m d_m each), B and C (G N_s each), dt (h_m) in one matrix
+    "mamba2": (Projection("in_proj", "mixer_proj", s.d, 2 * s.h_m * s.d_m + 2 * s.G * s.N_s + s.h_m),
+               Projection("out_proj", "mixer_proj", s.h_m * s.d_m, s.d)),
+    # Mamba-1: x and z; dt (rank r_dt), B and C from x; dt up to the inner width
+    "mamba1": (Projection("in_proj", "mixer_proj", s.d, 2 * s.d_in),
+               Projection("x_proj", "mixer_proj", s.d_in, s.r_dt + 2 * s.N_s),
+               Projection("dt_proj", "mixer_proj", s.r_dt, s.d_in),
+               Projection("out_proj", "mixer_proj", s.d_in, s.d)),
+    # lightning attention: q, k, v in one matrix, a sigmoid output gate, the output
+    "lightning": (Projection("qkv_proj", "mixer_proj", s.d, 3 * s.d_q),
+                  Projection("output_gate", "mixer_proj", s.d, s.d_q),
+                  Projection("out_proj", "mixer_proj", s.d_q, s.d)),
+    # gated short convolution: B, C and x in one matrix, the output
+    "shortconv": (Projection("in_proj", "mixer_proj", s.d, 3 * s.d),
+                  Projection("out_proj", "mixer_proj", s.d, s.d)),
+}
 
 DENSE_FFN = (
     Projection("gate_proj", "ffn", s.d, s.m),
@@ -95,11 +132,11 @@ LM_HEAD = Projection("lm_head", "lm_head", s.d, s.V)
 
 def block(kind: Block) -> tuple[Projection, ...]:
     """The projections of one decoder block of the given kind."""
-    attention = GQA if kind.attention in ("gqa", "window", "chunk") else mla(kind.q_lora, kind.form)
-    if kind.ffn == "dense":
-        return attention + DENSE_FFN
-    if kind.ffn == "mlp":
-        return attention + MLP_FFN
+    attention = (GATED_GQA if kind.gated else GQA if kind.attention in ("gqa", "window", "chunk") else
+                 mla(kind.q_lora, kind.form) if kind.attention == "mla" else ())
+    attention += MIXER.get(kind.mixer, ())
+    if kind.ffn in ("dense", "mlp", "none"):
+        return attention + {"dense": DENSE_FFN, "mlp": MLP_FFN, "none": ()}[kind.ffn]
     return attention + MOE_FFN + (SHARED_FFN if kind.shared else ()) + ((SHARED_GATE,) if kind.shared_gate else ())
 
 

@@ -16,6 +16,12 @@ Widths per key: GQA reads and writes K and V, ``2 h_kv d_h``; MLA in the naive f
 and reads the up-projected K and V (``h_q (d_nope + d_rope + d_v)``); absorbed, the latent and
 the RoPE key (``r_kv + d_rope``). Every count is an integer polynomial (tile sums aside), so
 the compiled recipes evaluate it exactly, like the FLOPs.
+
+A linear-attention or state-space mixer (``core.mixers``) has no KV cache: its ``scan``
+reads the recurrent state once per forward when a token is cached and writes it once
+(``state_read``, ``state_write``: fixed in the context), and its ``conv`` reads and writes
+the convolution window (``kv_read``, ``kv_write``: the cache in the KV dtype); both read
+their inputs and write their outputs as activations.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from ..blocks import Block
 from ..vocab import Convention, Logits
 from .attention import expand, head_dims, keys_loaded, query_heads
 from .linear import LM_HEAD, block as projections, lm_head_rows
+from .mixers import Cached, conv_channels, conv_state_size, state_size, scan_io
 
 def kv_width(block: Block) -> sp.Expr:
     """Elements a KV cache holds per token and layer (and attention reads per key)."""
@@ -47,16 +54,36 @@ def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr,
         weight = p.fan_in * p.fan_out * (p.uses if not p.weight else 1 if p.instances == s.E else p.instances)
         out[f"{p.name}.weight"] = s.L * weight
         out[f"{p.name}.activation"] = s.L * rows * (p.fan_in + p.fan_out)
-    qk, av = head_dims(block)
-    out["attention.activation"] = sp.expand(s.L * batch * new * query_heads(block) * (qk + av))
-    keys = keys_loaded(convention, block, past, new)
-    read = s.L * batch * kv_width(block)
-    out["attention.kv_read"] = sp.Sum(read * keys.function, keys.limits) if isinstance(keys, sp.Sum) else read * keys
-    out["attention.kv_write"] = s.L * batch * new * kv_width(block)
+    if block.attends:
+        qk, av = head_dims(block)
+        out["attention.activation"] = sp.expand(s.L * batch * new * query_heads(block) * (qk + av))
+        keys = keys_loaded(convention, block, past, new)
+        read = s.L * batch * kv_width(block)
+        out["attention.kv_read"] = sp.Sum(read * keys.function, keys.limits) if isinstance(keys, sp.Sum) else read * keys
+        out["attention.kv_write"] = s.L * batch * new * kv_width(block)
+    if block.mixer:
+        out.update(mixer(convention, block, past, new, batch))
     if logits != "none":          # a chunk that is not the prompt's last runs no LM head
         out[f"{LM_HEAD.name}.weight"] = LM_HEAD.fan_in * LM_HEAD.fan_out
         out[f"{LM_HEAD.name}.activation"] = batch * lm_head_rows(logits, new) * (LM_HEAD.fan_in + LM_HEAD.fan_out)
     return {k: expand(v) for k, v in out.items()}
+
+
+def mixer(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr, batch: sp.Expr) -> dict[str, sp.Expr]:
+    """A mixer's scan and convolution: the state read (when a token is cached) and written
+    once per forward, the inputs and outputs of the new tokens."""
+    out: dict[str, sp.Expr] = {}
+    state, cached = s.L * batch * state_size(block), Cached(past)
+    if state != 0:
+        out["scan.activation"] = sp.expand(s.L * batch * new * scan_io(block.mixer))
+        out["scan.state_read"] = state * cached
+        out["scan.state_write"] = sp.expand(state)
+    if conv_channels(block.mixer) != 0:
+        window = s.L * batch * conv_state_size(convention, block)
+        out["conv.activation"] = sp.expand(2 * s.L * batch * new * conv_channels(block.mixer))
+        out["conv.kv_read"] = window * cached
+        out["conv.kv_write"] = sp.expand(window)
+    return out
 
 
 def build(workload: str, block: Block, convention: Convention = Convention.causal,
@@ -74,9 +101,11 @@ def build(workload: str, block: Block, convention: Convention = Convention.causa
         past, new = (sp.Integer(int(x)) if x.isdigit() else getattr(s, x) for x in w.traffic.split(","))
         return forward(block, convention, logits, past, new)
     step = forward(block, convention, logits, s.T, sp.Integer(1))
-    out = {k: sp.expand(sp.summation(v.subs(s.T, s.S + s.j - 1), (s.j, 1, s.N - 1)))
+    # every step runs over the prompt and more: a state is always there to read
+    out = {k: sp.expand(sp.summation(v.subs(s.T, s.S + s.j - 1).replace(Cached, lambda past: 1), (s.j, 1, s.N - 1)))
            for k, v in step.items() if k != "attention.kv_read"}
-    # keys loaded by one step's one query = the keys it reads (tests/test_roofline.py holds this)
-    keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
-    out["attention.kv_read"] = s.L * s.B * kv_width(block) * keys
+    if block.attends:
+        # keys loaded by one step's one query = the keys it reads (tests/test_roofline.py holds this)
+        keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
+        out["attention.kv_read"] = s.L * s.B * kv_width(block) * keys
     return {k: out[k] for k in step}

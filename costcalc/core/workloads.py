@@ -30,6 +30,7 @@ from ..vocab import Convention, Logits
 from .attention import attention_flops, per_query_flops, steps_sum
 from .breakdown import Breakdown
 from .linear import LM_HEAD, lm_head_flops, lm_head_rows, operators, term_of
+from .mixers import conv_channels, conv_flops, scan_flops
 
 TRAIN_FACTOR = 3  # forward + backward ~ 3 x forward (weight and input gradients)
 
@@ -39,9 +40,14 @@ def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr,
     """``batch`` sequences, each running ``new`` tokens after ``past`` cached ones."""
     rows = lm_head_rows(logits, new)
     ops = {name: batch * e for name, e in operators(block, new, past).items()}
-    ops["attention"] = batch * attention_flops(convention, past, new, block)
+    if block.attends:
+        ops["attention"] = batch * attention_flops(convention, past, new, block)
+    if block.mixer:
+        ops["scan"] = batch * scan_flops(convention, block, past, new)
+        if conv_channels(block.mixer) != 0:
+            ops["conv"] = batch * conv_flops(convention, block, past, new)
     ops[LM_HEAD.name] = lm_head_flops(batch * rows)
-    return Breakdown(ops, term_of(block)).expanded()
+    return Breakdown({op: e for op, e in ops.items() if op == LM_HEAD.name or e != 0}, term_of(block)).expanded()
 
 
 @lru_cache(maxsize=None)
@@ -71,8 +77,9 @@ def decode_phase(block: Block, convention: Convention = Convention.causal, logit
     step = decode(block, convention)
     ops = {op: sp.summation(e.subs(s.T, s.S + s.j - 1), (s.j, 1, s.N - 1))
            for op, e in step.operators.items() if op != "attention"}
-    keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
-    ops["attention"] = s.B * per_query_flops(sp.Integer(1), block) * keys
+    if block.attends:
+        keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
+        ops["attention"] = s.B * per_query_flops(sp.Integer(1), block) * keys
     return Breakdown({op: ops[op] for op in step.operators}, step.term_of).expanded()
 
 

@@ -20,6 +20,12 @@ CROSSOVER = ("FLOPs crossovers for one sequence, LM head excluded -- not time: a
              "FLOPs (exact, tokens); context = the cached tokens before that step, keys - 1, what "
              "'decode --context' takes. Summed over layer groups; never = sliding windows or "
              "attention chunks keep attention below the linear layers at every length.")
+SCAN = ("scan (linear attention, state-space mixers): recurrent = each new token updates and reads the fixed-size "
+        "state once (the ideal work; under causal); chunked = the chunked algorithm transformers' torch path runs, "
+        "as its matrix products count (under full and tiled): whole chunks of Q_c with the last one padded, a "
+        "single-token step over a cache counting only its matrix products (none for Gated DeltaNet and KDA). "
+        "conv = the short depthwise convolution: one output per new token (recurrent) or the padded outputs "
+        "transformers computes (chunked). Not counted: the triangular solves and elementwise decays and gates.")
 TRAIN = ("train = forward with logits at every position x 3 (forward + backward); "
          "rule_6p = 6 x (P_lin + d V) x tokens. Attention and the LM head are why they differ.")
 
@@ -29,6 +35,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
     what bytes, time and a generation's rates mean where they appear."""
     lines = [COUNTED, NOT_COUNTED]
     lines += [CONVENTIONS[c] for c in sorted(conventions) if c in CONVENTIONS]
+    if "scan" in columns or "scan_flops" in columns:
+        lines.append(SCAN)
     lines += [LOGITS[x] for x in sorted(logits) if x in LOGITS]
     if any(c.endswith("_bytes") for c in columns):
         lines.append(TRAFFIC)
@@ -57,6 +65,9 @@ RATES = ("ttft = time to first token (the prefill); tpot = time per output token
          "(N-1)); tok/s/seq = N / (prefill + decode time), per sequence; tok/s = the batch's B x N over the same.")
 EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "
               "the times assume (--efficiency).")
+STATE = ("state_bytes: each linear-attention or state-space layer keeps, per sequence and whatever the context, "
+         "its recurrent state (in state_dtype) and its convolution window (K_c - 1 positions; in the KV dtype); "
+         "only softmax-attention layers have a KV cache that grows with the context.")
 MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM head) in the weight dtype. KV "
           "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W, a chunked one "
           "W_c, as serving caches keep them; every token with --window-cache whole) x K/V width (MLA absorbed: latent + RoPE key) x "

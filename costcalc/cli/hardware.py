@@ -76,7 +76,7 @@ def _flat(d) -> dict:
             **{f"source.{k}": v for k, v in d.source.items() if isinstance(v, str)}}
 
 
-@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing")
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing", "state_dtype")
 def memory(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -117,4 +117,4 @@ def memory(
     options = Options(mla=mla_form(mla, specs), window_cache=window_cache or WindowCache.rolling)
     rows = [fit(Query(spec, "decode", options, precision, machine), int(b), int(t), reserve)
             for spec in specs for b, t in zip(points["batch"], points["context"])]
-    emit(rows, fmt, output, [notes.MEMORY], wide)
+    emit(rows, fmt, output, [notes.MEMORY] + ([notes.STATE] if any(s.has_mixers for s in specs) else []), wide)

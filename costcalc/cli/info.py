@@ -74,7 +74,7 @@ def formula(
     write_text(output, text)
 
 
-@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing")
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing", "state_dtype")
 def crossover(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,

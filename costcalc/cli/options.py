@@ -58,6 +58,10 @@ WeightDtypeOpt = Annotated[Optional[Dtype], typer.Option(
                            "adds the bytes columns.  (default: bf16)")]
 KvDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--kv-dtype", help="KV cache dtype; adds the bytes columns.  (default: bf16)")]
+StateDtypeOpt = Annotated[Optional[Dtype], typer.Option(
+    "--state-dtype", show_default=False,
+    help="Recurrent state dtype of linear-attention and state-space layers.  (default: the model's state_dtype, "
+         "else the KV dtype)")]
 ActDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--act-dtype", help="Activations' dtype, also the compute dtype whose peak times the FLOPs.  (default: bf16)")]
 GroupSizeOpt = Annotated[Optional[int], typer.Option(
@@ -167,7 +171,7 @@ def mla_form(mla: Union[MlaForm, str], specs: Sequence[ModelSpec]) -> str:
 TRAFFIC_OPTIONS = {   # name: (annotation, default) -- the byte and time options of the workload commands
     "device": (DeviceOpt, None), "device_file": (DeviceFileOpt, None), "weight_dtype": (WeightDtypeOpt, None),
     "kv_dtype": (KvDtypeOpt, None), "act_dtype": (ActDtypeOpt, None), "group_size": (GroupSizeOpt, None),
-    "routing": (RoutingOpt, None), "efficiency": (EfficiencyOpt, None),
+    "routing": (RoutingOpt, None), "efficiency": (EfficiencyOpt, None), "state_dtype": (StateDtypeOpt, None),
 }
 
 
@@ -226,11 +230,11 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     calculator takes them: no dtypes and no device when none is given (FLOPs only).
     ``group_size`` and ``routing`` not given are 128 and expected; given where they change
     nothing, a warning says so."""
-    device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency = (
+    device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency, state_dtype = (
         given.get(key) for key in TRAFFIC_OPTIONS)
     if group_size is not None and not (weight_dtype is not None and Dtype(weight_dtype).grouped):
         warn("--group-size does nothing without --weight-dtype int8 or int4 (only integer weights carry scales)")
-    if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype):
+    if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype or state_dtype):
         warn("--routing does nothing without --device or a dtype option (it changes bytes, not FLOPs)")
     routing_given = routing is not None
     group_size = 128 if group_size is None else group_size
@@ -240,7 +244,7 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
             raise CostcalcError(f"{flag}: the {'name' if flag == '--device' else 'path'} is empty")
     if efficiency is not None:
         _efficiency(efficiency)            # a bad value is an error even where it would do nothing
-    if not (device or device_file or weight_dtype or kv_dtype or act_dtype):
+    if not (device or device_file or weight_dtype or kv_dtype or act_dtype or state_dtype):
         if efficiency is not None:
             warn("--efficiency does nothing without --device")
         return Traffic()
@@ -255,7 +259,7 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
         machine = Machine(profile, *_efficiency(efficiency))
     elif efficiency is not None:
         warn("--efficiency does nothing without --device")
-    dtypes = (weight_dtype, kv_dtype, act_dtype)
+    dtypes = (weight_dtype, kv_dtype, act_dtype, state_dtype)
     if machine is None and all(d is None for d in dtypes):
         return Traffic()
     if machine is not None and act_dtype is None and "bf16" not in machine.device.peak_flops:
@@ -264,8 +268,8 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
             act_dtype = Dtype(own[0])
             warn(f"device {machine.device.name}'s only peak is {own[0]}: computing in {own[0]} (--act-dtype {own[0]})")
     precision = Precision(weight_dtype or Dtype.bf16, kv_dtype or Dtype.bf16, act_dtype or Dtype.bf16,
-                          group_size, routing)
-    return Traffic(precision, machine, routing_given)
+                          group_size, routing, state_dtype)
+    return Traffic(precision, machine, routing_given, state_dtype is not None)
 
 
 @dataclass(frozen=True)
@@ -276,12 +280,17 @@ class Traffic:
     precision: Optional["Precision"] = None
     machine: Optional["Machine"] = None
     routing_given: bool = False
+    state_given: bool = False
 
 
 def for_models(traffic: Traffic, specs: Sequence[ModelSpec]) -> tuple:
-    """(precision, machine) for these models; --routing on models without MoE layers warns."""
+    """(precision, machine) for these models; --routing on models without MoE layers warns, as
+    --state-dtype on models without recurrent states."""
     if traffic.routing_given and not any(g.block.ffn == "moe" for s in specs for g in s.groups):
         warn(f"--routing does nothing: {', '.join(s.name for s in specs)} has no MoE layers")
+    if traffic.state_given and not any(s.has_mixers for s in specs):
+        warn(f"--state-dtype does nothing: {', '.join(s.name for s in specs)} has no linear-attention or "
+             f"state-space layers")
     return traffic.precision, traffic.machine
 
 

@@ -165,3 +165,26 @@ def test_a_parallel_block_costs_its_attention_and_its_mixer():
     for name in both.operators:
         expected = op(attention, name, S=50) + op(mixer, name, S=50) - (op(mixer, name, S=50) if name == "lm_head" else 0)
         assert op(both, name, S=50) == expected, name
+
+
+def test_megatron_counts_a_hybrid_by_its_constants_and_the_others_say_why_not():
+    """Megatron-LM's hybrid count, written here from its gdn_layer_flops / mamba_layer_flops
+    (per token, forward x 3): the difference from costcalc is named and adds up (``reconcile``)."""
+    from costcalc.peers import compare
+    from costcalc.peers.base import Case
+
+    model = spec([{"count": 2, "arch": "gdn.dense"}, {"count": 1, "arch": "gqa-gated.dense"},
+                  {"count": 2, "arch": "mamba2.none"}])
+    z, seq = SIZES, 256
+    d, qk, v = z["d"], z["h_lk"] * z["d_lk"], z["h_lv"] * z["d_lv"]
+    gdn = d * (2 * qk + 2 * v + 2 * z["h_lv"]) + z["K_c"] * (2 * qk + v) + z["h_lv"] * z["d_lv"] ** 2 * 4 + d * v
+    mamba = 2 * d * (2 * 2 * d + 2 * z["G"] * z["N_s"] + z["h_m"]) + 7 * 2 * d * z["N_s"] + 2 * 2 * d * d
+    dq, dkv = z["h_q"] * z["d_h"], z["h_kv"] * z["d_h"]
+    attention = 2 * (d * (2 * dq + 2 * dkv) + dq * seq / 2 * 2 + dq * d)
+    mlp = 2 * 3 * d * z["m"]
+    per_token = 3 * (2 * (2 * gdn + mlp) + attention + mlp + 2 * mamba) + 6 * d * 128   # V = 100 pads to 128
+    rows = {r["tool"]: r for r in compare(Case(model, "train", seq=seq))}
+    assert rows["megatron"]["flops"] == seq * per_token
+    names = [t["term"] for t in rows["megatron"]["differences"]]
+    assert any(n.startswith("scan by constants") for n in names)
+    assert "Gated DeltaNet layers" in rows["torch-flopcounter"]["note"]

@@ -233,8 +233,7 @@ class Recipe:
         why = self.why_not(case)
         if why:
             return cannot(why)
-        other = [k for k in KINDS if k not in self.kinds and any(k in (g.block.ffn, g.block.attention)
-                                                                   for g in case.spec.groups)]
+        other = [k for k in KINDS if k not in self.kinds and any(k in features(g.block) for g in case.spec.groups)]
         if other:
             arch = dict.fromkeys(g.arch for g in case.spec.groups if not self.takes(g.block))
             return cannot(f"{' and '.join(KINDS[k] for k in other)} not modelled in this recipe "
@@ -242,7 +241,7 @@ class Recipe:
         return None
 
     def takes(self, block) -> bool:
-        return (block.ffn != "mlp" or "mlp" in self.kinds) and (block.attention != "chunk" or "chunk" in self.kinds)
+        return all(k in self.kinds for k in features(block) if k in KINDS)
 
     def why_not(self, case: Case) -> Optional[str]:
         """Why the tool has no count for the case's run, asked of the case (``case.training``,
@@ -254,7 +253,15 @@ class Recipe:
         raise NotImplementedError
 
 
-KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention"}
+KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention", "gdn": "Gated DeltaNet layers",
+         "kda": "Kimi Delta Attention layers", "mamba2": "Mamba-2 layers", "mamba1": "Mamba layers",
+         "lightning": "lightning attention layers", "shortconv": "short-convolution layers",
+         "gated": "gated attention outputs", "none": "layers without a mixer or an FFN"}
+
+
+def features(block) -> set[str]:
+    """The layer kinds of ``KINDS`` a block has."""
+    return ({block.ffn, block.attention, block.mixer} | ({"gated"} if block.gated else set())) & set(KINDS)
 
 
 @dataclass(frozen=True)

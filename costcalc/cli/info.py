@@ -9,8 +9,8 @@ import typer
 from .. import calc, notes, outputs, presets, ranges, units
 from ..errors import CostcalcError
 from ..core.registry import WORKLOADS
-from ..blocks import ATTENTIONS, FFNS, FORMS
-from ..vocab import ARCHS
+from ..blocks import ATTENTIONS, FFNS, FORMS, parse
+from ..vocab import ARCHS, SCAN
 from ..terminal import wrap, wrap_header
 from .options import (ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla, MlaOpt, OutputOpt,
                       PresetFileOpt, PresetOpt, Traffic, WideOpt, conventions, for_models, mla_form, model, models,
@@ -64,12 +64,14 @@ def formula(
     lines = []
     for conv in conventions(convention):
         group = [r for r in rows if r["convention"] == conv]
-        lines += wrap_header(f"{workload} ({describe(workload)}) | arch {arch} | convention {conv}"
+        scan = f" | scan {SCAN[conv]}" if parse(arch).mixer else ""
+        lines += wrap_header(f"{workload} ({describe(workload)}) | arch {arch} | convention {conv}{scan}"
                              + (f" | logits {group[0]['logits']}" if "logits" in group[-1] else ""), TABLE_WIDTH)
         width = max(len(r["term"]) for r in group)
         lines += [f"  {r['term']:<{width}} = {r[key]}" for r in group] + [""]
-    lines += [line for note in notes.footer(set(conventions(convention)), {r['logits'] for r in rows if 'logits' in r})
-              for line in wrap(note, TABLE_WIDTH)]
+    footer = notes.footer(set(conventions(convention)), {r['logits'] for r in rows if 'logits' in r},
+                          {r["term"] for r in rows})
+    lines += [line for note in footer for line in wrap(note, TABLE_WIDTH)]
     text = "\n".join(lines) + "\n"
     write_text(output, text)
 

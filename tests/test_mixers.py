@@ -188,3 +188,28 @@ def test_megatron_counts_a_hybrid_by_its_constants_and_the_others_say_why_not():
     names = [t["term"] for t in rows["megatron"]["differences"]]
     assert any(n.startswith("scan by constants") for n in names)
     assert "Gated DeltaNet layers" in rows["torch-flopcounter"]["note"]
+
+
+def test_the_command_line_takes_a_state_dtype_and_says_when_it_does_nothing(capsys, tmp_path):
+    import json
+
+    from cli_run import run
+
+    model = spec([{"count": 2, "arch": "gdn.dense"}, {"count": 1, "arch": "gqa.dense"}], state_dtype="fp32")
+    path = tmp_path / "hybrid.json"
+    path.write_text(json.dumps(model.to_dict()))
+    rows = {}
+    for dtype in ("fp32", "bf16"):
+        code, out, err = run(capsys, "memory", "--preset-file", str(path), "-b", "2", "-t", "1k", "--device", "h200",
+                             "--state-dtype", dtype, "-f", "json")
+        assert code == 0 and err == "", err
+        rows[dtype] = json.loads(out)[0]
+    assert rows["fp32"]["state_dtype"] == "fp32" and rows["bf16"]["state_dtype"] == "bf16"
+    assert rows["fp32"]["kv_cache_bytes"] == rows["bf16"]["kv_cache_bytes"]
+    recurrent = 2 * 2 * SIZES["h_lv"] * SIZES["d_lk"] * SIZES["d_lv"]   # 2 layers x 2 sequences
+    assert rows["fp32"]["state_bytes"] - rows["bf16"]["state_bytes"] == recurrent * 2
+    code, out, err = run(capsys, "decode", "-p", "llama-3.1-8b", "-t", "1k", "--state-dtype", "fp32", "-f", "json")
+    assert code == 0 and "--state-dtype does nothing: llama-3.1-8b has no linear-attention" in err
+    code, out, err = run(capsys, "decode", "--preset-file", str(path), "-t", "1k", "--device", "h200", "-f", "json")
+    row = json.loads(out)[0]
+    assert row["scan"] == "recurrent" and row["state_read_bytes"] == 2 * SIZES["h_lv"] * SIZES["d_lk"] * SIZES["d_lv"] * 4

@@ -265,15 +265,17 @@ def test_cache_bytes_after_a_bf16_forward_equal_costcalc_memory(family):
 
 # --- where transformers runs something else (docs/hf-import.md) ---------------------------------
 
-def test_a_cached_prompt_shorter_than_the_kernel_is_left_padded_to_it():
+@pytest.mark.parametrize("family", ["mamba", "lfm2"])
+def test_a_cached_prompt_shorter_than_the_kernel_is_left_padded_to_it(family):
     """Named difference, not modelled: with a cache, transformers pads a prompt of S < K_c tokens on
     the left to K_c before the convolution (2 K_c - 1 outputs), so it counts the convolution of a
     K_c-token prompt where costcalc's ``full`` counts S + K_c - 1 outputs."""
     import torch
 
-    model, spec = build("mamba"), spec_of(config("mamba"))
+    model, spec = build(family), spec_of(config(family))
     _, got = counted(model, input_ids=torch.ones(1, 2, dtype=torch.long), use_cache=True)
-    K_c = SMALL["mamba"]["conv_kernel"]
+    K_c = spec.groups[0].sizes["K_c"]
+    assert K_c > 2
     assert got["conv_flops"] == calc.prefill(spec, K_c, 1, "full")["conv_flops"] != \
         calc.prefill(spec, 2, 1, "full")["conv_flops"]
     assert {k: v for k, v in got.items() if k != "conv_flops"} == \

@@ -157,7 +157,7 @@ def test_sparse_steps_and_dense_first_layers():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"model_type": "mamba"}, "model_type 'mamba' is not supported"),
+    ({"model_type": "rwkv"}, "model_type 'rwkv' is not supported"),
     ({"num_mtp_heads": 3}, "field 'num_mtp_heads' (llama) is not understood"),
     ({"num_attention_heads": None}, "needs field 'num_attention_heads'"),
     ({"hidden_size": "4096"}, "must be a positive integer"),

@@ -148,6 +148,8 @@ def chunk_flops(mixer: str, new: sp.Expr) -> sp.Expr:
     """The chunked path's products for ``new`` tokens: ``ceil(new / Q_c)`` whole chunks, the last
     padded (lightning: ``floor(new / Q_c)`` whole blocks and the rest as a shorter block; Mamba-1's
     scan: its step at every token)."""
+    if mixer == "shortconv":           # no state products: its state is the convolution window
+        return sp.Integer(0)
     if mixer == "mamba1":
         return new * sp.expand(_flops(step_products(mixer)))
     if mixer == "lightning":

@@ -16,7 +16,7 @@ from typing import Any
 from .. import jsonfile
 from ..errors import CostcalcError, quote
 from ..spec import MAX_GROUPS, ModelSpec, check_name, from_dict
-from .families import MAPPERS
+from .families import MAPPERS, STATE_DTYPES
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
 
@@ -27,18 +27,17 @@ OUT_OF_REACH = {
     "minimax": "linear attention (lightning attention)",
     "falcon_h1": "a Mamba-2 state-space mixer beside attention",
     "deepseek_v32": "DeepSeek Sparse Attention (MLA whose keys a lightning indexer selects)",
-    "jamba": "Mamba state-space mixers beside attention",
     "bamba": "Mamba-2 state-space mixers beside attention",
     "granitemoehybrid": "Mamba-2 state-space mixers beside attention",
     "nemotron_h": "Mamba-2 state-space mixers beside attention",
-    "zamba": "Mamba state-space mixers with a shared attention block",
+    "zamba": "a shared attention block over the hidden state concatenated with the embeddings (2 x hidden_size "
+             "wide) plus a per-layer hidden_size x hidden_size linear, beside Mamba mixers with per-head x/dt projections",
     "zamba2": "Mamba-2 state-space mixers with shared attention blocks",
-    "lfm2": "short gated convolutions beside attention",
-    "lfm2_moe": "short gated convolutions beside attention",
-    "mamba": "a Mamba state-space mixer (no attention)",
+    "lfm3": "a per-head sigmoid attention output gate (g_proj, hidden_size -> heads) beside short gated convolutions",
     "mamba2": "a Mamba-2 state-space mixer (no attention)",
     "rwkv": "RWKV time mixing (no attention)",
     "recurrent_gemma": "RG-LRU recurrent blocks beside local attention",
+    "xlstm": "mLSTM matrix-memory blocks (no attention)",
 }
 
 
@@ -86,6 +85,8 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
     preset: dict[str, Any] = {"name": name, "title": name, "d": reader.need("hidden_size"),
                               "V": reader.need("vocab_size"), "layers": groups}
     preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings", TABLES[family].tied)
+    if family in STATE_DTYPES:
+        preset["state_dtype"] = STATE_DTYPES[family]
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
     return _flatten(preset)
 

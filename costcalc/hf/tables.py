@@ -54,6 +54,37 @@ _HUNYUAN_REMOTE = dict(
     mlp_bias="not read: the MLP has no biases (biases are not counted)", org_vocab_size="tokenizer bookkeeping",
     pad_id="token id")
 
+# Mamba-1 (mamba, falcon_mamba): the class's keys, used or ignored
+_MAMBA_USED = ("conv_kernel expand hidden_size intermediate_size num_hidden_layers state_size tie_word_embeddings "
+               "time_step_rank vocab_size")
+_MAMBA_IGNORED = ("bos_token_id eos_token_id hidden_act initializer_range layer_norm_epsilon pad_token_id "
+                  "rescale_prenorm_residual residual_in_fp32 time_step_floor time_step_init_scheme time_step_max "
+                  "time_step_min time_step_scale use_associative_scan use_bias use_cache use_conv_bias use_mambapy")
+_MAMBA = dict(
+    intermediate_size="d_in, the inner width (a stated value wins over expand: Falcon-Mamba-7B's 8192 beside expand 16)",
+    expand="d_in = int(expand x hidden_size) where intermediate_size is absent (default 2)",
+    state_size="N_s, the state per channel (default 16)", conv_kernel="K_c, the convolution kernel (default 4)",
+    time_step_rank="r_dt ('auto', the default: ceil(hidden_size / 16))",
+    layer_norm_epsilon="norm epsilon", rescale_prenorm_residual="initialisation", residual_in_fp32="residual precision: elementwise",
+    time_step_floor="dt initialisation", time_step_init_scheme="dt initialisation", time_step_max="dt initialisation",
+    time_step_min="dt initialisation", time_step_scale="dt initialisation",
+    use_associative_scan="a compiled scan: the same readout products",
+    use_bias="in/out projection biases: not counted", use_conv_bias="convolution bias: not counted",
+    use_mambapy="training-time parallel scan: inference runs the loop",
+    tie_word_embeddings="tied_embeddings (the class default is true)")
+# LFM2 (lfm2, lfm2_moe): the published files' keys 5.23 does not define (conv.py checks the used ones)
+_LFM2_EXTRA_USED = "block_dim conv_dim conv_dim_out num_heads block_use_swiglu"
+_LFM2_EXTRA_IGNORED = ("block_norm_eps block_mlp_init_scale block_out_init_scale block_use_xavier_init "
+                       "conv_use_xavier_init")
+_LFM2 = dict(
+    conv_L_cache="K_c, the short convolution's kernel (default 3)", conv_bias="convolution and projection biases: not counted",
+    norm_eps="norm epsilon", tie_word_embeddings="tied_embeddings (the class default is true)",
+    block_dim="not read: checked equal to hidden_size", conv_dim="not read: checked equal to hidden_size",
+    conv_dim_out="not read: checked equal to hidden_size", num_heads="not read: checked equal to num_attention_heads",
+    block_use_swiglu="not read: checked true (the MLP is always SwiGLU)", block_norm_eps="norm epsilon",
+    block_mlp_init_scale="initialisation", block_out_init_scale="initialisation",
+    block_use_xavier_init="initialisation", conv_use_xavier_init="initialisation")
+
 TABLES = {
     # the families costcalc imported before transformers 5
     "llama": family(
@@ -460,6 +491,64 @@ TABLES = {
         moe_intermediate_size="not read by 5.23 (experts are intermediate_size wide): checked equal to it",
         num_shared_expert="not read by 5.23 (one shared MLP of intermediate_size): checked to be 1",
         use_mixed_mlp_moe="not read by 5.23 (the shared MLP is always built): checked true", **_HUNYUAN_REMOTE),
+    # Mamba-1 and short-convolution families (issue #18): a state-keeping mixer in the attention's slot
+    # (hf/families/conv.py; M: modeling_mamba.py MambaMixer, modeling_lfm2.py Lfm2ShortConv, Lfm2MLP)
+    "mamba": family(tied=True, used=_MAMBA_USED, ignored=_MAMBA_IGNORED, extra_used="n_layer",
+                    extra_ignored="fused_add_norm pad_vocab_size_multiple rms_norm",
+                    n_layer="the original repository's name: not read, checked equal to num_hidden_layers",
+                    fused_add_norm="a kernel fusion: no matmul", rms_norm="norm choice: no matmul",
+                    pad_vocab_size_multiple="vocab_size is already padded to it", **_MAMBA),
+    "falcon_mamba": family(tied=True, used=_MAMBA_USED, ignored=_MAMBA_IGNORED + " mixer_rms_eps",
+                           extra_ignored="use_falcon_mambapy",
+                           mixer_rms_eps="epsilon of the weightless RMSNorms of dt, B and C: elementwise",
+                           use_falcon_mambapy="legacy name of use_mambapy (training-time parallel scan)", **_MAMBA),
+    "jamba": family(
+        used=DENSE + " attn_layer_offset attn_layer_period expert_layer_offset expert_layer_period mamba_d_conv "
+                     "mamba_d_state mamba_dt_rank mamba_expand num_experts num_experts_per_tok",
+        ignored=BASE.replace("rope_parameters ", "") + " mamba_conv_bias mamba_proj_bias use_associative_scan "
+                "use_mamba_kernels use_mambapy " + ROUTER,
+        extra_used="head_dim", extra_ignored="num_logits_to_keep", aliases={"num_local_experts": "num_experts"},
+        head_dim=HEAD_DIM_READ, num_key_value_heads="h_kv of the attention layers (the class default is a fixed 8: state it)",
+        intermediate_size="m of the dense layers and m_e of every expert",
+        attn_layer_period="layer i attends iff i % period == attn_layer_offset (default 8)",
+        attn_layer_offset="see attn_layer_period (default 4); the other layers run Mamba-1",
+        expert_layer_period="layer i is MoE iff i % period == expert_layer_offset and num_experts > 1 (default 2)",
+        expert_layer_offset="see expert_layer_period (default 1)", num_experts="E (1: every layer dense)",
+        mamba_d_state="N_s, the state per channel (default 16)", mamba_d_conv="K_c, the convolution kernel (default 4)",
+        mamba_dt_rank="r_dt ('auto': ceil(hidden_size / 16))", mamba_expand="d_in = mamba_expand x hidden_size (default 2)",
+        mamba_conv_bias="convolution bias: not counted", mamba_proj_bias="in/out projection biases: not counted",
+        use_mamba_kernels="CUDA kernel choice: the conventions say what is counted",
+        use_mambapy="training-time parallel scan: inference runs the loop",
+        use_associative_scan="a compiled scan: the same readout products",
+        num_logits_to_keep="a generation setting (the workloads say which logits are computed)"),
+    "lfm2": family(
+        tied=True,
+        used="block_auto_adjust_ff_dim block_ffn_dim_multiplier block_multiple_of conv_L_cache full_attn_idxs "
+             "hidden_size intermediate_size layer_types num_attention_heads num_hidden_layers num_key_value_heads "
+             "tie_word_embeddings vocab_size",
+        ignored="bos_token_id conv_bias eos_token_id initializer_range max_position_embeddings norm_eps pad_token_id "
+                "rope_parameters use_cache",
+        extra_used="head_dim " + _LFM2_EXTRA_USED, extra_ignored=_LFM2_EXTRA_IGNORED,
+        aliases={"block_ff_dim": "intermediate_size", "tie_embedding": "tie_word_embeddings"},
+        head_dim=HEAD_DIM_READ, intermediate_size="the MLP width before block_auto_adjust_ff_dim adjusts it",
+        block_auto_adjust_ff_dim="m = int(2/3 x intermediate_size), then the multiplier and rounding (default true)",
+        block_ffn_dim_multiplier="with the adjustment: m scaled by it, then rounded up to block_multiple_of (null: neither)",
+        block_multiple_of="the rounding of the adjusted m (default 256)",
+        full_attn_idxs="the attention layers where layer_types is absent (both absent: every layer attends)",
+        layer_types="conv (shortconv) or full_attention per layer", **_LFM2),
+    "lfm2_moe": family(
+        tied=True,
+        used="conv_L_cache hidden_size intermediate_size layer_types moe_intermediate_size num_attention_heads "
+             "num_dense_layers num_experts num_experts_per_tok num_hidden_layers num_key_value_heads "
+             "tie_word_embeddings vocab_size",
+        ignored="bos_token_id conv_bias eos_token_id initializer_range max_position_embeddings norm_eps norm_topk_prob "
+                "output_router_logits pad_token_id rope_parameters routed_scaling_factor use_cache use_expert_bias",
+        extra_used="head_dim " + _LFM2_EXTRA_USED, extra_ignored=_LFM2_EXTRA_IGNORED,
+        aliases={"tie_embedding": "tie_word_embeddings"},
+        head_dim=HEAD_DIM_READ, intermediate_size="m of the first num_dense_layers layers (no adjustment)",
+        layer_types="conv (shortconv) or full_attention per layer (must be written: the class derives none)",
+        num_dense_layers="layers below it are dense, the rest MoE (default 2)", num_experts="E",
+        use_expert_bias="a selection bias buffer: no matmul", **_LFM2),
     # multimodal wrappers: the text decoder is what costs
     "gemma3": wrapper("gemma3_text", tied=True, ignored="initializer_range mm_tokens_per_image",
                       mm_tokens_per_image="image tokens per image: a prompt length, not a size"),

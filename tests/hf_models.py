@@ -4,7 +4,9 @@ torch's FlopCounterMode counts (the optional HF test group; needs the ``hf`` ext
 - Parameters: every parameter tensor with two or more dimensions whose name is not a bias, each
   tensor once (tied ones once), built on the meta device. Cohere's QK LayerNorm weights are
   [heads, d_h] matrices but not operands of a product, and GPT-BigCode's and OPT's learned position
-  tables ([positions, d], a lookup) are not counted by costcalc: they are left out by name (``NOT_MATMUL``).
+  tables ([positions, d], a lookup) are not counted by costcalc: they are left out by name (``NOT_MATMUL``),
+  as are the Mamba-2 mixers' depthwise convolution taps (``conv1d.weight``, [channels, 1, K_c]: K_c
+  weights per channel, not a matrix; costcalc counts their FLOPs, ``conv``, but no parameters).
   torch is imported by the functions that build or run a model: the configuration checks run
   with transformers alone.
 - FLOPs: one forward of ``seq`` tokens, batch 1, logits at every position, eager attention (every
@@ -27,7 +29,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 transformers.logging.set_verbosity_error()
 NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight"),   # per-head LayerNorm weights [h, d_h]
-              "gpt_bigcode": ("wpe.weight",), "opt": ("embed_positions.weight",)}   # learned position tables
+              "gpt_bigcode": ("wpe.weight",), "opt": ("embed_positions.weight",),   # learned position tables
+              **{f: ("conv1d.weight",) for f in ("mamba2", "bamba", "granitemoehybrid", "falcon_h1", "nemotron_h")}}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 

@@ -6,7 +6,8 @@ family's configuration class defines (``tables.py``, held against the class by
 accepts -- used to size the layers and decide their kinds, or ignored with its reason. Any other
 key stops the import with an error naming it: a cost calculator must not guess. Families whose
 layers costcalc does not model (linear attention, state-space mixers, sparse attention) are
-refused naming the block kind.
+refused naming the block kind. State-space families (Mamba-2 mixers) carry the dtype transformers
+keeps their recurrent state in (``state_dtype``).
 """
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import jsonfile
+from ..blocks import parse
 from ..errors import CostcalcError, quote
 from ..spec import MAX_GROUPS, ModelSpec, check_name, from_dict
-from .families import MAPPERS
+from .families import MAPPERS, ssm
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
 
@@ -25,18 +27,14 @@ OUT_OF_REACH = {
     "qwen3_next": "linear attention (Gated DeltaNet)",
     "kimi_linear": "linear attention (Kimi Delta Attention)",
     "minimax": "linear attention (lightning attention)",
-    "falcon_h1": "a Mamba-2 state-space mixer beside attention",
     "deepseek_v32": "DeepSeek Sparse Attention (MLA whose keys a lightning indexer selects)",
     "jamba": "Mamba state-space mixers beside attention",
-    "bamba": "Mamba-2 state-space mixers beside attention",
-    "granitemoehybrid": "Mamba-2 state-space mixers beside attention",
-    "nemotron_h": "Mamba-2 state-space mixers beside attention",
     "zamba": "Mamba state-space mixers with a shared attention block",
-    "zamba2": "Mamba-2 state-space mixers with shared attention blocks",
+    "zamba2": "Mamba-2 mixers with shared attention blocks (a LoRA adapter per use, an input of twice the "
+              "width)",
     "lfm2": "short gated convolutions beside attention",
     "lfm2_moe": "short gated convolutions beside attention",
     "mamba": "a Mamba state-space mixer (no attention)",
-    "mamba2": "a Mamba-2 state-space mixer (no attention)",
     "rwkv": "RWKV time mixing (no attention)",
     "recurrent_gemma": "RG-LRU recurrent blocks beside local attention",
 }
@@ -85,6 +83,8 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         raise CostcalcError(f"{where}: its layers are of {len(groups):,} different kinds (at most {MAX_GROUPS:,})")
     preset: dict[str, Any] = {"name": name, "title": name, "d": reader.need("hidden_size"),
                               "V": reader.need("vocab_size"), "layers": groups}
+    if family in ssm.MAPPERS and any(parse(layer["arch"]).mixer for layer in layers):
+        preset["state_dtype"] = ssm.STATE_DTYPE      # what transformers keeps the recurrent state in
     preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings", TABLES[family].tied)
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
     return _flatten(preset)
@@ -132,6 +132,6 @@ def _flatten(preset: dict) -> dict:
         preset["L"] = group.pop("count")
         preset.update(group)
     head = ["name", "title", "arch", "L", "d", "V"]
-    tail = ["layers", "tied_embeddings", "stated", "source"]
+    tail = ["layers", "tied_embeddings", "state_dtype", "stated", "source"]
     middle = [k for k in preset if k not in head and k not in tail]
     return {k: preset[k] for k in head + middle + tail if k in preset}

@@ -191,6 +191,10 @@ def test_every_real_config_at_its_real_size(name):
     moe = any(g.block.ffn == "moe" for g in spec.groups)
     model, family = hf_models.build(config, experts=moe and family_of(config) != "llama4_text")
     assert calc.parameters(spec)["total_params"] == hf_models.matrix_params(model, family)
+    from costcalc.hf.families import ssm
+
+    if family in ssm.MAPPERS:     # its routing or scan reads values (.item()) on meta: FLOPs held on small
+        return                    # configs, every phase, in tests/test_hf_ssm_families.py
     row = calc.prefill(spec, 8, 1, "full", logits="all")
     extra = all_experts_adjustment(spec, row) if family == "llama4_text" else 0
     assert row["total_flops"] + extra == hf_models.prefill_flops(model, 8)

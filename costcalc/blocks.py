@@ -20,7 +20,8 @@ A block is an attention kind and an FFN kind:
 - FFN ``dense`` (SwiGLU of width m), ``mlp`` (a non-gated MLP of width m: up d x m, down
   m x d -- GPT-NeoX, StarCoder2, Apertus) or ``moe`` (router over E experts of width m_e, k per
   token), optionally with E_s always-on ``shared`` experts of width m_s, and optionally
-  a ``shared_gate`` (Qwen2-MoE: a d x 1 sigmoid gate on the shared expert).
+  a ``shared_gate`` (Qwen2-MoE: a d x 1 sigmoid gate on the shared expert); ``plain``
+  experts (key ``moe_plain``) are non-gated MLPs, up and down only, shared ones too (Nemotron-H).
 
 Token mixers that are not softmax attention (docs/cost-model.md, "Linear attention and
 state-space mixers") take the attention's place; each keeps a fixed-size state per sequence
@@ -76,6 +77,7 @@ class Block:
     cache: str = "whole"        # window: whole or rolling (docs/cost-model.md, Sliding windows)
     beside: str = ""            # a mixer run in parallel with the attention, outputs summed (Falcon-H1)
     gated: bool = False         # gqa kinds: q_proj also gives a per-head output gate (Qwen3-Next, Qwen3.5)
+    plain: bool = False         # moe: non-gated MLP experts (up, down), shared ones too (Nemotron-H)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -88,6 +90,8 @@ class Block:
             raise ValueError("q_lora and form apply to mla attention only")
         if self.ffn != "moe" and self.shared:
             raise ValueError("shared experts apply to a moe FFN only")
+        if self.ffn != "moe" and self.plain:
+            raise ValueError("plain (non-gated) experts apply to a moe FFN only")
         if self.shared_gate and not self.shared:
             raise ValueError("a shared-expert gate needs shared experts")
         if self.cache not in CACHES:
@@ -118,7 +122,8 @@ class Block:
         attn += "-gated" if self.gated else ""
         attn += "-rolling" if self.cache == "rolling" else ""
         attn += f"+{self.beside}" if self.beside else ""
-        ffn = self.ffn + ("_shared" if self.shared else "") + ("_gate" if self.shared_gate else "")
+        ffn = self.ffn + ("_plain" if self.plain else "") + ("_shared" if self.shared else "") + \
+            ("_gate" if self.shared_gate else "")
         return f"{attn}.{ffn}"
 
     def with_form(self, form: str) -> "Block":
@@ -126,14 +131,14 @@ class Block:
         if self.attention != "mla":
             return self
         return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate, beside=self.beside,
-                     gated=self.gated)
+                     gated=self.gated, plain=self.plain)
 
     def with_cache(self, cache: str) -> "Block":
         """The same block with a whole or rolling window cache (other attention kinds are unchanged)."""
         if self.attention != "window":
             return self
         return Block(self.attention, self.ffn, self.q_lora, self.form, self.shared, self.shared_gate, cache,
-                     self.beside, self.gated)
+                     self.beside, self.gated, self.plain)
 
     def sizes(self) -> tuple[str, ...]:
         """The size symbols this block's formulas use (besides L, d, V)."""
@@ -200,4 +205,6 @@ def parse(key: str) -> Block:
     ffn = ffn.removesuffix("_gate")
     shared = ffn.endswith("_shared")
     ffn = ffn.removesuffix("_shared")
-    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated)
+    plain = ffn.endswith("_plain")
+    ffn = ffn.removesuffix("_plain")
+    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain)

@@ -5,8 +5,9 @@ torch's FlopCounterMode counts (the optional HF test group; needs the ``hf`` ext
   tensor once (tied ones once), built on the meta device. Cohere's QK LayerNorm weights are
   [heads, d_h] matrices but not operands of a product, GPT-BigCode's and OPT's learned position
   tables ([positions, d], a lookup), and Mamba-1's ``A_log`` [d_in, N_s] (an elementwise decay) and the
-  depthwise convolution taps of Mamba-1 and LFM2 ([channels, 1, K_c]) are not counted by costcalc: they
-  are left out by name (``NOT_MATMUL``).
+  depthwise convolution taps of the Mamba and LFM2 mixers ([channels, 1, K_c]: K_c weights per channel,
+  not a matrix; costcalc counts their FLOPs, ``conv``, but no parameters) are not counted by costcalc:
+  they are left out by name (``NOT_MATMUL``).
   torch is imported by the functions that build or run a model: the configuration checks run
   with transformers alone.
 - FLOPs: one forward of ``seq`` tokens, batch 1, logits at every position, eager attention (every
@@ -32,7 +33,8 @@ _MAMBA1 = ("A_log", "conv1d.weight")       # the scan's decay (elementwise exp) 
 NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight"),   # per-head LayerNorm weights [h, d_h]
               "gpt_bigcode": ("wpe.weight",), "opt": ("embed_positions.weight",),   # learned position tables
               "mamba": _MAMBA1, "falcon_mamba": _MAMBA1, "jamba": _MAMBA1,
-              "lfm2": ("conv.conv.weight",), "lfm2_moe": ("conv.conv.weight",)}   # depthwise conv taps [d, 1, K_c]
+              "lfm2": ("conv.conv.weight",), "lfm2_moe": ("conv.conv.weight",),   # depthwise conv taps [d, 1, K_c]
+              **{f: ("conv1d.weight",) for f in ("mamba2", "bamba", "granitemoehybrid", "falcon_h1", "nemotron_h")}}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 

@@ -25,7 +25,7 @@ def formula(
     arch: Annotated[str, typer.Option(help=f"Block kind: {' or '.join(ARCHS)}, or ATTENTION.FFN with attention "
                                            f"{', '.join(ATTENTIONS)} (mla_q: with a low-rank query; mla or mla_q + "
                                            f"{' or '.join('-' + f for f in FORMS[1:])}; window + -rolling) and FFN "
-                                           f"{', '.join(FFNS)} (moe + _shared, _shared_gate), e.g. window.moe, "
+                                           f"{', '.join(FFNS)} (moe + _plain, _shared, _shared_gate), e.g. window.moe, "
                                            "mla_q-absorbed.moe_shared.")] = "dense",
     convention: ConventionOpt = Convention.causal,
     logits: LogitsOpt = Logits.last,

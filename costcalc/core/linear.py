@@ -125,6 +125,9 @@ SHARED_FFN = (
     Projection("shared_experts.up_proj", "shared_experts", s.d, s.m_s, s.E_s, s.E_s),
     Projection("shared_experts.down_proj", "shared_experts", s.m_s, s.d, s.E_s, s.E_s),
 )
+# Non-gated (plain MLP) experts, routed and shared: up and down only (Nemotron-H).
+PLAIN_MOE_FFN = (MOE_FFN[0],) + MOE_FFN[2:]
+PLAIN_SHARED_FFN = SHARED_FFN[1:]
 SHARED_GATE = Projection("shared_expert_gate", "shared_experts", s.d, sp.Integer(1))
 
 LM_HEAD = Projection("lm_head", "lm_head", s.d, s.V)
@@ -137,7 +140,8 @@ def block(kind: Block) -> tuple[Projection, ...]:
     attention += MIXER.get(kind.mixer, ())
     if kind.ffn in ("dense", "mlp", "none"):
         return attention + {"dense": DENSE_FFN, "mlp": MLP_FFN, "none": ()}[kind.ffn]
-    return attention + MOE_FFN + (SHARED_FFN if kind.shared else ()) + ((SHARED_GATE,) if kind.shared_gate else ())
+    experts, shared = (PLAIN_MOE_FFN, PLAIN_SHARED_FFN) if kind.plain else (MOE_FFN, SHARED_FFN)
+    return attention + experts + (shared if kind.shared else ()) + ((SHARED_GATE,) if kind.shared_gate else ())
 
 
 def operators(kind: Block, n: sp.Expr, past: sp.Expr = sp.Integer(0)) -> dict[str, sp.Expr]:

@@ -6,7 +6,8 @@ family's configuration class defines (``tables.py``, held against the class by
 accepts -- used to size the layers and decide their kinds, or ignored with its reason. Any other
 key stops the import with an error naming it: a cost calculator must not guess. Families whose
 layers costcalc does not model (linear attention, state-space mixers, sparse attention) are
-refused naming the block kind.
+refused naming the block kind. State-space families (Mamba-2 mixers) carry the dtype transformers
+keeps their recurrent state in (``state_dtype``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import jsonfile
+from ..blocks import parse
 from ..errors import CostcalcError, quote
 from ..spec import MAX_GROUPS, ModelSpec, check_name, from_dict
 from .families import MAPPERS, STATE_DTYPES
@@ -25,16 +27,12 @@ OUT_OF_REACH = {
     "qwen3_next": "linear attention (Gated DeltaNet)",
     "kimi_linear": "linear attention (Kimi Delta Attention)",
     "minimax": "linear attention (lightning attention)",
-    "falcon_h1": "a Mamba-2 state-space mixer beside attention",
     "deepseek_v32": "DeepSeek Sparse Attention (MLA whose keys a lightning indexer selects)",
-    "bamba": "Mamba-2 state-space mixers beside attention",
-    "granitemoehybrid": "Mamba-2 state-space mixers beside attention",
-    "nemotron_h": "Mamba-2 state-space mixers beside attention",
     "zamba": "a shared attention block over the hidden state concatenated with the embeddings (2 x hidden_size "
              "wide) plus a per-layer hidden_size x hidden_size linear, beside Mamba mixers with per-head x/dt projections",
-    "zamba2": "Mamba-2 state-space mixers with shared attention blocks",
+    "zamba2": "Mamba-2 mixers with shared attention blocks (a LoRA adapter per use, an input of twice the "
+              "width)",
     "lfm3": "a per-head sigmoid attention output gate (g_proj, hidden_size -> heads) beside short gated convolutions",
-    "mamba2": "a Mamba-2 state-space mixer (no attention)",
     "rwkv": "RWKV time mixing (no attention)",
     "recurrent_gemma": "RG-LRU recurrent blocks beside local attention",
     "xlstm": "mLSTM matrix-memory blocks (no attention)",
@@ -85,8 +83,8 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
     preset: dict[str, Any] = {"name": name, "title": name, "d": reader.need("hidden_size"),
                               "V": reader.need("vocab_size"), "layers": groups}
     preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings", TABLES[family].tied)
-    if family in STATE_DTYPES:
-        preset["state_dtype"] = STATE_DTYPES[family]
+    if family in STATE_DTYPES and any(parse(layer["arch"]).mixer for layer in layers):
+        preset["state_dtype"] = STATE_DTYPES[family]     # what transformers keeps the recurrent state in
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
     return _flatten(preset)
 
@@ -133,6 +131,6 @@ def _flatten(preset: dict) -> dict:
         preset["L"] = group.pop("count")
         preset.update(group)
     head = ["name", "title", "arch", "L", "d", "V"]
-    tail = ["layers", "tied_embeddings", "stated", "source"]
+    tail = ["layers", "tied_embeddings", "state_dtype", "stated", "source"]
     middle = [k for k in preset if k not in head and k not in tail]
     return {k: preset[k] for k in head + middle + tail if k in preset}

@@ -569,3 +569,112 @@ SUBTABLES = {
         prefix_lm="not read by 5.23 (mask only: no matmul shape)", qk_ln="not read by 5.23 (norms: no matmul)",
         softmax_scale="score scale")},
 }
+
+# State-space families (Mamba-2 mixers; hf/families/ssm.py). Keys every one of them shares:
+_SSM_WHY = dict(
+    time_step_limit="dt clamp: elementwise", time_step_min="dt initialisation", time_step_max="dt initialisation",
+    time_step_floor="dt initialisation", use_mamba_kernels="kernel choice (the torch path is what is counted)",
+    mamba_hidden_act="mixer activation: elementwise", residual_in_fp32="residual precision",
+    rescale_prenorm_residual="initialisation", num_logits_to_keep="generation default: which logits are computed",
+    z_loss_coefficient="training loss", mamba_proj_bias="in_proj/out_proj biases: not counted",
+    mamba_conv_bias="conv bias: not counted", use_conv_bias="conv bias: not counted",
+    mamba_d_head="d_m ('auto': mamba_expand x hidden_size // mamba_n_heads); h_m x d_m must be the mixer width",
+    mamba_n_heads="h_m, the mixer's heads", mamba_n_groups="G, groups of B and C", mamba_d_state="N_s",
+    mamba_d_conv="K_c, the conv kernel", mamba_chunk_size="Q_c, the chunk of the torch path's chunked scan",
+    mamba_expand="the mixer width mamba_expand x hidden_size (= h_m x d_m)",
+    position_embedding_type="RoPE or none: elementwise", projectors_bias="in_proj/out_proj biases: not counted",
+    layer_norm_epsilon="norm epsilon")
+_SSM_ATTN = "num_attention_heads num_key_value_heads"
+_MAMBA_KEYS = "mamba_chunk_size mamba_d_conv mamba_d_head mamba_d_state mamba_expand mamba_n_groups mamba_n_heads"
+TABLES.update({
+    "mamba2": family(
+        used="chunk_size conv_kernel expand head_dim hidden_size n_groups num_heads num_hidden_layers state_size "
+             "tie_word_embeddings vocab_size",
+        ignored="bos_token_id eos_token_id hidden_act initializer_range layer_norm_epsilon pad_token_id "
+                "rescale_prenorm_residual residual_in_fp32 time_step_floor time_step_limit time_step_max "
+                "time_step_min time_step_rank use_bias use_cache use_conv_bias",
+        num_heads="h_m", head_dim="d_m (the mixer's head width, not an attention head)", n_groups="G",
+        state_size="N_s", conv_kernel="K_c", chunk_size="Q_c, the chunk of the torch path's chunked scan",
+        expand="checked: expand x hidden_size must equal num_heads x head_dim (transformers refuses otherwise)",
+        time_step_rank="not read by the Mamba-2 mixer (dt is h_m columns of in_proj)",
+        use_bias="in_proj/out_proj biases: not counted", **_SSM_WHY),
+    "bamba": family(
+        used=DENSE + " attn_layer_indices " + _MAMBA_KEYS,
+        ignored=BASE + " attention_bias mamba_conv_bias mamba_proj_bias mlp_bias num_logits_to_keep time_step_limit "
+                       "z_loss_coefficient",
+        extra_used="head_dim layer_types layers_block_type", head_dim=HEAD_DIM_READ,
+        layer_types="not read (derived from attn_layer_indices): checked to agree with it",
+        layers_block_type="not read (derived from attn_layer_indices): checked to agree with it",
+        attn_layer_indices="the attention layers (the others run the Mamba-2 mixer); every layer has the SwiGLU",
+        intermediate_size="m of every layer's SwiGLU", **_SSM_WHY),
+    "granitemoehybrid": family(
+        used=DENSE + " layer_types num_experts_per_tok num_local_experts shared_intermediate_size " + _MAMBA_KEYS,
+        ignored=BASE + " " + ROUTER + " attention_bias attention_multiplier embedding_multiplier logits_scaling "
+                       "mamba_conv_bias mamba_proj_bias position_embedding_type residual_multiplier time_step_limit",
+        extra_used="head_dim", head_dim=HEAD_DIM_READ,
+        aliases={"layers_block_type": "layer_types"},
+        layer_types="which layers attend (full_attention / attention) and which run the Mamba-2 mixer (linear_attention / mamba)",
+        intermediate_size="m_e, the routed experts' width (SwiGLU)", num_local_experts="E (0: no routed experts)",
+        shared_intermediate_size="the shared SwiGLU every layer runs: m_s (m where there are no experts)",
+        **_SCALARS, **_SSM_WHY),
+    "falcon_h1": family(
+        used=DENSE + " mamba_d_ssm " + _MAMBA_KEYS,
+        extra_used="head_dim layer_types layers_block_type",
+        layer_types="not read: every layer is hybrid (attention beside the mixer); checked to say so",
+        layers_block_type="not read: every layer is hybrid (attention beside the mixer); checked to say so",
+        ignored=BASE + " attention_bias attention_in_multiplier attention_out_multiplier embedding_multiplier "
+                       "key_multiplier lm_head_multiplier mamba_conv_bias mamba_norm_before_gate mamba_proj_bias "
+                       "mamba_rms_norm mlp_bias mlp_multipliers num_logits_to_keep projectors_bias "
+                       "ssm_in_multiplier ssm_multipliers ssm_out_multiplier time_step_limit",
+        head_dim=HEAD_DIM_READ,
+        mamba_d_ssm="the mixer width h_m x d_m (null: mamba_expand x hidden_size)",
+        mamba_expand="the mixer width mamba_expand x hidden_size where mamba_d_ssm is null",
+        intermediate_size="m of every layer's SwiGLU (attention and the mixer run side by side before it)",
+        **{k: "a muP scale: elementwise" for k in ("attention_in_multiplier", "attention_out_multiplier",
+                                                    "embedding_multiplier", "key_multiplier", "lm_head_multiplier",
+                                                    "mlp_multipliers", "ssm_in_multiplier", "ssm_multipliers",
+                                                    "ssm_out_multiplier")},
+        mamba_norm_before_gate="gated-norm order: elementwise", mamba_rms_norm="the mixer's gated norm: elementwise",
+        **{k: v for k, v in _SSM_WHY.items() if k != "mamba_expand"}),
+    "nemotron_h": family(
+        used="chunk_size conv_kernel hidden_size head_dim intermediate_size layers_block_type mamba_head_dim "
+             "mamba_num_heads moe_intermediate_size moe_latent_size moe_shared_expert_intermediate_size n_groups "
+             "n_routed_experts n_shared_experts num_attention_heads num_experts_per_tok num_key_value_heads "
+             "ssm_state_size tie_word_embeddings vocab_size",
+        ignored="attention_bias attention_dropout bos_token_id eos_token_id expand hidden_dropout initializer_range "
+                "layer_norm_epsilon mamba_hidden_act mamba_proj_bias mamba_ssm_cache_dtype max_position_embeddings "
+                "mlp_bias mlp_hidden_act moe_shared_expert_overlap mtp_layers_block_type n_group norm_topk_prob "
+                "num_logits_to_keep num_nextn_predict_layers output_router_logits pad_token_id "
+                "rescale_prenorm_residual residual_in_fp32 routed_scaling_factor sliding_window time_step_floor "
+                "time_step_limit time_step_max time_step_min topk_group use_bias use_cache use_conv_bias "
+                "use_mamba_kernels",
+        extra_used="hybrid_override_pattern num_hidden_layers attention_head_dim",
+        extra_ignored="mtp_hybrid_override_pattern rms_norm_eps mamba_dt_min mamba_dt_max mamba_dt_limit "
+                      "mamba_dt_init_floor",
+        aliases={"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts",
+                 "mamba_n_groups": "n_groups", "mamba_d_conv": "conv_kernel", "mamba_expand": "expand",
+                 "mamba_chunk_size": "chunk_size", "mamba_conv_bias": "use_conv_bias"},
+        layers_block_type="each layer's one sublayer: mamba / linear_attention (mamba2.none), attention / "
+                          "full_attention (gqa.none), mlp (none.mlp), moe (none.moe_plain_shared)",
+        hybrid_override_pattern="legacy layer string M (mamba) * (attention) - (mlp) E (moe); layers_block_type wins",
+        num_hidden_layers="not read (the layer list's length is): checked equal to it",
+        attention_head_dim="remote-code spelling of head_dim: checked equal to it where both are written",
+        head_dim="d_h of the attention layers (the class default is a fixed 128: state it)",
+        intermediate_size="m of the mlp layers (non-gated: up_proj, relu2, down_proj)",
+        mamba_num_heads="h_m", mamba_head_dim="d_m (the mixer width is mamba_num_heads x mamba_head_dim)",
+        n_groups="G", ssm_state_size="N_s", conv_kernel="K_c", chunk_size="Q_c, the chunk of the torch path's chunked scan",
+        expand="not read by the mixer (its width is mamba_num_heads x mamba_head_dim)",
+        moe_intermediate_size="m_e of the routed experts (non-gated: up_proj, down_proj)",
+        moe_shared_expert_intermediate_size="m_s of the one shared expert (non-gated)",
+        moe_latent_size="must be null: a latent projection around the experts (fc1/fc2_latent_proj) is not modelled",
+        n_routed_experts="E", n_shared_experts="checked 1 (5.23 builds one shared expert whatever it says)",
+        mamba_ssm_cache_dtype="not read by 5.23's torch path: the state is float32 whatever it says (state_dtype fp32)",
+        mlp_hidden_act="activation: elementwise", moe_shared_expert_overlap="a kernel-overlap switch",
+        mtp_layers_block_type="multi-token prediction layers: not run by a forward",
+        mtp_hybrid_override_pattern="multi-token prediction layers: not run by a forward",
+        num_nextn_predict_layers="multi-token prediction: not run by a forward",
+        sliding_window="not read by 5.23's nemotron_h attention",
+        rms_norm_eps="remote-code norm epsilon", mamba_dt_min="dt initialisation", mamba_dt_max="dt initialisation",
+        mamba_dt_limit="dt clamp: elementwise", mamba_dt_init_floor="dt initialisation",
+        hidden_dropout="dropout", **{k: v for k, v in _SSM_WHY.items() if k not in ("mamba_expand",)}),
+})

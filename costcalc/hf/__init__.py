@@ -5,7 +5,7 @@ family's configuration class defines (``tables.py``, held against the class by
 ``tests/test_hf_transformers.py``) or an alias, legacy spelling or published extra the family
 accepts -- used to size the layers and decide their kinds, or ignored with its reason. Any other
 key stops the import with an error naming it: a cost calculator must not guess. Families whose
-layers costcalc does not model (linear attention, state-space mixers, sparse attention) are
+layers costcalc does not model (state-space mixers, sparse attention, gated KDA variants) are
 refused naming the block kind.
 """
 from __future__ import annotations
@@ -16,16 +16,15 @@ from typing import Any
 from .. import jsonfile
 from ..errors import CostcalcError, quote
 from ..spec import MAX_GROUPS, ModelSpec, check_name, from_dict
-from .families import MAPPERS
+from .families import MAPPERS, STATE_DTYPE
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
 
 FAMILIES = tuple(MAPPERS) + tuple(name for name, table in TABLES.items() if table.decoder)   # wrappers too
 OUT_OF_REACH = {
-    "qwen3_next": "linear attention (Gated DeltaNet)",
-    "kimi_linear": "linear attention (Kimi Delta Attention)",
-    "minimax": "linear attention (lightning attention)",
     "falcon_h1": "a Mamba-2 state-space mixer beside attention",
+    "bailing_hybrid": "Kimi Delta Attention with full-rank forget and output gates (f_proj, g_proj) and MLA with a "
+                      "per-head output gate (g_proj), which the kda and mla kinds do not have",
     "deepseek_v32": "DeepSeek Sparse Attention (MLA whose keys a lightning indexer selects)",
     "jamba": "Mamba state-space mixers beside attention",
     "bamba": "Mamba-2 state-space mixers beside attention",
@@ -86,6 +85,8 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
     preset: dict[str, Any] = {"name": name, "title": name, "d": reader.need("hidden_size"),
                               "V": reader.need("vocab_size"), "layers": groups}
     preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings", TABLES[family].tied)
+    if family in STATE_DTYPE:       # the dtype transformers keeps the recurrent states in
+        preset["state_dtype"] = STATE_DTYPE[family]
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
     return _flatten(preset)
 
@@ -132,6 +133,6 @@ def _flatten(preset: dict) -> dict:
         preset["L"] = group.pop("count")
         preset.update(group)
     head = ["name", "title", "arch", "L", "d", "V"]
-    tail = ["layers", "tied_embeddings", "stated", "source"]
+    tail = ["layers", "tied_embeddings", "state_dtype", "stated", "source"]
     middle = [k for k in preset if k not in head and k not in tail]
     return {k: preset[k] for k in head + middle + tail if k in preset}

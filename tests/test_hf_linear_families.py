@@ -21,7 +21,6 @@ rest is ``slow`` (``pytest -m slow tests/test_hf_linear_families.py``).
 """
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -282,8 +281,7 @@ def test_layer_patterns_follow_the_classes_rules():
         hf.to_preset({**kimi, "linear_attn_config": {**kimi["linear_attn_config"], "kda_layers": [1]}}, "x")
     no_lists = {**kimi, "linear_attn_config": {"head_dim": 8, "num_heads": 4}, "num_hidden_layers": 5,
                 "mlp_layer_types": ["dense", "sparse", "dense", "sparse", "sparse"]}
-    assert [a for _, a in kinds(no_lists)] == ["kda.dense", "kda.moe_shared", "kda.dense", "kda.moe_shared",
-                                               "mla.moe_shared"]            # layer 4 (i % 4 == 0) MLA
+    assert kinds(no_lists) == [(2, "kda.dense"), (2, "kda.moe_shared"), (1, "mla.moe_shared")]   # layer i = 4 MLA
     minimax = {**SMALL["minimax"], "num_hidden_layers": 4}
     del minimax["layer_types"]                                           # default: the even layers softmax
     assert kinds(minimax) == [(2, "gqa.moe"), (2, "lightning.moe")]
@@ -294,8 +292,8 @@ def test_layer_patterns_follow_the_classes_rules():
 
 def test_kimi_linear_attn_config_wins_and_unknown_keys_are_named():
     kimi = SMALL["kimi_linear"]
-    preset = hf.to_preset({**kimi, "linear_num_heads": 2, "linear_head_dim": 4}, "x")
-    assert (preset["h_lv"], preset["d_lk"], preset["d_lv"], preset["K_c"]) == (4, 8, 8, 4)
+    kda = hf.to_preset({**kimi, "linear_num_heads": 2, "linear_head_dim": 4}, "x")["layers"][0]
+    assert (kda["arch"], kda["h_lv"], kda["d_lk"], kda["d_lv"], kda["K_c"]) == ("kda.dense", 4, 8, 8, 4)
     with pytest.raises(CostcalcError, match="'linear_attn_config.gate_rank' is not understood"):
         hf.to_preset({**kimi, "linear_attn_config": {**kimi["linear_attn_config"], "gate_rank": 8}}, "x")
     assert set(hf.tables.KIMI_LINEAR_ATTN_CONFIG.rows) == {"full_attn_layers", "kda_layers", "num_heads", "head_dim",
@@ -312,8 +310,8 @@ def test_qwen_needs_its_fixed_sizes_and_gated_attention():
     with pytest.raises(CostcalcError, match="'attn_output_gate' is False"):
         hf.to_preset({**SMALL["qwen3_5"], "text_config": {**text, "attn_output_gate": False}}, "x")
     olmo = {k: v for k, v in SMALL["olmo_hybrid"].items() if not k.startswith("linear_")}
-    preset = hf.to_preset(olmo, "x")                                    # the class's derived sizes
-    assert [preset[k] for k in ("h_lk", "h_lv", "d_lk", "d_lv")] == [4, 4, int(0.75 * 64 / 4), 2 * int(0.75 * 64 / 4)]
+    gdn = hf.to_preset(olmo, "x")["layers"][0]                          # the class's derived sizes
+    assert [gdn[k] for k in ("h_lk", "h_lv", "d_lk", "d_lv")] == [4, 4, int(0.75 * 64 / 4), 2 * int(0.75 * 64 / 4)]
 
 
 def test_bailing_hybrid_is_refused_naming_what_is_not_modelled():
@@ -330,10 +328,12 @@ LINEAR_PRESETS = ("qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3
 
 @pytest.mark.parametrize("name", LINEAR_PRESETS)
 def test_each_preset_is_the_import_of_its_config(name):
-    imported = hf.to_preset(json.loads((CONFIGS / f"{name}.json").read_text()), name)
-    preset = json.loads((Path(presets.__file__).resolve().parents[1] / "presets" / f"{name}.json").read_text())
-    drop = ("name", "title", "stated", "source")
-    assert {k: v for k, v in imported.items() if k not in drop} == {k: v for k, v in preset.items() if k not in drop}
+    """tests/test_params.py checks the groups, the FLOPs and the stated counts; here the state dtype too."""
+    imported, preset = hf.load(CONFIGS / f"{name}.json", name), presets.load(name)
+    assert [(g.count, g.arch, dict(g.sizes)) for g in imported.groups] == \
+           [(g.count, g.arch, dict(g.sizes)) for g in preset.groups]
+    assert (imported.tied_embeddings, imported.state_dtype) == (preset.tied_embeddings, preset.state_dtype)
+    assert preset.state_dtype == ("" if name == "minimax-text-01" else "fp32")
 
 
 @pytest.mark.slow

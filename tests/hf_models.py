@@ -4,7 +4,8 @@ torch's FlopCounterMode counts (the optional HF test group; needs the ``hf`` ext
 - Parameters: every parameter tensor with two or more dimensions whose name is not a bias, each
   tensor once (tied ones once), built on the meta device. Cohere's QK LayerNorm weights are
   [heads, d_h] matrices but not operands of a product, and GPT-BigCode's and OPT's learned position
-  tables ([positions, d], a lookup) are not counted by costcalc: they are left out by name (``NOT_MATMUL``).
+  tables ([positions, d], a lookup) are not counted by costcalc, nor are the linear-attention families'
+  convolution and decay tensors: they are left out by name (``NOT_MATMUL``).
   torch is imported by the functions that build or run a model: the configuration checks run
   with transformers alone.
 - FLOPs: one forward of ``seq`` tokens, batch 1, logits at every position, eager attention (every
@@ -27,8 +28,12 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 transformers.logging.set_verbosity_error()
 NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight"),   # per-head LayerNorm weights [h, d_h]
-              "gpt_bigcode": ("wpe.weight",), "opt": ("embed_positions.weight",)}   # learned position tables
-WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+              "gpt_bigcode": ("wpe.weight",), "opt": ("embed_positions.weight",),   # learned position tables
+              # depthwise convolutions [channels, 1, K_c] and KDA's decay [1, 1, heads, 1]: no product's operand
+              **{f: ("conv1d.weight", "A_log") for f in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+                                                         "olmo_hybrid", "kimi_linear")}}
+WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
+            "qwen3_5_moe": "qwen3_5_moe_text"}
 
 
 def rewrite(config: dict) -> dict:

@@ -34,8 +34,12 @@ NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight"),   # per-head LayerNo
               "gpt_bigcode": ("wpe.weight",), "opt": ("embed_positions.weight",),   # learned position tables
               "mamba": _MAMBA1, "falcon_mamba": _MAMBA1, "jamba": _MAMBA1,
               "lfm2": ("conv.conv.weight",), "lfm2_moe": ("conv.conv.weight",),   # depthwise conv taps [d, 1, K_c]
-              **{f: ("conv1d.weight",) for f in ("mamba2", "bamba", "granitemoehybrid", "falcon_h1", "nemotron_h")}}
-WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+              **{f: ("conv1d.weight",) for f in ("mamba2", "bamba", "granitemoehybrid", "falcon_h1", "nemotron_h")},
+              # depthwise convolutions [channels, 1, K_c] and KDA's decay [1, 1, heads, 1]: no product's operand
+              **{f: ("conv1d.weight", "A_log") for f in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+                                                         "olmo_hybrid", "kimi_linear")}}
+WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
+            "qwen3_5_moe": "qwen3_5_moe_text"}
 
 
 def rewrite(config: dict) -> dict:

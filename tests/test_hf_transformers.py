@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import hf_models  # noqa: E402  (tests/hf_models.py: transformers; torch where a model is built)
+import test_hf_linear_families as linear  # noqa: E402  (the linear-attention families: run on the CPU there)
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
 from costcalc import calc, hf  # noqa: E402
@@ -154,8 +155,9 @@ SMALL = {
 }
 SEQ = 24   # longer than every window and chunk above
 # Families whose forward reads tensor values (.item()), which the meta device cannot: their FLOPs are
-# counted on CPU in tests/test_hf_conv_families.py (with their parameters); here only the real configs' parameters.
-ON_CPU = {"jamba", "lfm2", "lfm2_moe"}
+# counted on CPU on small configs (tests/test_hf_conv_families.py, tests/test_hf_linear_families.py, with
+# their parameters); here only the real configs' parameters.
+ON_CPU = {"jamba", "lfm2", "lfm2_moe"} | {linear.TEXT.get(family, family) for family in linear.SMALL}
 
 
 def test_every_family_has_a_small_config():

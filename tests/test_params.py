@@ -123,7 +123,7 @@ def test_every_family_is_covered_by_a_real_config():
             "starcoder2", "gemma", "cohere", "gpt_neox", "glm4", "glm4_moe", "ernie4_5_moe", "exaone4", "smollm3",
             "seed_oss", "apertus", "llama4", "gptj", "phi", "stablelm", "nemotron", "ministral", "ernie4_5", "helium",
             "olmo", "gpt_bigcode", "opt", "bloom", "mpt", "cohere2", "glm", "hunyuan_v1_dense", "dots1",
-            "hunyuan_v1_moe"} <= families
+            "hunyuan_v1_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "kimi_linear", "minimax"} <= families
 
 
 def structure(name):

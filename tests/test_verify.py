@@ -257,7 +257,12 @@ def test_gpu_check_script_logic_on_cpu(tmp_path):
 # --- the command: defaults, one document, header and summary, outputs checked first ---------
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "presets").glob("*.json"))
+# The verifier builds no linear-attention mixer yet (gdn, kda, lightning: issue #18): those presets'
+# FLOPs and caches are held against transformers by tests/test_hf_linear_families.py instead.
+MIXER_PRESETS = {"kimi-linear-48b-a3b", "minimax-text-01", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b",
+                 "qwen3.5-397b-a17b"}
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "presets").glob("*.json")
+                 if p.stem not in MIXER_PRESETS)
 # One-layer runs that take more than ~3 s of CPU on a 2-core machine (measured): run by
 # `python -m pytest -m slow`, not by CI. Every preset runs in one or the other.
 SLOW_PRESETS = {

@@ -5,9 +5,9 @@ family's configuration class defines (``tables.py``, held against the class by
 ``tests/test_hf_transformers.py``) or an alias, legacy spelling or published extra the family
 accepts -- used to size the layers and decide their kinds, or ignored with its reason. Any other
 key stops the import with an error naming it: a cost calculator must not guess. Families whose
-layers costcalc does not model (linear attention, state-space mixers, sparse attention) are
-refused naming the block kind. State-space families (Mamba-2 mixers) carry the dtype transformers
-keeps their recurrent state in (``state_dtype``).
+layers costcalc does not model (sparse attention, shared attention blocks, gated KDA variants) are
+refused naming the block kind. Families with linear-attention or state-space mixers carry the dtype
+transformers keeps their recurrent state in (``state_dtype``).
 """
 from __future__ import annotations
 
@@ -24,9 +24,8 @@ from .tables import SUBTABLES, TABLES
 
 FAMILIES = tuple(MAPPERS) + tuple(name for name, table in TABLES.items() if table.decoder)   # wrappers too
 OUT_OF_REACH = {
-    "qwen3_next": "linear attention (Gated DeltaNet)",
-    "kimi_linear": "linear attention (Kimi Delta Attention)",
-    "minimax": "linear attention (lightning attention)",
+    "bailing_hybrid": "Kimi Delta Attention with full-rank forget and output gates (f_proj, g_proj) and MLA with a "
+                      "per-head output gate (g_proj), which the kda and mla kinds do not have",
     "deepseek_v32": "DeepSeek Sparse Attention (MLA whose keys a lightning indexer selects)",
     "zamba": "a shared attention block over the hidden state concatenated with the embeddings (2 x hidden_size "
              "wide) plus a per-layer hidden_size x hidden_size linear, beside Mamba mixers with per-head x/dt projections",

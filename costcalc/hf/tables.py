@@ -678,3 +678,120 @@ TABLES.update({
         mamba_dt_limit="dt clamp: elementwise", mamba_dt_init_floor="dt initialisation",
         hidden_dropout="dropout", **{k: v for k, v in _SSM_WHY.items() if k not in ("mamba_expand",)}),
 })
+
+# --- Linear-attention families (issue #18): Gated DeltaNet (qwen3_next, qwen3_5, qwen3_5_moe,
+# olmo_hybrid), Kimi Delta Attention beside MLA (kimi_linear), lightning beside softmax (minimax).
+# Their mappers are in hf/families/linear.py; the refused bailing_hybrid is in hf.OUT_OF_REACH.
+_GDN = "linear_conv_kernel_dim linear_key_head_dim linear_num_key_heads linear_num_value_heads linear_value_head_dim"
+_GDN_WHY = dict(
+    layer_types="which layers are Gated DeltaNet (linear_attention) and which gated softmax attention (full_attention)",
+    linear_num_key_heads="h_lk (query/key heads of the Gated DeltaNet)", linear_num_value_heads="h_lv",
+    linear_key_head_dim="d_lk", linear_value_head_dim="d_lv", linear_conv_kernel_dim="K_c (the short convolution)",
+    head_dim="d_h of the full-attention layers (the class default is a fixed 256: state it)",
+    full_attention_interval="absent layer_types: layer i is full attention iff (i+1) % it == 0 (default 4)",
+    attn_output_gate="published key, not read: checked true (q_proj always also gives the output gate)",
+    mtp_num_hidden_layers="multi-token prediction layers: not built by the causal LM",
+    mtp_use_dedicated_embeddings="multi-token prediction: not built by the causal LM")
+_QWEN_MOE = dict(num_experts="E", moe_intermediate_size="m_e",
+                 shared_expert_intermediate_size="m_s of the one shared expert (with its d x 1 sigmoid gate)")
+_WRAPPER_IDS = dict(image_token_id="token id", video_token_id="token id", vision_start_token_id="token id",
+                    vision_end_token_id="token id")
+_QWEN3_5_WRAPPER = dict(
+    used="text_config tie_word_embeddings",
+    ignored="image_token_id video_token_id vision_config vision_end_token_id vision_start_token_id",
+    vision_config="the vision tower: not part of the text decoder costed here",
+    text_config="the decoder that is costed (read as its text family)",
+    tie_word_embeddings="whether the LM head is tied (the wrapper's flag decides; default false)", **_WRAPPER_IDS)
+TABLES.update({
+    "qwen3_next": family(
+        used=DENSE + " decoder_sparse_step head_dim layer_types mlp_only_layers moe_intermediate_size num_experts "
+                     "num_experts_per_tok shared_expert_intermediate_size " + _GDN,
+        ignored=BASE + " attention_bias norm_topk_prob " + ROUTER,
+        extra_used="full_attention_interval", extra_ignored="mtp_num_hidden_layers mtp_use_dedicated_embeddings",
+        intermediate_size="m of the dense layers (mlp_only_layers, decoder_sparse_step)",
+        decoder_sparse_step="layer i is MoE iff (i+1) % step == 0 and i not in mlp_only_layers",
+        mlp_only_layers="layers forced dense", **_QWEN_MOE, **_GDN_WHY),
+    "qwen3_5_text": family(
+        used=DENSE + " head_dim layer_types " + _GDN, ignored=BASE + " attention_bias",
+        extra_used="full_attention_interval attn_output_gate",
+        extra_ignored="mtp_num_hidden_layers mtp_use_dedicated_embeddings mrope_section mrope_interleaved",
+        intermediate_size="m of every layer's dense SwiGLU", mrope_section="multimodal RoPE sections: elementwise",
+        mrope_interleaved="multimodal RoPE layout: elementwise", **_GDN_WHY),
+    "qwen3_5_moe_text": family(
+        used=DENSE.replace("intermediate_size ", "") + " head_dim layer_types moe_intermediate_size num_experts "
+             "num_experts_per_tok shared_expert_intermediate_size " + _GDN,
+        ignored=BASE + " attention_bias " + ROUTER,
+        extra_used="full_attention_interval attn_output_gate",
+        extra_ignored="mtp_num_hidden_layers mtp_use_dedicated_embeddings mrope_section mrope_interleaved "
+                      "norm_topk_prob",
+        mrope_section="multimodal RoPE sections: elementwise", mrope_interleaved="multimodal RoPE layout: elementwise",
+        norm_topk_prob="not read: routing weights, elementwise", **_QWEN_MOE, **_GDN_WHY),
+    "qwen3_5": family(**_QWEN3_5_WRAPPER)._replace(decoder="qwen3_5_text"),
+    "qwen3_5_moe": family(**_QWEN3_5_WRAPPER)._replace(decoder="qwen3_5_moe_text"),
+    "olmo_hybrid": family(
+        used=DENSE + " layer_types " + _GDN,
+        ignored=BASE + " attention_bias linear_a_log_max linear_a_log_min linear_allow_neg_eigval "
+                       "linear_dt_init_floor linear_dt_max linear_dt_min",
+        extra_used="head_dim", intermediate_size="m of every layer's dense SwiGLU",
+        linear_a_log_min="decay initialisation", linear_a_log_max="decay initialisation",
+        linear_dt_min="time-step initialisation", linear_dt_max="time-step initialisation",
+        linear_dt_init_floor="time-step initialisation", linear_allow_neg_eigval="beta scaled by 2: elementwise",
+        **{**_GDN_WHY, "head_dim": HEAD_DIM_READ, "layer_types": "which layers are Gated DeltaNet (linear_attention) and which softmax "
+                                      "attention (full_attention; absent: every 4th, i % 4 == 3)",
+           "linear_num_key_heads": "h_lk (null: num_attention_heads)",
+           "linear_num_value_heads": "h_lv (null: num_attention_heads)",
+           "linear_key_head_dim": "d_lk (null: int(0.75 hidden_size / h_lk))",
+           "linear_value_head_dim": "d_lv (null: 2 d_lk)"}),
+    "kimi_linear": family(
+        used="hidden_size intermediate_size kv_lora_rank layer_types linear_conv_kernel_dim linear_head_dim "
+             "linear_num_heads mlp_layer_types moe_intermediate_size num_attention_heads num_experts "
+             "num_experts_per_token num_hidden_layers num_key_value_heads num_shared_experts q_lora_rank "
+             "qk_head_dim qk_nope_head_dim qk_rope_head_dim tie_word_embeddings v_head_dim vocab_size",
+        ignored=BASE.replace("max_position_embeddings ", "").replace(" rope_parameters", "") + " attention_bias "
+                "head_dim model_max_length moe_renormalize num_expert_group pretraining_tp routed_scaling_factor "
+                "topk_group output_router_logits",
+        extra_used="linear_attn_config first_k_dense_replace moe_layer_freq",
+        extra_ignored="mla_use_nope moe_router_activation_func use_grouped_topk num_nextn_predict_layers",
+        aliases={"max_position_embeddings": "model_max_length", "norm_topk_prob": "moe_renormalize",
+                 "n_group": "num_expert_group", "num_local_experts": "num_experts",
+                 "num_experts_per_tok": "num_experts_per_token", "n_shared_experts": "num_shared_experts"},
+        head_dim="not read: __post_init__ sets it to qk_rope_head_dim (the checkpoint's value is ignored)",
+        num_key_value_heads="checked equal to num_attention_heads: MLA gives each head its own K and V",
+        qk_head_dim="checked: qk_nope_head_dim + qk_rope_head_dim", q_lora_rank="r_q (null: no Q LoRA)",
+        kv_lora_rank="r_kv", qk_nope_head_dim="d_nope", qk_rope_head_dim="d_rope", v_head_dim="d_v",
+        intermediate_size="m of the dense layers", num_experts="E", num_experts_per_token="k",
+        num_shared_experts="E_s shared experts of width m_e (no gate)",
+        layer_types="which layers are KDA (linear_attention) and which MLA (full_attention); absent: from "
+                    "linear_attn_config's 1-based lists, else layer i > 0 with i % 4 == 0 is MLA",
+        mlp_layer_types="which layers are dense and which MoE (sparse); absent: layers below first_k_dense_replace dense",
+        linear_num_heads="h_lv (linear_attn_config.num_heads wins)", linear_head_dim="d_lk = d_lv (linear_attn_config.head_dim wins)",
+        linear_conv_kernel_dim="K_c (linear_attn_config.short_conv_kernel_size wins)",
+        linear_attn_config="the checkpoint's KDA settings, each in the linear_attn_config table",
+        first_k_dense_replace="absent mlp_layer_types: layers below it (default 1) are dense, the rest MoE",
+        moe_layer_freq="checked: must be 1 (5.23 never reads it)", model_max_length="position range: no matmul shape",
+        moe_renormalize="routing weights: elementwise", num_expert_group="routing group selection: no matmul",
+        mla_use_nope="no RoPE on the MLA layers (5.23 applies none): elementwise either way",
+        moe_router_activation_func="routing score: elementwise", use_grouped_topk="routing selection: no matmul",
+        num_nextn_predict_layers="multi-token prediction: not built by the causal LM"),
+    "minimax": family(
+        used=DENSE + " block_size head_dim layer_types num_experts_per_tok num_local_experts sliding_window",
+        ignored=BASE + " full_attn_alpha_factor full_attn_beta_factor linear_attn_alpha_factor linear_attn_beta_factor "
+                       "mlp_alpha_factor mlp_beta_factor router_jitter_noise " + ROUTER,
+        extra_used="attn_type_list", aliases={"num_experts": "num_local_experts"},
+        head_dim="d_h (null: hidden_size // heads), of both the lightning and the softmax layers",
+        block_size="Q_c: the lightning attention's block",
+        layer_types="which layers are lightning attention (linear_attention) and which softmax (full_attention); "
+                    "absent: the even layers full",
+        attn_type_list="the remote-code layer list (0 lightning, 1 softmax), not read by 5.23: checked to agree with layer_types",
+        intermediate_size="m_e, the expert width (every layer MoE, no shared expert)", num_local_experts="E",
+        sliding_window="W of every softmax layer (null: no window)",
+        **{k: "residual scaling: elementwise" for k in ("full_attn_alpha_factor", "full_attn_beta_factor",
+                                                        "linear_attn_alpha_factor", "linear_attn_beta_factor",
+                                                        "mlp_alpha_factor", "mlp_beta_factor")}),
+})
+# Kimi Linear's checkpoint dict linear_attn_config: not a configuration class (its __post_init__
+# reads these keys from the kwarg), so held by tests/test_hf_linear_families.py, not by the class test.
+KIMI_LINEAR_ATTN_CONFIG = family(
+    used="full_attn_layers kda_layers num_heads head_dim short_conv_kernel_size", ignored="",
+    full_attn_layers="1-based numbers of the MLA layers", kda_layers="1-based numbers of the KDA layers",
+    num_heads="h_lv", head_dim="d_lk = d_lv", short_conv_kernel_size="K_c")

@@ -2,18 +2,20 @@
 
 Each mapper returns one dict per layer (``{"arch": ..., sizes}``), grouped by the layers they
 build: ``dense`` (every layer full attention, a dense FFN), ``windows`` (sliding-window layers,
-a dense FFN), ``moe`` (MoE layers, with MLA, windows or chunks where the family has them) and
-``conv`` (Mamba-1 and short-convolution mixers, beside attention or alone), ``ssm`` (Mamba-2
-state-space mixers, alone, beside or in parallel with attention);
+a dense FFN), ``moe`` (MoE layers, with MLA, windows or chunks where the family has them),
+``linear`` (linear-attention mixers beside softmax attention), ``conv`` (Mamba-1 and short-convolution
+mixers, beside attention or alone) and ``ssm`` (Mamba-2 state-space mixers, alone, beside or in
+parallel with attention);
 ``common`` has the rules they share. Where the current modelling code and older reference code
 disagree, the current code is followed (docs/hf-import.md). Biases are never counted.
 """
 from __future__ import annotations
 
-from . import conv, dense, moe, ssm, windows
+from . import conv, dense, linear, moe, ssm, windows
 from .common import Mapper
 
-MAPPERS: dict[str, Mapper] = {**dense.MAPPERS, **windows.MAPPERS, **moe.MAPPERS, **conv.MAPPERS, **ssm.MAPPERS}
-assert len(MAPPERS) == sum(len(m.MAPPERS) for m in (dense, windows, moe, conv, ssm)), "a family mapped twice"
+_MODULES = (dense, windows, moe, linear, conv, ssm)
+MAPPERS: dict[str, Mapper] = {family: mapper for module in _MODULES for family, mapper in module.MAPPERS.items()}
+assert len(MAPPERS) == sum(len(m.MAPPERS) for m in _MODULES), "a family mapped twice"
 # The dtype a family's mixers keep their recurrent state in, where it is not the model's (preset ``state_dtype``).
-STATE_DTYPES: dict[str, str] = {**conv.STATE_DTYPES, **ssm.STATE_DTYPES}
+STATE_DTYPES: dict[str, str] = {**linear.STATE_DTYPE, **conv.STATE_DTYPES, **ssm.STATE_DTYPES}

@@ -98,6 +98,8 @@ def chunk_products(mixer: str, n: sp.Expr = s.Q_c) -> tuple[Product, ...]:
     if mixer == "mamba2":
         return ((s.h_m, s.Q_c, s.N_s, s.Q_c), (s.h_m, s.Q_c, s.Q_c, s.d_m),
                 (s.h_m, s.N_s, s.Q_c, s.d_m), (s.h_m, s.Q_c, s.N_s, s.d_m))
+    if mixer == "shortconv":           # no state products: its state is the convolution window
+        return ()
     if mixer == "lightning":
         h = s.d_q / s.d_h
         return ((h, n, s.d_h, n), (h, n, n, s.d_h), (h, n, s.d_h, s.d_h), (h, s.d_h, n, s.d_h))

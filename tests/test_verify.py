@@ -601,7 +601,10 @@ def test_the_two_scan_forms_compute_the_same_function(path):
             assert torch.allclose(torch.cat(parts, 1), whole["recurrent"], atol=1e-10, rtol=0), scan
 
 
-def test_cli_verifies_a_hybrid_preset_file_cut_to_fewer_layers(capsys):
+def test_cli_verifies_a_hybrid_preset_file_cut_to_fewer_layers(monkeypatch, capsys):
+    """Timed too: the roofline predicts each job's time, a Gated DeltaNet step reading its state
+    with no scan product included (it was a KeyError)."""
+    _fake_peak(monkeypatch)
     path = next(p for p in HYBRIDS if p.stem == "hybrid-mamba2")
     code = main(["verify", "--preset-file", str(path), "--device", "cpu", "--layers", "2", "--vocab", "16",
                  "--seq", "7", "--repeats", "0", "--workloads", "prefill,decode,generate"])
@@ -609,3 +612,9 @@ def test_cli_verifies_a_hybrid_preset_file_cut_to_fewer_layers(capsys):
     assert code == 0
     assert lines[0] == "hybrid-mamba2, 2 of 4 layers (1 mamba2.none, 1 gqa.none), vocabulary 16 of 29 | cpu float32"
     assert re.fullmatch(r"[1-9]\d* checks, 0 mismatches", lines[-1])
+    path = next(p for p in HYBRIDS if p.stem == "hybrid-tiny")
+    code = main(["verify", "--preset-file", str(path), "--device", "cpu", "--seq", "6", "--repeats", "1",
+                 "--workloads", "decode", "-f", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["summary"]["mismatches"] == 0
+    assert doc["timings"][0]["predicted_time_s"] > 0

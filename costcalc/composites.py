@@ -62,7 +62,8 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
     prefill, phase = (query.but(workload=name) for name in query.workload.phases)
     first = evaluate.table(prefill, batch=batch, seq=seq)
     steps = evaluate.table(phase, batch=batch, seq=seq, new_tokens=new_tokens)
-    flops = [k for k in first if k.endswith("_flops")]
+    # a term may be zero, so absent, in one phase only (Gated DeltaNet's steps: no scan product)
+    flops = [k for k in dict.fromkeys([*first, *steps]) if k.endswith("_flops")]
     out: Table = {"preset": [query.spec.name] * (3 * n), "workload": [query.workload.name] * (3 * n)}
     labels = prefill.labels()
     if query.spec.has_mla:
@@ -76,8 +77,9 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
     out["logits"] = _repeat(first["logits"], 3)
     for key in flops:
         column = [0] * (3 * n)
-        column[0::3], column[1::3] = first[key], steps[key]
-        column[2::3] = add([first[key], steps[key]])
+        a, b = first.get(key, [0] * n), steps.get(key, [0] * n)
+        column[0::3], column[1::3] = a, b
+        column[2::3] = add([a, b])
         out[key] = column
     if query.traffic:
         out.update(_generation_traffic(query, first, steps, ints(new_tokens, n)))

@@ -153,11 +153,13 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
                 part = count * per_element[kind]
                 kinds[kind] += part
                 moved += part
-            term = term_of[op]
+            # an operator that moves bytes but runs no counted product (Gated DeltaNet's chunked
+            # step reads its state elementwise: no scan FLOPs) is its own term (scan, conv)
+            term = term_of.get(op, op)
             term_bytes[term] += moved
             if machine is None:
                 continue
-            t_c, t_m = flops[op] / machine.peak(precision), float(moved) / machine.bandwidth()
+            t_c, t_m = flops.get(op, 0) / machine.peak(precision), float(moved) / machine.bandwidth()
             compute, memory, total = compute + t_c, memory + t_m, total + max(t_c, t_m)
             term_times[term][0] += t_c
             term_times[term][1] += t_m

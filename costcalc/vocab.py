@@ -73,14 +73,12 @@ ORDER = tuple(n.name for n in MODEL + DERIVED + WORKLOAD)  # argument order of c
 
 
 def derived(sizes: Mapping[str, int]) -> dict[str, int]:
-    """The derived widths d_q and d_kv from a model's head counts (where it has d_h; d_kv where it
-    has h_kv: a lightning layer has query heads only)."""
+    """The derived widths d_q and d_kv from a model's head counts (where it has d_h; d_kv where
+    it has h_kv: a lightning layer has query heads only)."""
     if "d_h" not in sizes:
         return {}
-    out = {"d_q": sizes["h_q"] * sizes["d_h"]}
-    if "h_kv" in sizes:
-        out["d_kv"] = sizes["h_kv"] * sizes["d_h"]
-    return out
+    kv = {"d_kv": sizes["h_kv"] * sizes["d_h"]} if "h_kv" in sizes else {}
+    return {"d_q": sizes["h_q"] * sizes["d_h"], **kv}
 
 
 def meaning(name: str) -> str:

@@ -11,7 +11,8 @@ import torch
 from costcalc import presets
 from costcalc.cli import main
 from costcalc.spec import from_dict
-from costcalc.verify import build, toy
+from costcalc.core import linear
+from costcalc.verify import build, jobs, toy
 from costcalc.verify.counting import tiled_area
 from costcalc.verify.run import verify
 
@@ -527,3 +528,98 @@ def test_the_roofline_floor_is_held_per_row_against_the_calculator():
         assert row["predicted_time_s"] == pytest.approx(expected["time_s"], rel=1e-3) and row["floor"] == verdict
         assert row["measured_over_predicted"] == pytest.approx(measured / expected["time_s"], rel=1e-2)
         assert ("FLOOR BROKEN" in lines[-1]) == (verdict == "BROKEN")
+
+
+# --- linear-attention and state-space mixers ----------------------------------------------
+
+HYBRIDS = sorted((Path(__file__).resolve().parent / "data").glob("hybrid-*.json"))
+
+
+def _hybrid(path: Path):
+    return from_dict(json.loads(path.read_text()), path.stem)
+
+
+@pytest.mark.parametrize("path", HYBRIDS, ids=lambda p: p.stem)
+def test_hybrid_structures_are_exact_under_every_scan_convention(path):
+    """Every workload, term and convention of a hybrid preset file: the causal scan and conv
+    counted on the recurrent form, full and tiled on the chunked one, each held to the core."""
+    spec = _hybrid(path)
+    outcome = verify(spec, device="cpu", seqs=(9,), batch=2, tile=(4, 4), repeats=0, show_progress=False)
+    bad = [r for r in outcome.checks if not r["match"]]
+    assert not bad, bad[:3]
+    assert {r["workload"] for r in outcome.checks} == set(jobs.JOBS)
+    assert any("within tolerance" in line for line in outcome.extras)       # the cached state is read right
+    mixers = {g.block.mixer for g in spec.groups} - {""}
+    terms = {"conv"} if mixers == {"shortconv"} else {"scan", "conv"} if mixers - {"lightning"} else {"scan"}
+
+    def counted(term, convention):
+        return next(r["counted_flops"] for r in outcome.checks
+                    if r["workload"] == "prefill" and r["term"] == term and r["convention"] == convention)
+
+    for term in terms:     # two forms really ran: padded chunks and conv outputs are not the recurrence's
+        assert counted(term, "causal") > 0 and counted(term, "full") == counted(term, "tiled")
+        assert counted(term, "full") != counted(term, "causal"), term
+    operators = {r["operator"] for r in outcome.checks if r["operator"]}
+    assert {p.name for g in spec.groups for p in linear.MIXER.get(g.block.mixer, ())} <= operators
+    assert not {"scan", "conv", "attention"} & operators          # those are checked per convention
+
+
+def test_a_linear_operator_is_charged_to_its_own_layers_term():
+    """Kimi Linear names the KDA output and the MLA output alike (o_proj): each layer's share
+    goes to its own term, and the name's total to the operator."""
+    spec = _hybrid(next(p for p in HYBRIDS if p.stem == "hybrid-kda"))
+    outcome = verify(spec, device="cpu", seqs=(6,), batch=1, tile=(4, 4), repeats=0, show_progress=False,
+                     workloads=("prefill",))
+    assert outcome.ok
+    terms = {r["term"]: r["counted_flops"] for r in outcome.checks if r["operator"] is None}
+    S, d = 6, spec["d"]
+    # MLA (h_q 2, r_kv 6, d_nope 4, d_rope 2, d_v 3): q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj
+    assert terms["attn_proj"] == 2 * S * (d * 2 * 6 + d * (6 + 2) + 6 * 2 * (4 + 3) + 2 * 3 * d)
+    # KDA (h_lv 4, d_lk = d_lv = 6): q, k, v, f_a, f_b, b, g_a, g_b, o_proj
+    assert terms["mixer_proj"] == 2 * S * (3 * d * 24 + d * 6 + 6 * 24 + d * 4 + d * 6 + 6 * 24 + 24 * d)
+    o_proj = next(r for r in outcome.checks if r["operator"] == "o_proj")
+    assert o_proj["counted_flops"] == 2 * S * (2 * 3 * d + 24 * d)       # the name's total: both layers
+
+
+@pytest.mark.parametrize("path", HYBRIDS, ids=lambda p: p.stem)
+def test_the_two_scan_forms_compute_the_same_function(path):
+    """The chunked form is the real algorithm, not a FLOP imitation: with weights large enough
+    for the state to matter, its outputs equal the recurrent form's, uncached and through a
+    cache (a prompt, several tokens over it, single steps)."""
+    from costcalc.verify.model import causal_mask
+
+    model = build.from_spec(_hybrid(path), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for layer in model.layers:
+            for p in (layer.mixer.parameters() if layer.mixer is not None else ()):
+                p.copy_(torch.rand(p.shape, generator=gen, dtype=p.dtype) - 0.5)
+        tokens = torch.randint(0, model.c.V, (2, 11), generator=gen)
+        whole = {scan: model(tokens, causal_mask(11), logits="all", scan=scan) for scan in ("recurrent", "chunked")}
+        assert torch.allclose(whole["recurrent"], whole["chunked"], atol=1e-10, rtol=0)
+        for scan in ("recurrent", "chunked"):
+            cache = model.new_cache(2, 11)
+            parts = [model(tokens[:, :5], causal_mask(5), 0, cache, logits="all", scan=scan)]
+            for start, n in ((5, 3), (8, 1), (9, 2)):
+                parts.append(model(tokens[:, start:start + n], causal_mask(n, start), start, cache, logits="all",
+                                   scan=scan))
+            assert torch.allclose(torch.cat(parts, 1), whole["recurrent"], atol=1e-10, rtol=0), scan
+
+
+def test_cli_verifies_a_hybrid_preset_file_cut_to_fewer_layers(monkeypatch, capsys):
+    """Timed too: the roofline predicts each job's time, a Gated DeltaNet step reading its state
+    with no scan product included (it was a KeyError)."""
+    _fake_peak(monkeypatch)
+    path = next(p for p in HYBRIDS if p.stem == "hybrid-mamba2")
+    code = main(["verify", "--preset-file", str(path), "--device", "cpu", "--layers", "2", "--vocab", "16",
+                 "--seq", "7", "--repeats", "0", "--workloads", "prefill,decode,generate"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert lines[0] == "hybrid-mamba2, 2 of 4 layers (1 mamba2.none, 1 gqa.none), vocabulary 16 of 29 | cpu float32"
+    assert re.fullmatch(r"[1-9]\d* checks, 0 mismatches", lines[-1])
+    path = next(p for p in HYBRIDS if p.stem == "hybrid-tiny")
+    code = main(["verify", "--preset-file", str(path), "--device", "cpu", "--seq", "6", "--repeats", "1",
+                 "--workloads", "decode", "-f", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["summary"]["mismatches"] == 0
+    assert doc["timings"][0]["predicted_time_s"] > 0

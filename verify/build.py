@@ -104,8 +104,11 @@ def memory_need(spec, jobs, dtype: torch.dtype, device: torch.device, positions:
 
 
 def _cache_width(group) -> int:
-    """Cached numbers per token of one layer: K and V, or MLA's decompressed K, V and latent."""
+    """Cached numbers per token of one layer: K and V, or MLA's decompressed K, V and latent
+    (none for a layer without attention: a mixer's state does not grow with the tokens)."""
     z = group.sizes
+    if not group.block.attends:
+        return 0
     if group.block.attention == "mla":
         return z["h_q"] * (z["d_nope"] + z["d_rope"] + z["d_v"]) + z["r_kv"] + z["d_rope"]
     return 2 * z["h_kv"] * z["d_h"]
@@ -120,11 +123,16 @@ def _pass_bytes(spec, b: int, c: int, k: int, elem: int, device: torch.device) -
         if g.block.attention == "mla":
             heads, width = z["h_q"], z["d_nope"] + z["d_rope"] + z["d_v"] + z["r_kv"]
             scores = 3 * b * heads * c * k       # math path: scores, softmax, weights
-        else:
+        elif g.block.attends:
             heads, width = z["h_q"], 2 * z["d_h"]
             scores = 0
+        else:
+            heads, width, scores = 0, 0, 0
         repeated = b * heads * k * width     # K and V repeated to every query head (or decompressed)
-        if g.block.ffn in ("dense", "mlp"):
+        repeated += _mixer_bytes(g.block.mixer, z, b, c)
+        if g.block.ffn == "none":
+            ffn = 0
+        elif g.block.ffn in ("dense", "mlp"):
             ffn = 3 * b * c * z["m"]
         else:
             ffn = b * c * (z["E"] + 3 * z["k"] * z["m_e"] + 3 * z.get("E_s", 0) * (z.get("m_s") or 0))
@@ -132,6 +140,20 @@ def _pass_bytes(spec, b: int, c: int, k: int, elem: int, device: torch.device) -
     hidden = 6 * b * c * spec["d"]          # residual stream, norms, projections in and out
     logits = b * spec["V"]
     return masks + (layer + hidden + logits) * elem
+
+
+def _mixer_bytes(mixer: str, z: dict, b: int, c: int) -> int:
+    """Numbers a mixer's chunked scan holds at once for ``c`` tokens, both forms (a bound): its
+    inputs, the chunks' Q_c x Q_c scores (KDA's per key channel) and the states between chunks."""
+    if not mixer:
+        return 0
+    q = z.get("Q_c", 1)
+    padded = -(-c // q) * q + q
+    heads = z.get("h_lv") or z.get("h_m") or z.get("h_q") or 1
+    width = max(z.get(k) or 0 for k in ("d_lk", "d_lv", "d_m", "N_s", "d_h", "d_in", "d")) or 1
+    scores = padded * q * (width if mixer == "kda" else 1)
+    states = (padded // q + 1) * width * width
+    return 4 * b * (padded * z.get("d", 0) + heads * (scores + states + 4 * padded * width))
 
 
 def check_memory(need: int, device: torch.device, detail: str = "") -> None:

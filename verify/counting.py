@@ -17,6 +17,13 @@
   absorb product) is the core's operator of the same name (``operator_of``: the module's
   path without layer and expert indices), so every projection is checked against the core's
   number for it; the operators plus the full attention must equal the counter's Global total.
+  A linear operator's term is its layer's (``costcalc.core.linear``): two layer kinds may name
+  an operator alike and charge it to different terms (Kimi Linear's KDA and MLA ``o_proj``).
+- a linear-attention or state-space mixer's scan products and convolution go through its
+  ``Scan`` and ``Conv`` modules, one of each per form (``verify.mixers``). While counting, each
+  mixer runs both forms (the other on a copy of the state, its output dropped): the
+  ``recurrent`` form's counts are the ``causal`` convention's scan and conv, the ``chunked``
+  form's those of ``full`` and ``tiled`` (``costcalc.vocab.SCAN``).
 """
 from __future__ import annotations
 
@@ -27,15 +34,18 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from costcalc.vocab import CONVENTIONS, SUMS
+from costcalc.blocks import FORMS as MLA_FORMS
+from costcalc.core import linear
+from costcalc.vocab import CONVENTIONS, SCAN, SUMS
 
+from .mixers import FORMS, Conv, Mixer, Scan
 from .model import Absorb, Attend
 
 aten = torch.ops.aten
 _SDPA_NAMES = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention")
 SDPA_OPS = [getattr(aten, n) for n in _SDPA_NAMES if hasattr(aten, n)]
-_CONTAINERS = ("layers", "attn", "ffn")   # module path parts that are not part of an operator's name
+_CONTAINERS = ("layers", "attn", "ffn", "mixer")   # module path parts that are not part of an operator's name
 
 
 def operator_of(module: str) -> str:
@@ -96,19 +106,25 @@ sdpa_full._get_raw = True
 
 @dataclass
 class Counted:
-    """Executed FLOPs per linear operator (``lm_head`` included); attention per convention."""
+    """Executed FLOPs per linear operator (``lm_head`` included) and per term its layers charge
+    them to; attention per convention; the mixers' ``scan`` and ``conv`` per form."""
     operators: dict[str, int]
     attention: dict[str, int]
+    terms: dict[str, int] = field(default_factory=dict)
+    mixers: dict[str, dict[str, int]] = field(default_factory=lambda: {f: {"scan": 0, "conv": 0} for f in FORMS})
 
-    def term(self, name: str, convention: str, term_of: dict[str, str]) -> int:
-        """A breakdown term (or ``linear``/``total``) from the operators the core charges to it."""
+    def term(self, name: str, convention: str, term_of: dict[str, str] | None = None) -> int:
+        """A breakdown term (or ``linear``/``total``) from the operators its layers charge to it."""
+        mixer = self.mixers[SCAN[convention]]
         if name == "attention":
             return self.attention[convention]
+        if name in mixer:
+            return mixer[name]
         if name == "total":
-            return sum(self.operators.values()) + self.attention[convention]
+            return sum(self.operators.values()) + self.attention[convention] + sum(mixer.values())
         if name == "linear":
-            return sum(v for op, v in self.operators.items() if term_of.get(op) in SUMS["linear"])
-        return sum(v for op, v in self.operators.items() if term_of.get(op) == name)
+            return sum(v for t, v in self.terms.items() if t in SUMS["linear"])
+        return self.terms.get(name, 0)
 
 
 class Counter:
@@ -120,13 +136,19 @@ class Counter:
         self.recorder = AttentionRecorder(tile)
         self.mode = FlopCounterMode(display=False, custom_mapping={op: sdpa_full for op in SDPA_OPS})
         root = type(model).__name__
-        self.keys = {f"{root}.{name}": operator_of(name)
+        self.keys = {f"{root}.{name}": (operator_of(name), term_in(model, name))
                      for name, mod in model.named_modules() if isinstance(mod, (nn.Linear, Absorb))}
+        # a mixer's products and convolution: ``layers.0.mixer.scan.chunked`` -> (scan, chunked)
+        self.parts = {f"{root}.{name}": tuple(name.split(".")[-2:])
+                      for name, mod in model.named_modules() if isinstance(mod, (Scan, Conv))}
         self.attends = [mod for mod in model.modules() if isinstance(mod, Attend)]
+        self.mixers = [mod for mod in model.modules() if isinstance(mod, Mixer)]
 
     def __enter__(self) -> "Counter":
         for mod in self.attends:
             mod.observers.append(self.recorder.record)
+        for mod in self.mixers:
+            mod.also = FORMS
         self.mode.__enter__()
         return self
 
@@ -134,14 +156,33 @@ class Counter:
         self.mode.__exit__(*exc)
         for mod in self.attends:
             mod.observers.remove(self.recorder.record)
+        for mod in self.mixers:
+            mod.also = ()
 
     def result(self) -> Counted:
         counts = self.mode.get_flop_counts()
         operators: dict[str, int] = defaultdict(int)
-        for key, op in self.keys.items():
-            operators[op] += sum(counts.get(key, {}).values())
+        terms: dict[str, int] = defaultdict(int)
+        for key, (op, term) in self.keys.items():
+            got = sum(counts.get(key, {}).values())
+            operators[op] += got
+            terms[term] += got
+        mixers = {f: {"scan": 0, "conv": 0} for f in FORMS}
+        for key, (part, form) in self.parts.items():
+            mixers[form][part] += sum(counts.get(key, {}).values())
         total = self.mode.get_total_flops()
-        accounted = sum(operators.values()) + self.recorder.flops["full"]
+        accounted = (sum(operators.values()) + self.recorder.flops["full"]
+                     + sum(sum(m.values()) for m in mixers.values()))
         if accounted != total:
             raise AssertionError(f"counter total {total} != operators {accounted}: an op was not attributed")
-        return Counted(dict(operators), dict(self.recorder.flops))
+        return Counted(dict(operators), dict(self.recorder.flops), dict(terms), mixers)
+
+
+def term_in(model: nn.Module, name: str) -> str:
+    """The term the core charges a linear module to, by its layer's block kind (any MLA form)."""
+    parts = name.split(".")
+    if parts[0] != "layers" or not hasattr(model, "c"):
+        return linear.LM_HEAD.term if operator_of(name) == linear.LM_HEAD.name else "?"
+    block = model.c.layers[int(parts[1])].block
+    terms = {p.name: p.term for form in MLA_FORMS for p in linear.block(block.with_form(form))}
+    return terms.get(operator_of(name), "?")

@@ -73,7 +73,8 @@ def _ops(*parts: dict) -> dict:
 
 
 def _linear(ops: dict) -> dict:
-    return {op: v for op, v in ops.items() if op != "attention"}
+    """The projections by name (attention, a mixer's scan and conv: checked per convention)."""
+    return {op: v for op, v in ops.items() if op not in ("attention", "scan", "conv")}
 
 
 def prefill(spec: ModelSpec, seq: int, batch: int, tile, device, mla: str = "auto",

@@ -1,8 +1,10 @@
 """A Llama-style decoder, read top-down: config, KV cache, attention, feed-forwards, layer, model.
 
-One file, as gpt-fast's model.py is, so the decoder reads in one pass; it is longer (~450 lines)
-because it holds every block kind costcalc models -- GQA, sliding windows, chunked attention,
-MLA in three forms; SwiGLU, the non-gated MLP, MoE with shared experts -- each a short class.
+One file, as gpt-fast's model.py is, so the decoder reads in one pass; it is longer (~500 lines)
+because it holds every block kind costcalc models -- GQA (gated or not), sliding windows, chunked
+attention, MLA in three forms; SwiGLU, the non-gated MLP, MoE with shared experts -- each a short
+class. The linear-attention and state-space mixers, each in a recurrent and a chunked form, are
+in ``verify/mixers.py``; a layer runs one in attention's place or beside it.
 
 Every matmul is an ``nn.Linear`` entered through ``__call__`` (so the FLOP counter can name
 it) or one ``scaled_dot_product_attention`` call with an explicit boolean mask (so the
@@ -21,12 +23,15 @@ from torch import nn
 from costcalc.blocks import Block
 from costcalc.blocks import parse as parse_block
 
+from . import mixers
+from .mixers import STATE_DTYPES, MixerCache
+
 
 @dataclass(frozen=True)
 class LayerConfig:
     """One layer: its block kind (``costcalc.blocks``) and the sizes that kind uses."""
     block: Block
-    h_q: int
+    h_q: int = 0
     h_kv: int = 0
     d_h: int = 0
     W: Optional[int] = None          # sliding window (keys a query reads at most)
@@ -42,6 +47,18 @@ class LayerConfig:
     d_nope: Optional[int] = None
     d_rope: Optional[int] = None
     d_v: Optional[int] = None
+    h_lk: Optional[int] = None       # linear attention (gdn, kda): key and value heads and widths
+    h_lv: Optional[int] = None
+    d_lk: Optional[int] = None
+    d_lv: Optional[int] = None
+    h_m: Optional[int] = None        # Mamba-2: heads, head width, groups; state per channel (Mamba-1 too)
+    d_m: Optional[int] = None
+    G: Optional[int] = None
+    N_s: Optional[int] = None
+    d_in: Optional[int] = None       # Mamba-1: inner width, dt rank
+    r_dt: Optional[int] = None
+    K_c: Optional[int] = None        # the mixers' convolution kernel and scan chunk
+    Q_c: Optional[int] = None
 
     @property
     def mla(self) -> bool:
@@ -62,6 +79,7 @@ class DecoderConfig:
     norm_scale: bool = True          # RMSNorm with a learned scale (the toy has none)
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    state_dtype: str = ""            # the mixers' recurrent state ("": the model's dtype; fp32, bf16, ...)
 
     @property
     def L(self) -> int:
@@ -84,7 +102,7 @@ class DecoderConfig:
         for group in spec.groups:
             sizes = {k: v for k, v in group.sizes.items() if k not in ("d", "V")}
             layers += [LayerConfig(group.block, **sizes)] * group.count
-        return cls(d=spec["d"], V=spec["V"], layers=tuple(layers))
+        return cls(d=spec["d"], V=spec["V"], layers=tuple(layers), state_dtype=spec.state_dtype)
 
 
 class RMSNorm(nn.Module):
@@ -184,12 +202,14 @@ class KVCache(nn.Module):
 
 
 class Attention(nn.Module):
-    """GQA, with a sliding window or an attention chunk where the layer has one."""
+    """GQA, with a sliding window or an attention chunk where the layer has one; gated
+    (Qwen3-Next): ``q_proj`` also gives each head a gate, the output times its sigmoid."""
 
     def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
         self.c, self.lc = c, lc
-        self.q_proj = nn.Linear(c.d, lc.h_q * lc.d_h, bias=False)
+        self.gated = lc.block.gated
+        self.q_proj = nn.Linear(c.d, (2 if self.gated else 1) * lc.h_q * lc.d_h, bias=False)
         self.k_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
         self.v_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
         self.o_proj = nn.Linear(lc.h_q * lc.d_h, c.d, bias=False)
@@ -202,7 +222,9 @@ class Attention(nn.Module):
                 form: str = "naive") -> torch.Tensor:
         B, C, _ = x.shape
         c, lc = self.c, self.lc
-        q = self.q_proj(x).view(B, C, lc.h_q, lc.d_h).transpose(1, 2)     # [B, H_q, C, D]
+        q = self.q_proj(x).view(B, C, lc.h_q, -1).transpose(1, 2)         # [B, H_q, C, D] (gated: 2D)
+        if self.gated:
+            q, gate = q.chunk(2, dim=-1)
         k = self.k_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)    # [B, H_kv, C, D]
         v = self.v_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)
         if c.positions == "rope":
@@ -218,6 +240,8 @@ class Attention(nn.Module):
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         y = run_attention(self.attend, q, k, v, mask, min(past, kept), lc.W, offset=max(0, past - kept),
                           chunk=lc.W_c)                            # a chunked layer keeps its whole cache
+        if self.gated:
+            y = y * torch.sigmoid(gate)
         return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * lc.d_h))
 
 
@@ -376,7 +400,8 @@ class MoEFeedForward(nn.Module):
             if token.numel() == 0:
                 continue
             y = expert(x_TD[token].unsqueeze(0)).squeeze(0)               # [tokens_e, d]
-            out_TD.index_add_(0, token, y * weights_TK[token, slot, None])
+            # index_put_ accumulating, not index_add_ (the same sums; index_add_ takes ~50 ms a call on CPU)
+            out_TD.index_put_((token,), y * weights_TK[token, slot, None], accumulate=True)
         out = out_TD.view(B, S, d)
         if len(self.shared_experts):
             shared = sum(expert(x) for expert in self.shared_experts)
@@ -387,18 +412,36 @@ class MoEFeedForward(nn.Module):
 
 
 class Layer(nn.Module):
-    """One decoder layer: attention and feed-forward, each after an RMSNorm, each residual."""
+    """One decoder layer: a token mixer and a feed-forward, each after an RMSNorm, each residual.
+    The mixer is attention, a linear-attention or state-space ``mixer``, or both side by side
+    (their outputs summed: Falcon-H1); either half may be absent (``none``)."""
 
     def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
+        block = lc.block
         self.attn_norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
-        self.attn = MLAttention(c, lc) if lc.mla else Attention(c, lc)
-        self.ffn_norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
-        self.ffn = MoEFeedForward(c, lc) if lc.moe else (MLP if lc.block.ffn == "mlp" else FeedForward)(c.d, lc.m)
+        self.attn = (MLAttention(c, lc) if lc.mla else Attention(c, lc)) if block.attends else None
+        state = STATE_DTYPES.get(c.state_dtype)
+        self.mixer = mixers.build(block.mixer, c.d, lc, state) if block.mixer else None
+        self.ffn_norm = RMSNorm(c.d, c.norm_eps, c.norm_scale) if block.ffn != "none" else None
+        self.ffn = (None if block.ffn == "none" else MoEFeedForward(c, lc) if lc.moe else
+                    (MLP if block.ffn == "mlp" else FeedForward)(c.d, lc.m))
 
-    def forward(self, x, positions, mask, cache, form="naive"):
-        x = x + self.attn(self.attn_norm(x), positions, mask, cache, form)
-        return x + self.ffn(self.ffn_norm(x))
+    def forward(self, x, positions, mask, cache: Optional["LayerCache"], form="naive", scan="chunked"):
+        if self.attn is not None or self.mixer is not None:
+            h = self.attn_norm(x)
+            if self.attn is not None:
+                x = x + self.attn(h, positions, mask, cache.kv if cache else None, form)
+            if self.mixer is not None:
+                x = x + self.mixer(h, positions, mask, cache.mixer if cache else None, scan)
+        return x if self.ffn is None else x + self.ffn(self.ffn_norm(x))
+
+
+@dataclass
+class LayerCache:
+    """What one layer keeps per sequence: a KV cache (attention) and a mixer's state."""
+    kv: Optional[KVCache] = None
+    mixer: Optional[MixerCache] = None
 
 
 class Decoder(nn.Module):
@@ -411,23 +454,27 @@ class Decoder(nn.Module):
         self.norm = RMSNorm(c.d, c.norm_eps, c.norm_scale)
         self.lm_head = nn.Linear(c.d, c.V, bias=False)
 
-    def new_cache(self, batch: int, max_len: int, window_cache: str = "whole") -> list[KVCache]:
+    def new_cache(self, batch: int, max_len: int, window_cache: str = "whole") -> list[LayerCache]:
         """A cache per layer; ``window_cache`` ``rolling``: a window layer keeps its last W - 1 tokens."""
         p = self.lm_head.weight
-        return [KVCache(batch, max_len, layer.attn.cache_shapes(), p.dtype, p.device,
-                        lc.W - 1 if window_cache == "rolling" and lc.W is not None else None)
+        return [LayerCache(KVCache(batch, max_len, layer.attn.cache_shapes(), p.dtype, p.device,
+                                   lc.W - 1 if window_cache == "rolling" and lc.W is not None else None)
+                           if layer.attn is not None else None,
+                           MixerCache() if layer.mixer is not None else None)
                 for layer, lc in zip(self.layers, self.c.layers)]
 
     def forward(self, tokens: torch.Tensor, mask, past: int = 0,
-                cache: Optional[list[KVCache]] = None, logits: str = "last",
-                rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None, form: str = "naive") -> Optional[torch.Tensor]:
+                cache: Optional[list[LayerCache]] = None, logits: str = "last",
+                rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None, form: str = "naive",
+                scan: str = "chunked") -> Optional[torch.Tensor]:
         """tokens [B, C] after ``past`` cached ones; ``mask`` [C, past + C] (True = may attend)
         or ``Packed(lengths)``; sliding-window and chunked layers cut it to their window or chunk.
 
         ``logits``: ``last`` -- the LM head on the positions ``rows`` = (batch index, position)
         (default: each sequence's last position), giving [R, V]; ``all`` -- every position,
         [B, C, V]; ``none`` -- no LM head (a chunk that is not the prompt's last).
-        ``form``: the MLA form (``naive``, ``absorbed`` or ``expanded``) for MLA layers.
+        ``form``: the MLA form (``naive``, ``absorbed`` or ``expanded``) for MLA layers;
+        ``scan``: the mixers' form (``chunked`` or ``recurrent``: ``verify.mixers``).
         """
         B, C = tokens.shape
         positions = torch.arange(past, past + C, device=tokens.device)
@@ -435,7 +482,7 @@ class Decoder(nn.Module):
         if self.position is not None:
             x = x + self.position(positions)[None]
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, mask, cache[i] if cache is not None else None, form)
+            x = layer(x, positions, mask, cache[i] if cache is not None else None, form, scan)
         if logits == "none":
             return None
         x = self.norm(x)

@@ -258,12 +258,7 @@ def test_gpu_check_script_logic_on_cpu(tmp_path):
 # --- the command: defaults, one document, header and summary, outputs checked first ---------
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-# The verifier builds no linear-attention mixer yet (gdn, kda, lightning: issue #18): those presets'
-# FLOPs and caches are held against transformers by tests/test_hf_linear_families.py instead.
-MIXER_PRESETS = {"kimi-linear-48b-a3b", "minimax-text-01", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b",
-                 "qwen3.5-397b-a17b"}
-PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "presets").glob("*.json")
-                 if p.stem not in MIXER_PRESETS)
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "presets").glob("*.json"))
 # One-layer runs that take more than ~3 s of CPU on a 2-core machine (measured): run by
 # `python -m pytest -m slow`, not by CI. Every preset runs in one or the other.
 SLOW_PRESETS = {
@@ -286,6 +281,10 @@ SLOW_PRESETS = {
     "c4ai-command-r7b-12-2024", "glm-4-9b-chat-hf", "hunyuan-7b-instruct",
     # MoE families added later
     "dots-llm1-base", "hunyuan-a13b-instruct",
+    # linear-attention and state-space hybrids (their mixers run in both scan forms)
+    "ai21-jamba-1.5-mini", "falcon-h1-34b-base", "falcon-mamba-7b", "granite-4.0-h-small", "kimi-linear-48b-a3b",
+    "lfm2-1.2b", "lfm2-8b-a1b", "mamba-2.8b-hf", "minimax-text-01", "nemotron-h-56b-base-8k",
+    "nvidia-nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b",
 }
 
 

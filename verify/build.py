@@ -149,10 +149,14 @@ def _mixer_bytes(mixer: str, z: dict, b: int, c: int) -> int:
         return 0
     q = z.get("Q_c", 1)
     padded = -(-c // q) * q + q
-    heads = z.get("h_lv") or z.get("h_m") or z.get("h_q") or 1
-    width = max(z.get(k) or 0 for k in ("d_lk", "d_lv", "d_m", "N_s", "d_h", "d_in", "d")) or 1
-    scores = padded * q * (width if mixer == "kda" else 1)
-    states = (padded // q + 1) * width * width
+    heads, width, state = {"gdn": (z.get("h_lv"), z.get("d_lv"), z.get("d_lk", 0) * z.get("d_lv", 0)),
+                           "kda": (z.get("h_lv"), z.get("d_lv"), z.get("d_lk", 0) * z.get("d_lv", 0)),
+                           "mamba2": (z.get("h_m"), z.get("d_m"), z.get("d_m", 0) * z.get("N_s", 0)),
+                           "mamba1": (1, z.get("d_in"), z.get("d_in", 0) * z.get("N_s", 0)),
+                           "lightning": (z.get("h_q"), z.get("d_h"), z.get("d_h", 0) ** 2),
+                           "shortconv": (1, z.get("d"), 0)}[mixer]
+    scores = padded * q * (z.get("d_lk", 1) if mixer == "kda" else 1)
+    states = (padded // q + 1) * state
     return 4 * b * (padded * z.get("d", 0) + heads * (scores + states + 4 * padded * width))
 
 

@@ -378,14 +378,16 @@ class MLP(nn.Module):
 
 class MoEFeedForward(nn.Module):
     """Router, top-k, each expert run on exactly the tokens routed to it; shared experts run
-    on every token (with a sigmoid gate where the layer has one: Qwen2-MoE)."""
+    on every token (with a sigmoid gate where the layer has one: Qwen2-MoE). Experts are
+    SwiGLU, or non-gated MLPs where the block says ``plain`` (Nemotron-H)."""
 
     def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
         self.k = lc.k
         self.router = nn.Linear(c.d, lc.E, bias=False)
-        self.experts = nn.ModuleList(FeedForward(c.d, lc.m_e) for _ in range(lc.E))
-        self.shared_experts = nn.ModuleList(FeedForward(c.d, lc.m_s) for _ in range(lc.E_s))
+        expert = MLP if lc.block.plain else FeedForward
+        self.experts = nn.ModuleList(expert(c.d, lc.m_e) for _ in range(lc.E))
+        self.shared_experts = nn.ModuleList(expert(c.d, lc.m_s) for _ in range(lc.E_s))
         self.shared_expert_gate = nn.Linear(c.d, 1, bias=False) if lc.block.shared_gate else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -45,6 +45,11 @@ def _layer_list(r: Reader, key: str, allowed: tuple[str, ...]) -> list[str]:
     kinds = r.get(key)
     if not isinstance(kinds, list) or len(kinds) != r.layer_count():
         raise r.error(f"{quote(key)} must list one type per layer (num_hidden_layers)")
+    return _known_kinds(r, kinds, allowed)
+
+
+def _known_kinds(r: Reader, kinds: list, allowed: tuple[str, ...]) -> list[str]:
+    """The layer types with legacy names read as today's, each one the family runs."""
     kinds = [_LEGACY.get(k, k) if isinstance(k, str) else k for k in kinds]
     for kind in kinds:
         if kind not in allowed:
@@ -125,12 +130,7 @@ def _nemotron_h_kinds(r: Reader) -> list[str]:
     if r.has("num_hidden_layers") and r.layer_count() != len(kinds):
         raise r.error(f"num_hidden_layers ({r.layer_count()}) is not the number of layers the layer list gives "
                       f"({len(kinds)}): transformers reads the list")
-    allowed = (_MAMBA, _ATTENTION, "mlp", "moe")
-    kinds = [_LEGACY.get(k, k) if isinstance(k, str) else k for k in kinds]
-    for kind in kinds:
-        if kind not in allowed:
-            raise r.error(f"layer type {quote(kind)} is not one nemotron_h runs (expected {', '.join(allowed)})")
-    return kinds
+    return _known_kinds(r, kinds, (_MAMBA, _ATTENTION, "mlp", "moe"))
 
 
 def _nemotron_h(r: Reader) -> list[Layer]:

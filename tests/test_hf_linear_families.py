@@ -337,3 +337,54 @@ def test_each_preset_is_the_import_of_its_config(name):
            [(g.count, g.arch, dict(g.sizes)) for g in preset.groups]
     assert (imported.tied_embeddings, imported.state_dtype) == (preset.tied_embeddings, preset.state_dtype)
     assert preset.state_dtype == ("" if name == "minimax-text-01" else "fp32")
+
+
+# --- what FlopCounterMode does not see, measured by a second counter ---------------------------
+
+def uncounted(model, **inputs) -> dict[str, int]:
+    """verify's second counter (``Uncounted``: elementwise arithmetic and triangular solves) over
+    transformers' linear-attention modules only."""
+    import torch
+    from costcalc.verify.counting import Uncounted
+
+    counter = Uncounted()
+    watching = []
+
+    def enter(module, args):
+        watching.append(counter.watch("chunked"))
+        watching[-1].__enter__()
+
+    def leave(module, args, out):
+        watching.pop().__exit__(None, None, None)
+
+    hooks = [m.register_forward_pre_hook(enter) for n, m in model.named_modules() if n.endswith("linear_attn")]
+    hooks += [m.register_forward_hook(leave) for n, m in model.named_modules() if n.endswith("linear_attn")]
+    try:
+        with torch.no_grad(), counter:
+            model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return counter.flops["chunked"]
+
+
+def test_the_triangular_solves_and_the_decode_recurrence_are_sized_not_dropped():
+    """Gated DeltaNet as transformers runs it: per chunk and value head two unit lower-triangular
+    solves of Q_c x Q_c against d_lv and d_lk columns -- Q_c (Q_c - 1)(d_lk + d_lv) FLOPs, measured
+    exactly; and a decode step, whose scan FlopCounterMode counts as 0, runs its recurrence
+    elementwise: at least the products of the ideal recurrence (6 h_lv d_lk d_lv a layer)."""
+    import torch
+
+    config = dict(SMALL["qwen3_next"], mlp_only_layers=[0, 1, 2, 3])
+    spec = spec_of(config)
+    model = build(config)
+    gdn = next(g for g in spec.groups if g.block.mixer == "gdn")
+    z, q = gdn.sizes, gdn.sizes["Q_c"]
+    got = uncounted(model, input_ids=ids(PROMPT))
+    chunks = -(-PROMPT // q)
+    assert got["solve"] == gdn.count * chunks * z["h_lv"] * q * (q - 1) * (z["d_lk"] + z["d_lv"])
+    out = model(input_ids=ids(PROMPT), use_cache=True)
+    step = uncounted(model, input_ids=ids(1), past_key_values=out.past_key_values, use_cache=True,
+                     position_ids=torch.tensor([[PROMPT]]))
+    assert calc.decode(spec, PROMPT, 1, "full").get("scan_flops", 0) == 0 and step["solve"] == 0
+    assert step["elementwise"] >= gdn.count * 6 * z["h_lv"] * z["d_lk"] * z["d_lv"]

@@ -622,3 +622,25 @@ def test_cli_verifies_a_hybrid_preset_file_cut_to_fewer_layers(monkeypatch, caps
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["summary"]["mismatches"] == 0
     assert doc["timings"][0]["predicted_time_s"] > 0
+
+
+def test_what_the_formulas_leave_out_of_a_mixer_is_measured_and_said():
+    """The second counter (``Uncounted``) sizes what FlopCounterMode does not see: the chunked
+    delta rule's two unit triangular solves, Q_c (Q_c - 1)(d_lk + d_lv) FLOPs a chunk and value
+    head, exactly; elementwise work in both forms; and each job says it in a note."""
+    from costcalc.verify.counting import Counter
+    from costcalc.verify.model import causal_mask
+
+    spec = _hybrid(next(p for p in HYBRIDS if p.stem == "hybrid-tiny"))
+    z = next(g.sizes for g in spec.groups if g.block.mixer == "gdn")
+    model = build.from_spec(spec)
+    S, q = 9, z["Q_c"]
+    with torch.no_grad(), Counter(model) as counter:
+        model(torch.zeros(2, S, dtype=torch.long), causal_mask(S), scan="chunked")
+    got = counter.result().uncounted
+    assert got["chunked"]["solve"] == 2 * -(-S // q) * z["h_lv"] * q * (q - 1) * (z["d_lk"] + z["d_lv"])
+    assert got["recurrent"]["solve"] == 0 and got["recurrent"]["elementwise"] > 0 < got["chunked"]["elementwise"]
+    outcome = verify(spec, device="cpu", seqs=(S,), batch=1, tile=(4, 4), repeats=0, show_progress=False,
+                     workloads=("prefill",))
+    assert any(line.startswith(f"prefill B=1 S={S}: not in the formulas, measured in the mixers") and
+               "in triangular solves" in line for line in outcome.extras)

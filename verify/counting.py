@@ -30,8 +30,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import contextlib
+
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from costcalc.blocks import FORMS as MLA_FORMS
@@ -104,6 +107,49 @@ def sdpa_full(query, key, value, *args, out_val=None, **kwargs) -> int:
 sdpa_full._get_raw = True
 
 
+# What FlopCounterMode does not count inside a mixer, counted by ``Uncounted``: elementwise
+# arithmetic (one FLOP an output element; a reduction one an input element) and the unit
+# triangular solves of the chunked delta rule (n - 1 multiply-adds an output element on average).
+_POINTWISE = ("add", "sub", "mul", "div", "exp", "log", "neg", "reciprocal", "sigmoid", "silu", "softplus",
+              "rsqrt", "sqrt", "pow", "tanh", "exp2", "addcmul", "addcdiv", "lerp", "rsub")
+_REDUCTIONS = ("sum", "mean", "cumsum", "prod", "cumprod", "logsumexp")
+POINTWISE = {getattr(torch.ops.aten, n) for n in _POINTWISE if hasattr(torch.ops.aten, n)}
+REDUCTIONS = {getattr(torch.ops.aten, n) for n in _REDUCTIONS if hasattr(torch.ops.aten, n)}
+SOLVES = {torch.ops.aten.linalg_solve_triangular}
+
+
+class Uncounted(TorchDispatchMode):
+    """A second counter, over what FlopCounterMode does not see while a mixer's scan and
+    convolution run (``watch(form)``): ``elementwise`` FLOPs and ``solve`` FLOPs per form. The
+    formulas leave both out (docs/cost-model.md); verify reports their measured size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.form = None
+        self.flops = {f: {"elementwise": 0, "solve": 0} for f in FORMS}
+
+    @contextlib.contextmanager
+    def watch(self, form: str):
+        outer, self.form = self.form, form
+        try:
+            yield
+        finally:
+            self.form = outer
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.form is not None:
+            packet = func.overloadpacket
+            if packet in SOLVES:
+                n = args[0].shape[-1]       # n (n - 1) / 2 multiply-adds a column: n - 1 FLOPs an element
+                self.flops[self.form]["solve"] += (n - 1) * out.numel()
+            elif packet in POINTWISE and isinstance(out, torch.Tensor):
+                self.flops[self.form]["elementwise"] += out.numel()
+            elif packet in REDUCTIONS and isinstance(args[0], torch.Tensor):
+                self.flops[self.form]["elementwise"] += args[0].numel()
+        return out
+
+
 @dataclass
 class Counted:
     """Executed FLOPs per linear operator (``lm_head`` included) and per term its layers charge
@@ -112,6 +158,7 @@ class Counted:
     attention: dict[str, int]
     terms: dict[str, int] = field(default_factory=dict)
     mixers: dict[str, dict[str, int]] = field(default_factory=lambda: {f: {"scan": 0, "conv": 0} for f in FORMS})
+    uncounted: dict[str, dict[str, int]] = field(default_factory=dict)   # per form: elementwise, solve FLOPs
 
     def term(self, name: str, convention: str, term_of: dict[str, str] | None = None) -> int:
         """A breakdown term (or ``linear``/``total``) from the operators its layers charge to it."""
@@ -143,21 +190,28 @@ class Counter:
                       for name, mod in model.named_modules() if isinstance(mod, (Scan, Conv))}
         self.attends = [mod for mod in model.modules() if isinstance(mod, Attend)]
         self.mixers = [mod for mod in model.modules() if isinstance(mod, Mixer)]
+        self.uncounted = Uncounted() if self.mixers else None
 
     def __enter__(self) -> "Counter":
         for mod in self.attends:
             mod.observers.append(self.recorder.record)
         for mod in self.mixers:
             mod.also = FORMS
+            mod.watchers.append(self.uncounted.watch)
         self.mode.__enter__()
+        if self.uncounted is not None:
+            self.uncounted.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.uncounted is not None:
+            self.uncounted.__exit__(*exc)
         self.mode.__exit__(*exc)
         for mod in self.attends:
             mod.observers.remove(self.recorder.record)
         for mod in self.mixers:
             mod.also = ()
+            mod.watchers.remove(self.uncounted.watch)
 
     def result(self) -> Counted:
         counts = self.mode.get_flop_counts()
@@ -175,7 +229,8 @@ class Counter:
                      + sum(sum(m.values()) for m in mixers.values()))
         if accounted != total:
             raise AssertionError(f"counter total {total} != operators {accounted}: an op was not attributed")
-        return Counted(dict(operators), dict(self.recorder.flops), dict(terms), mixers)
+        return Counted(dict(operators), dict(self.recorder.flops), dict(terms), mixers,
+                       self.uncounted.flops if self.uncounted is not None else {})
 
 
 def term_in(model: nn.Module, name: str) -> str:

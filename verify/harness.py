@@ -110,6 +110,8 @@ def run_jobs(model, jobs: Sequence[Job], preset: str, tile, device: torch.device
             counted = counter.result()
             expected = {conv: job.expected(conv) for conv in CONVENTIONS}
             out.checks += compare(preset, job, counted, expected, job.operators(), term_of or {})
+            if counted.uncounted:
+                out.extras.append(uncounted_note(job, counted))
             if repeats:
                 # CPU kernels need no warm-up beyond the counted run; CUDA does (allocator, autotuning).
                 seconds = median_time(lambda s: job.run(timed_model, s), lambda: job.setup(timed_model),
@@ -119,6 +121,18 @@ def run_jobs(model, jobs: Sequence[Job], preset: str, tile, device: torch.device
     if show_progress:
         progress(len(jobs), len(jobs), "done")
     return out
+
+
+def uncounted_note(job: Job, counted) -> str:
+    """What the formulas leave out of a mixer and the second counter measured (``Uncounted``)."""
+    def size(form: str) -> str:
+        got = counted.uncounted[form]
+        scan = counted.mixers[form]["scan"] + counted.mixers[form]["conv"]
+        solve = f" + {got['solve']:,} in triangular solves" if got["solve"] else ""
+        share = f" ({(got['elementwise'] + got['solve']) / scan:.0%} of its counted scan and conv)" if scan else ""
+        return f"{form} {got['elementwise']:,} elementwise{solve}{share}"
+    return (f"{job.workload} {job.detail}: not in the formulas, measured in the mixers (FLOPs): "
+            f"{'; '.join(size(f) for f in counted.uncounted)}")
 
 
 def compare(preset: str, job: Job, counted, expected: dict[str, dict], operators: dict[str, int],

@@ -20,10 +20,12 @@ of the scan goes through a ``Scan`` module and the convolution through a ``Conv`
 of each per form (``scan.recurrent``, ``scan.chunked``, ...), so the FLOP counter charges them
 to the core's operators ``scan`` and ``conv`` under the form that ran them. While counting,
 ``also`` holds the other form: the mixer runs it too, on a copy of the state, its output
-dropped (``verify.counting``).
+dropped (``verify.counting``). ``watchers`` see which form runs (the counter of what FlopCounterMode
+does not see: the elementwise work and the triangular solves).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Optional
 
@@ -86,6 +88,7 @@ class Mixer(nn.Module):
             self.conv1d_weight = nn.Parameter(torch.empty(self.channels, 1, K_c))
             self.conv = nn.ModuleDict({f: Conv() for f in FORMS})
         self.also: tuple[str, ...] = ()
+        self.watchers: list = []          # context managers entered while a form's scan and conv run
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask, cache: Optional[MixerCache],
                 form: str = "chunked") -> torch.Tensor:
@@ -112,11 +115,14 @@ class Mixer(nn.Module):
         """The convolution (where the mixer has one) and the scan, from the state ``old``;
         ``mid``: what the mixer projects from the convolution's output (Mamba-1's dt, B, C)."""
         conv_state, state = old
-        if self.channels:
-            conv_in, conv_state = self.convolve(conv_in, conv_state, past, form)
-        if mid is None:
-            mid = self.middle(conv_in)
-        y, state = self.run_scan(conv_in, rest, mid, state, past, form)
+        with contextlib.ExitStack() as watching:
+            for watch in self.watchers:
+                watching.enter_context(watch(form))
+            if self.channels:
+                conv_in, conv_state = self.convolve(conv_in, conv_state, past, form)
+            if mid is None:
+                mid = self.middle(conv_in)
+            y, state = self.run_scan(conv_in, rest, mid, state, past, form)
         return y, (conv_state, state), mid
 
     def middle(self, conv_out):

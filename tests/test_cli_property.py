@@ -96,6 +96,7 @@ VALUES = {
     "--weight-dtype": _choice(Dtype, "BF16", "int2"),
     "--kv-dtype": _choice(Dtype, "fp4"),
     "--act-dtype": _choice(Dtype, "tf32", "fp64_tensor"),
+    "--state-dtype": _choice(Dtype, "fp12"),
     "--group-size": (["128", "32", "1", "3", "99999999999999999999"], ["0", "-1", "-128", "1e3", "x", ""]),
     "--efficiency": (["0.7", "0.7,0.8", "1", "1,1", "0.001"],
                      ["1.5", "0.5,1.5", "0", "-0.5", "x", "", "0.7,", ",0.8", "0.7,0.8,0.9", "nan", "inf", "1e-300",
@@ -122,7 +123,7 @@ VALUES[SLOW] = (["causal", "full", "both"], ["diagonal", ""])
 VALUES["chunked --seq"] = (["4", "17", "64"], ["0", "-1", "x", "", "1k", "1.5k", "3:1", "99999999999999"])
 VALUES["chunked --chunk"] = (["4", "17", "512"], ["0", "-1", "x", "", "1.5k", "3:1", "99999999999999"])
 TIME = ["--device", "--device-file", "--weight-dtype", "--kv-dtype", "--act-dtype", "--group-size", "--routing",
-        "--efficiency"]
+        "--efficiency", "--state-dtype"]
 OUT = ["--format", "--output", "--wide"]
 COMMANDS = {   # each command's options, as its --help lists them (the model and positional ones aside)
     "prefill": ["--seq", "--batch", "--lengths", "--cached-prefix", "--convention", "--tile", "--logits", "--mla",
@@ -134,9 +135,9 @@ COMMANDS = {   # each command's options, as its --help lists them (the model and
                  *TIME, *OUT],
     "train": ["--seq", "--batch", "--convention", "--tile", "--mla", *OUT],
     "crossover": ["--mla", "--device", "--device-file", "--batch", "--weight-dtype", "--kv-dtype", "--group-size",
-                  "--routing", *OUT],
+                  "--routing", "--state-dtype", *OUT],
     "memory": ["--batch", "--context", "--device", "--device-file", "--weight-dtype", "--kv-dtype", "--group-size",
-               "--routing", "--reserve", "--mla", "--window-cache", *OUT],
+               "--routing", "--state-dtype", "--reserve", "--mla", "--window-cache", *OUT],
     "presets show": ["--format", "--output"],
     "presets import": ["--name", "--output", "--title", "--force"],
     "devices": OUT,

@@ -112,6 +112,12 @@ class Block:
         return self.attention in SOFTMAX
 
     @property
+    def stateful(self) -> bool:
+        """Whether the block keeps a recurrent state (a mixer other than the short convolution,
+        whose only state is its window)."""
+        return self.mixer not in ("", "shortconv")
+
+    @property
     def mixer(self) -> str:
         """The state-keeping mixer the block runs (its own or beside its attention), or ""."""
         return self.attention if self.attention in MIXERS else self.beside

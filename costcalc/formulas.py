@@ -49,6 +49,10 @@ def formula_rows(topic: str, arch: str, convention: str, logits: str) -> list[di
     base = {"workload": name, "arch": arch}
     first = {**base, "convention": convention, "term": "P_lin", **_texts(p_lin(block))}
     if name == "crossover":
+        if not block.attends:         # no softmax attention: nothing catches up with the linear layers
+            never = {"formula": "never (no softmax attention)", "latex": r"\text{never (no softmax attention)}"}
+            return [first] + [{**base, "convention": convention, "term": t, **never}
+                              for t in ("decode_t_equal", f"prefill_crossover_{convention}")]
         terms = {"decode_t_equal": cx.decode_t_equal(block),
                  f"prefill_crossover_{convention}": cx.prefill_crossover(block, kind)}
         return [first] + [{**base, "convention": convention, "term": t, **_texts(e)} for t, e in terms.items()]

@@ -18,8 +18,9 @@ CROSSOVER = ("FLOPs crossovers for one sequence, LM head excluded -- not time: a
              "dominate latency much earlier through KV-cache bandwidth. decode_t_equal = keys "
              "read per decode step (the step's own key included) at which attention equals linear "
              "FLOPs (exact, tokens); context = the cached tokens before that step, keys - 1, what "
-             "'decode --context' takes. Summed over layer groups; never = sliding windows or "
-             "attention chunks keep attention below the linear layers at every length.")
+             "'decode --context' takes. Summed over layer groups (a linear-attention or state-space layer adds its "
+             "linear layers, no attention); never = sliding windows or attention chunks keep attention below the "
+             "linear layers at every length, or no layer has softmax attention.")
 SCAN = ("scan (linear attention, state-space mixers): recurrent = each new token updates and reads the fixed-size "
         "state once (the ideal work; under causal); chunked = the chunked algorithm transformers' torch path runs, "
         "as its matrix products count (under full and tiled): whole chunks of Q_c with the last one padded, a "
@@ -40,6 +41,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
     lines += [LOGITS[x] for x in sorted(logits) if x in LOGITS]
     if any(c.endswith("_bytes") for c in columns):
         lines.append(TRAFFIC)
+    if "state_read_bytes" in columns:
+        lines.append(STATE_TRAFFIC)
     if "routing" in columns:
         lines.append(ROUTING)
     if "ttft_s" in columns:
@@ -58,6 +61,9 @@ TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expe
            "kernel and written for new tokens (an integer KV cache without scales); time = sum over operators of "
            "max(FLOPs / peak, bytes / bandwidth), dense peaks -- a roofline floor. GB = 10^9 bytes (token counts "
            "use k = 1024).")
+STATE_TRAFFIC = ("state_read, state_write = a linear-attention or state-space layer's recurrent state (state_dtype), "
+                 "read once per forward over a cache and written once, whatever the context; its convolution window "
+                 "moves with the K/V (kv_read, kv_write).")
 ROUTING = ("routing expected: a MoE layer reads the weights of E (1 - (1 - k/E)^n) distinct experts for n routed "
            "tokens (uniform top-k routing), a rational count -- bytes are rounded to the whole byte; worst: "
            "min(E, n k).")

@@ -79,7 +79,7 @@ class Precision:
             out["group_size"] = self.group_size
         if any(g.block.ffn == "moe" for g in spec.groups):
             out["routing"] = self.routing.value
-        if spec.has_mixers:
+        if spec.has_states:
             out["state_dtype"] = self.state_dtype(spec).value
         return out
 
@@ -176,7 +176,7 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
 
 def traffic_kinds(spec: ModelSpec) -> tuple[str, ...]:
     """The traffic kinds a model's rows show: the states only where a layer keeps one."""
-    return TRAFFIC if spec.has_mixers else tuple(k for k in TRAFFIC if not k.startswith("state"))
+    return TRAFFIC if spec.has_states else tuple(k for k in TRAFFIC if not k.startswith("state"))
 
 
 def bound(compute_s: float, memory_s: float) -> Optional[str]:

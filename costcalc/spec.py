@@ -100,6 +100,11 @@ class ModelSpec:
         return any(g.block.mixer for g in self.groups)
 
     @property
+    def has_states(self) -> bool:
+        """Whether some layer keeps a recurrent state (its bytes in ``state_dtype``)."""
+        return any(g.block.stateful for g in self.groups)
+
+    @property
     def windows(self) -> list[int]:
         return sorted({g.sizes["W"] for g in self.groups if g.block.attention == "window"})
 
@@ -252,9 +257,9 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
     if state_dtype not in ("",) + tuple(d.value for d in vocab.Dtype):
         raise CostcalcError(f"{origin}: field 'state_dtype' must be one of {', '.join(d.value for d in vocab.Dtype)}, "
                             f"got {quote(state_dtype)}")
-    if state_dtype and not any(g.block.mixer for g in groups):
-        raise CostcalcError(f"{origin}: field 'state_dtype' applies to models with linear-attention or "
-                            f"state-space layers")
+    if state_dtype and not any(g.block.stateful for g in groups):
+        raise CostcalcError(f"{origin}: field 'state_dtype' applies to models whose layers keep a recurrent state "
+                            f"(linear attention, state-space mixers)")
     return ModelSpec(name=name, arch=arch, sizes=sizes, title=title, source=source, groups=tuple(groups),
                      tied_embeddings=tied, stated=stated, state_dtype=state_dtype)
 

@@ -203,7 +203,7 @@ class Routing(Choice):
     worst = "worst"         # min(E, n k): every routed token hits a new expert
 
 
-# Bytes a forward moves, by kind: the columns <kind>_bytes, summed into total_bytes. ``state``:
-# a mixer's recurrent state (in the state dtype) and its convolution window (in the KV dtype).
+# Bytes a forward moves, by kind: the columns <kind>_bytes, summed into total_bytes. ``state``: a
+# mixer's recurrent state (in the state dtype); its convolution window moves as ``kv`` (the KV dtype).
 TRAFFIC = ("weight", "kv_read", "kv_write", "state_read", "state_write", "activation")
 SCALE_BITS = 16   # an fp16 scale per group of integer weights

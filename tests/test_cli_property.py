@@ -135,7 +135,7 @@ COMMANDS = {   # each command's options, as its --help lists them (the model and
                  *TIME, *OUT],
     "train": ["--seq", "--batch", "--convention", "--tile", "--mla", *OUT],
     "crossover": ["--mla", "--device", "--device-file", "--batch", "--weight-dtype", "--kv-dtype", "--group-size",
-                  "--routing", "--state-dtype", *OUT],
+                  "--routing", *OUT],
     "memory": ["--batch", "--context", "--device", "--device-file", "--weight-dtype", "--kv-dtype", "--group-size",
                "--routing", "--state-dtype", "--reserve", "--mla", "--window-cache", *OUT],
     "presets show": ["--format", "--output"],

@@ -202,6 +202,9 @@ def test_nemotron_h_layer_spellings_and_refusals():
         hf.to_preset({**config, "num_hidden_layers": 5}, "x")
     with pytest.raises(CostcalcError, match="n_shared_experts"):
         hf.to_preset({**config, "n_shared_experts": 2}, "x")
+    assert hf.to_preset({**config, "mamba_ssm_cache_dtype": "bfloat16"}, "x")["state_dtype"] == "fp32"   # not read
+    with pytest.raises(CostcalcError, match="mamba_ssm_cache_dtype' must be float32, bfloat16 or float16"):
+        hf.to_preset({**config, "mamba_ssm_cache_dtype": "float7"}, "x")
 
 
 def test_zamba2_is_refused_naming_what_is_not_modelled():

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import calc, notes, outputs, presets, ranges, units
+from .. import calc, notes, outputs, presets, ranges, units, vocab
 from ..errors import CostcalcError
 from ..core.registry import WORKLOADS
 from ..blocks import ATTENTIONS, FFNS, FORMS, parse
@@ -76,7 +76,7 @@ def formula(
     write_text(output, text)
 
 
-@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing", "state_dtype")
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing")
 def crossover(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -207,7 +207,9 @@ def _summary(spec) -> dict:
     row = {"preset": spec.name, "title": spec.title, "arch": spec.arch,
            **{k: v for k, v in spec.sizes.items()}}
     if spec.uniform and "d_h" in spec.sizes:
-        row.update(d_q=spec.d_q, d_kv=spec.d_kv)
+        row.update(vocab.derived(spec.sizes))
+    if spec.state_dtype:
+        row["state_dtype"] = spec.state_dtype
     row["p_lin"] = calc.executed_linear_params(spec)
     params = calc.parameters(spec)
     row.update({k: params[k] for k in ("total_params", "active_params", "embedding_params", "lm_head_params",

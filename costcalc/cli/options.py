@@ -288,9 +288,9 @@ def for_models(traffic: Traffic, specs: Sequence[ModelSpec]) -> tuple:
     --state-dtype on models without recurrent states."""
     if traffic.routing_given and not any(g.block.ffn == "moe" for s in specs for g in s.groups):
         warn(f"--routing does nothing: {', '.join(s.name for s in specs)} has no MoE layers")
-    if traffic.state_given and not any(s.has_mixers for s in specs):
-        warn(f"--state-dtype does nothing: {', '.join(s.name for s in specs)} has no linear-attention or "
-             f"state-space layers")
+    if traffic.state_given and not any(s.has_states for s in specs):
+        warn(f"--state-dtype does nothing: {', '.join(s.name for s in specs)} keeps no recurrent state "
+             f"(no linear-attention or state-space layers)")
     return traffic.precision, traffic.machine
 
 

@@ -38,6 +38,12 @@ class Cached(sp.Function):
             return sp.Integer(1 if past > 0 else 0)
         return None
 
+    def _sympystr(self, printer) -> str:          # as ``costcalc formula`` shows it
+        return f"Min({printer._print(self.args[0])}, 1)"
+
+    def _latex(self, printer) -> str:
+        return rf"\min\left({printer._print(self.args[0])}, 1\right)"
+
 
 Product = tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]   # (copies, n, a, b): copies x [n, a] x [a, b]
 

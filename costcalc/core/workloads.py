@@ -47,7 +47,9 @@ def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr,
         if conv_channels(block.mixer) != 0:
             ops["conv"] = batch * conv_flops(convention, block, past, new)
     ops[LM_HEAD.name] = lm_head_flops(batch * rows)
-    return Breakdown({op: e for op, e in ops.items() if op == LM_HEAD.name or e != 0}, term_of(block)).expanded()
+    # a stateful mixer's scan stays a column where it counts nothing (transformers' Gated DeltaNet step)
+    kept = (LM_HEAD.name, "scan") if block.stateful else (LM_HEAD.name,)
+    return Breakdown({op: e for op, e in ops.items() if op in kept or e != 0}, term_of(block)).expanded()
 
 
 @lru_cache(maxsize=None)

@@ -18,7 +18,7 @@ from ..core.registry import WORKLOADS as REGISTRY, Workload
 from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from ..spec import ModelSpec
-from ..vocab import Logits
+from ..vocab import SCAN, Logits
 
 Number = Union[int, Fraction]
 WORKLOADS = tuple(name for name, w in REGISTRY.items() if w.compared)   # what the recipes answer
@@ -96,13 +96,16 @@ def label(options: Options, case: Case) -> str:
         text += f", mla {options.mla.value}"
     if spec.windows and options.window_cache != "whole" and (case.decoding or case.generating):
         text += f", window-cache {options.window_cache.value}"
+    if spec.has_mixers:
+        text += f", scan {SCAN[options.convention.value]}"
     return text
 
 
 def default_config(case: Case) -> str:
     """costcalc's default for the case as a row's ``costcalc_config`` says it: ``causal, logits
     last`` (the case's logits mode), plus ``MLA auto`` where the model has MLA."""
-    return f"causal, logits {case.logits.value}" + (", MLA auto" if case.spec.has_mla else "")
+    return (f"causal, logits {case.logits.value}" + (", MLA auto" if case.spec.has_mla else "")
+            + (", scan recurrent" if case.spec.has_mixers else ""))
 
 
 class Costcalc:

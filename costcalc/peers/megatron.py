@@ -29,7 +29,8 @@ PAD = 128     # make_vocab_size_divisible_by (x tensor-parallel size 1)
 class Megatron(Recipe):
     name = "megatron"
     reported_as = "num_floating_point_operations(args, batch_size) (FLOPs per iteration, float)"
-    source = "NVIDIA/Megatron-LM megatron/training/training.py at commit 001b00c"
+    source = ("NVIDIA/Megatron-LM megatron/training/training.py at commit 001b00c; hybrids: its later "
+              "hybrid_flops, gdn_layer_flops and mamba_layer_flops")
     kinds = frozenset({"mlp", "chunk", "gdn", "mamba2", "gated", "none"})
 
     def why_not(self, case: Case) -> Optional[str]:
@@ -46,8 +47,8 @@ class Megatron(Recipe):
             z, L, blk = g.sizes, g.count, g.block
             if blk.ffn in ("dense", "mlp"):     # gated_linear_multiplier: 3/2 with --swiglu, else 1
                 ffn += L * 6 * d * (3 if blk.ffn == "dense" else 2) * z["m"]
-            elif blk.ffn == "moe":
-                ffn += L * 6 * d * 3 * (z["m_e"] * z["k"] + (z["E_s"] * z["m_s"] if blk.shared else 0))
+            elif blk.ffn == "moe":      # SwiGLU experts 3 matrices; plain (non-gated: Nemotron-H) 2
+                ffn += L * 6 * d * (2 if blk.plain else 3) * (z["m_e"] * z["k"] + (z["E_s"] * z["m_s"] if blk.shared else 0))
                 gates += L * d if blk.shared_gate else 0
             if blk.attention == "mla":
                 h, qk = z["h_q"], z["d_nope"] + z["d_rope"]

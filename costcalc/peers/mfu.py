@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 from ..errors import CostcalcError
 from ..evaluate import MAX_TILE_STEPS, TooManyTiles
-from ..vocab import CONVENTIONS
+from ..vocab import CONVENTIONS, SCAN
 from . import TOOLS, compare
 from .base import Case, Costcalc, Setup, default_config
 
@@ -46,6 +46,8 @@ def utilisation(case: Case, time_s: float, peak: tuple[float, str], names: Seque
     default = default_config(case)
     for convention in CONVENTIONS:
         note = "tiles of 128 x 128" if convention == "tiled" else ""
+        if case.spec.has_mixers:           # which count of a linear-attention or state-space scan
+            note = ", ".join(filter(None, [note, f"scan {SCAN[convention]}"]))
         try:
             flops = cc.total(convention=convention)
         except TooManyTiles as exc:     # a long prefill: its tiles are not added up here (mfu has no --tile)

@@ -138,6 +138,9 @@ def _nemotron_h(r: Reader) -> list[Layer]:
     MLP of intermediate_size (none.mlp) or an MoE of non-gated experts with one non-gated shared
     expert (none.moe_plain_shared). A latent projection around the experts is not modelled."""
     kinds = _nemotron_h_kinds(r)
+    cache_dtype = r.get("mamba_ssm_cache_dtype")      # not read by 5.23 (the state is fp32), but must be a dtype
+    if cache_dtype is not None and cache_dtype not in ("float32", "bfloat16", "float16"):
+        raise r.error(f"field 'mamba_ssm_cache_dtype' must be float32, bfloat16 or float16, got {quote(cache_dtype)}")
     out_of_reach = r.get("moe_latent_size")
     if out_of_reach is not None and "moe" in kinds:
         raise r.error(f"moe_latent_size ({quote(out_of_reach)}) puts a latent projection around the experts "

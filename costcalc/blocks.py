@@ -16,7 +16,9 @@ A block is an attention kind and an FFN kind:
   into the query and output: scores and values over the cached latent, as at decode) or
   ``expanded`` (the naive products, but the latent is what is cached, so ``kv_b_proj``
   expands every cached token again at each forward: what Hugging Face transformers 5 runs
-  for DeepSeek-V2/V3);
+  for DeepSeek-V2/V3); ``sparse`` (DeepSeek Sparse Attention, DeepSeek-V3.2 and GLM-5: key
+  ``mla-sparse``): a lightning indexer of h_I heads of d_I scores every legal key of each query
+  and the MLA reads only the k_I keys it selects (docs/cost-model.md, "DeepSeek Sparse Attention");
 - FFN ``dense`` (SwiGLU of width m), ``mlp`` (a non-gated MLP of width m: up d x m, down
   m x d -- GPT-NeoX, StarCoder2, Apertus) or ``moe`` (router over E experts of width m_e, k per
   token), optionally with E_s always-on ``shared`` experts of width m_s, and optionally
@@ -64,6 +66,8 @@ FFNS = ("dense", "moe", "mlp", "none")
 FORMS = ("naive", "absorbed", "expanded")
 CACHES = ("whole", "rolling")
 ALIASES = {"dense": "gqa.dense", "moe": "gqa.moe"}
+SPARSE_TILED = ("the tiled convention does not apply to sparse attention (DeepSeek Sparse Attention): "
+                "the keys its indexer selects are not tiles; use causal or full")
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class Block:
     beside: str = ""            # a mixer run in parallel with the attention, outputs summed (Falcon-H1)
     gated: bool = False         # gqa kinds: q_proj also gives a per-head output gate (Qwen3-Next, Qwen3.5)
     plain: bool = False         # moe: non-gated MLP experts (up, down), shared ones too (Nemotron-H)
+    sparse: bool = False        # mla: a lightning indexer selects k_I keys per query (DeepSeek Sparse Attention)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -88,6 +93,8 @@ class Block:
             raise ValueError(f"unknown MLA form {quote(self.form)}; expected one of {', '.join(FORMS)}")
         if self.attention != "mla" and (self.q_lora or self.form != "naive"):
             raise ValueError("q_lora and form apply to mla attention only")
+        if self.sparse and self.attention != "mla":
+            raise ValueError("sparse (a lightning indexer and top-k keys) applies to mla attention only")
         if self.ffn != "moe" and self.shared:
             raise ValueError("shared experts apply to a moe FFN only")
         if self.ffn != "moe" and self.plain:
@@ -124,7 +131,8 @@ class Block:
 
     @property
     def key(self) -> str:
-        attn = self.attention + ("_q" if self.q_lora else "") + ("" if self.form == "naive" else f"-{self.form}")
+        attn = self.attention + ("_q" if self.q_lora else "") + ("-sparse" if self.sparse else "")
+        attn += "" if self.form == "naive" else f"-{self.form}"
         attn += "-gated" if self.gated else ""
         attn += "-rolling" if self.cache == "rolling" else ""
         attn += f"+{self.beside}" if self.beside else ""
@@ -137,7 +145,7 @@ class Block:
         if self.attention != "mla":
             return self
         return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate, beside=self.beside,
-                     gated=self.gated, plain=self.plain)
+                     gated=self.gated, plain=self.plain, sparse=self.sparse)
 
     def with_cache(self, cache: str) -> "Block":
         """The same block with a whole or rolling window cache (other attention kinds are unchanged)."""
@@ -154,6 +162,7 @@ class Block:
             out += ["W_c"] if self.attention == "chunk" else []
         elif self.attention == "mla":
             out += ["h_q"] + (["r_q"] if self.q_lora else []) + ["r_kv", "d_nope", "d_rope", "d_v"]
+            out += ["h_I", "d_I", "k_I"] if self.sparse else []
         out += [x for x in MIXER_SIZES.get(self.mixer, ()) if x not in out]
         if self.ffn in ("dense", "mlp"):
             out += ["m"]
@@ -191,7 +200,8 @@ def parse_arch(arch: object) -> Block:
 
 
 def parse(key: str) -> Block:
-    """``"mla_q-absorbed.moe_shared"``, ``"window-rolling.dense"`` -> Block(...); also the
+    """``"mla_q-absorbed.moe_shared"``, ``"mla_q-sparse-absorbed.moe_shared"``,
+    ``"window-rolling.dense"`` -> Block(...); also the
     aliases ``dense``, ``moe``."""
     key = ALIASES.get(key, key)
     try:
@@ -205,6 +215,8 @@ def parse(key: str) -> Block:
     attn = attn.removesuffix("-gated")
     form = next((f for f in FORMS if attn.endswith(f"-{f}")), "naive")
     attn = attn.removesuffix(f"-{form}")
+    sparse = attn.endswith("-sparse")
+    attn = attn.removesuffix("-sparse")
     q_lora = attn.endswith("_q")
     attn = attn.removesuffix("_q")
     gate = ffn.endswith("_gate")
@@ -213,4 +225,4 @@ def parse(key: str) -> Block:
     ffn = ffn.removesuffix("_shared")
     plain = ffn.endswith("_plain")
     ffn = ffn.removesuffix("_plain")
-    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain)
+    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse)

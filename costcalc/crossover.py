@@ -9,11 +9,18 @@ each side of its window, the groups are added piece by piece, and the first root
 length 1 is solved in closed form: a rational, or ``p + q sqrt(m)``. None of it needs sympy.
 
 - ``decode_t_equal``: keys read by a decode step (K = T + 1) where attention equals linear;
-- ``prefill_attention_equals_linear``: the prompt length S where they are equal, per convention.
+- ``prefill_attention_equals_linear``: the prompt length S where they are equal, per convention;
+- ``sparse_decode_cheaper`` (a model with sparse MLA layers, DeepSeek Sparse Attention): the
+  context T past which a causal decode step of the model costs fewer FLOPs in all than the same
+  model with every sparse layer dense (its indexer gone). A sparse layer's step minus its dense
+  twin's is ``P_I + u_I (T+1) - u_A (T+1 - min(T+1, k_I))`` (indexer projections, indexer pairs,
+  attention pairs saved): positive up to k_I, then linear; summed over the groups it is concave in
+  T, so past its first root it stays negative.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Iterable, Optional
 
@@ -22,7 +29,7 @@ from .errors import CostcalcError
 from .evaluate import Options, Query
 from .roots import FOREVER, Poly, Root, add, fit, roots
 from .spec import Group, ModelSpec
-from .vocab import DEFAULT_TILE, ORDER
+from .vocab import DEFAULT_TILE, ORDER, TERMS
 
 
 def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), mla: str = "auto",
@@ -50,7 +57,58 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
         if options.convention == "tiled":
             raise CostcalcError("crossover: the tiled convention has no closed form; use causal or full")
         rows.append(_row(Query(spec, "prefill", options), "prefill_attention_equals_linear"))
+    if any(g.block.sparse for g in spec.groups):
+        rows.append(sparse_row(spec, mla))
     return rows
+
+
+def dense_twin(spec: ModelSpec) -> ModelSpec:
+    """The same model with every sparse layer dense: MLA over every legal key, no indexer."""
+    groups = tuple(Group(g.count, replace(g.block, sparse=False),
+                         {k: v for k, v in g.sizes.items() if k not in ("h_I", "d_I", "k_I")})
+                   if g.block.sparse else g for g in spec.groups)
+    return replace(spec, groups=groups, arch=groups[0].block.key if spec.arch == spec.groups[0].block.key else spec.arch)
+
+
+STEP_TERMS = tuple(t.name for t in TERMS if t.name != "lm_head")
+
+
+def sparse_root(spec: ModelSpec, mla: str = "auto") -> Optional["Root"]:
+    """Keys K = T + 1 of a causal decode step (B = 1) at which the model's step costs as many FLOPs
+    in all as its ``dense_twin``'s; past it the sparse step is cheaper. None: never."""
+    sparse, dense = (Query(m, "decode", Options("causal", mla=mla)) for m in (spec, dense_twin(spec)))
+    pairs = list(zip(sparse.recipes(), dense.recipes()))
+
+    def gap_of(index: int, group: Group):
+        (_, mine), (twin, theirs) = pairs[index]
+        if not group.block.sparse:
+            return lambda keys: 0
+        base, other = {**group.numbers(), "B": 1}, {**twin.numbers(), "B": 1}
+
+        def gap(keys: int) -> int:        # every term but the LM head (the same on both sides)
+            return (sum(mine.evaluate({**base, "T": keys - 1}, STEP_TERMS).values())
+                    - sum(theirs.evaluate({**other, "T": keys - 1}, STEP_TERMS).values()))
+        return gap
+
+    return solve(spec, gap_of, True, steps=True)
+
+
+def sparse_row(spec: ModelSpec, mla: str = "auto") -> dict:
+    """The ``sparse_decode_cheaper`` row: the crossover in keys (``exact``, ``tokens``: T + 1) and in
+    context (``context_exact``, ``context``), and ``first_cheaper_context``: the smallest whole
+    context at which the sparse step costs strictly fewer FLOPs."""
+    query = Query(spec, "decode", Options("causal", mla=mla))
+    root = sparse_root(spec, mla)
+    row: dict[str, Any] = {"preset": spec.name, "workload": "crossover", "quantity": "sparse_decode_cheaper",
+                           "convention": "causal", "mla": query.form.value}
+    if root is None:
+        row.update(exact="never", tokens=None, context_exact="never", context=None, first_cheaper_context=None)
+    else:
+        context = root.shift(-1)
+        row.update(exact=root.text(), tokens=root.rounded(), context_exact=context.text(),
+                   context=context.rounded(), first_cheaper_context=math.floor(context.value()) + 1)
+    row["formula"] = "sparse step < dense step: P_I + u_I (T+1) < u_A (T+1 - min(T+1, k_I)), over layer groups"
+    return row
 
 
 def _row(query: Query, quantity: str) -> dict:
@@ -73,7 +131,8 @@ def _formula(query: Query, quantity: str) -> str:
     spec = query.spec
     if not any(g.block.attends for g in spec.groups):
         return "never (no softmax attention)"
-    if not spec.uniform or spec.windows or any(g.block.attention == "chunk" for g in spec.groups):
+    if not spec.uniform or spec.windows or any(g.block.attention == "chunk" or g.block.sparse
+                                                for g in spec.groups):
         return "piecewise over layer groups"
     (_, recipe), = query.recipes("crossover")
     return recipe.constants["decode_t_equal" if quantity == "decode_t_equal" else f"prefill_{query.options.convention.value}"]
@@ -151,7 +210,8 @@ class _Gap:
     def __init__(self, group: Group, gap, windowed: bool, steps: bool) -> None:
         self.gap, self.steps = gap, steps
         kind = group.block.attention
-        self.window = group.sizes["W"] if windowed and kind == "window" and group.sizes["W"] > 1 else None
+        cap = group.sizes["W"] if kind == "window" else group.sizes["k_I"] if group.block.sparse else None
+        self.window = cap if windowed and cap is not None and cap > 1 else None   # a sparse top-k: a window
         self.chunk = group.sizes["W_c"] if windowed and kind == "chunk" and group.sizes["W_c"] > 1 else None
         self.fits: dict[tuple[int, float], Poly] = {}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from . import compiled
-from .blocks import Block
+from .blocks import SPARSE_TILED, Block
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .spec import Group, ModelSpec
@@ -84,6 +84,8 @@ class Query:
                 object.__setattr__(self, "workload", find(self.workload))
             except ValueError as exc:
                 raise CostcalcError(str(exc)) from None
+        if self.options.convention == Convention.tiled and any(g.block.sparse for g in self.spec.groups):
+            raise CostcalcError(f"{self.spec.name}: {SPARSE_TILED}")
 
     @property
     def logits(self) -> Logits:

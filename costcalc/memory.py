@@ -43,7 +43,9 @@ def weight_bytes(query: Query) -> int:
 
 # What a decode step writes of each cache, by traffic key: the K/V per token; per sequence
 # the recurrent state (state dtype) and the convolution window (KV dtype).
-PER_TOKEN, PER_SEQUENCE = ("attention.kv_write",), {"scan.state_write": "state", "conv.kv_write": "kv"}
+# A sparse MLA layer's index key (d_I, in the KV dtype: the reference's fp8 and fp32 scale per
+# 128 are not modelled) is kept per token beside its latent.
+PER_TOKEN, PER_SEQUENCE = ("attention.kv_write", "indexer.kv_write"), {"scan.state_write": "state", "conv.kv_write": "kv"}
 
 
 def cache_per_token(query: Query) -> list[tuple[int, Fraction]]:
@@ -66,7 +68,7 @@ def _caches(query: Query) -> list[tuple[int, Fraction, Fraction]]:
         present = [k for k in PER_TOKEN + tuple(PER_SEQUENCE) if k in recipe.outputs]
         elements = recipe.evaluate({**group.numbers(), "B": 1, "T": 1}, present) if present else {}
         keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
-        per_token = elements.get("attention.kv_write", 0) * query.precision.bits("kv") / 8
+        per_token = sum(elements.get(k, 0) for k in PER_TOKEN) * query.precision.bits("kv") / 8
         state = sum(elements.get(k, 0) * query.precision.bits(kind, query.spec) / 8 for k, kind in PER_SEQUENCE.items())
         out.append((keep if rolling else 0, per_token, state))
     return out

@@ -52,6 +52,9 @@ MODEL = (
     Name("r_dt", "r_dt", "Mamba-1 time-step rank"),
     Name("K_c", "K_c", "short convolution kernel (positions)"),
     Name("Q_c", "Q_c", "chunk of a chunked scan (tokens)"),
+    Name("h_I", "h_I", "sparse attention: lightning indexer heads (index_n_heads)"),
+    Name("d_I", "d_I", "sparse attention: indexer head dim, the index key per token (index_head_dim)"),
+    Name("k_I", "k_I", "sparse attention: keys each query selects (index_topk)"),
 )
 
 DERIVED = (
@@ -160,11 +163,13 @@ class Term(NamedTuple):
 TERMS = (
     Term("attn_proj", "attention projections", True, "#4C72B0"),
     Term("mixer_proj", "linear-attention / SSM projections", True, "#2A9D8F"),
+    Term("indexer_proj", "sparse-attention indexer projections", True, "#6A4C93"),
     Term("ffn", "FFN (SwiGLU or MLP)", True, "#55A868"),
     Term("router", "router", True, "#8172B2"),
     Term("experts", "routed experts", True, "#64B5CD"),
     Term("shared_experts", "shared experts", True, "#937860"),
     Term("attention", "attention (QK^T, AV)", False, "#C44E52"),
+    Term("indexer", "sparse-attention indexer scores", False, "#B5179E"),
     Term("scan", "linear-attention / SSM scan", False, "#E76F51"),
     Term("conv", "short convolution", False, "#F4A261"),
     Term("lm_head", "LM head", False, "#CCB974"),

@@ -49,8 +49,9 @@ def formula(
     try:
         rows = [r for c in conventions(convention) for r in formula_rows(workload, arch, c, logits.value)]
     except (ValueError, ArithmeticError, NotImplementedError) as exc:
-        if parse(arch).attention in ("window", "chunk"):
-            local = "a sliding window" if parse(arch).attention == "window" else "an attention chunk"
+        if parse(arch).attention in ("window", "chunk") or parse(arch).sparse:
+            local = ("a sliding window" if parse(arch).attention == "window" else
+                     "an attention chunk" if parse(arch).attention == "chunk" else "a sparse layer's top-k")
             raise CostcalcError(f"formula {workload} --arch {arch}: {local} makes it piecewise; "
                                 f"'costcalc crossover' solves it per model (it may be 'never')") from None
         raise CostcalcError(f"formula {workload} --arch {arch}: {' '.join(str(exc).split())}") from None

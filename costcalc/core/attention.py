@@ -9,13 +9,19 @@ Which keys it reads is ``keys_read(convention, block, p, past, new)``, for the q
 position p (1-based, cached tokens included) of a forward of ``new`` tokens after ``past``;
 every workload's attention is a sum of it over positions (``attention_sum``), the decode step
 being the one-query case and the decode phase of a generation a sum of such steps.
+
+A sparse MLA block (DeepSeek Sparse Attention) reads, under causal, the k_I keys its indexer
+selects among the query's p legal ones, ``min(p, k_I)``: a window of k_I in FLOPs, not in the
+keys loaded (``keys_loaded``); under full, every key (transformers turns the selection into a
+mask over the dense rectangle); tiled is refused (selected keys are not tiles). The indexer's
+own scores are ``core.indexer``.
 """
 from __future__ import annotations
 
 import sympy as sp
 
 from .. import symbols as s
-from ..blocks import Block
+from ..blocks import SPARSE_TILED, Block
 from ..vocab import Convention
 from .matmul import matmul
 
@@ -47,7 +53,7 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
     - causal: its legal keys -- ``p`` (itself and every earlier token), ``min(p, W)`` in a
       sliding-window layer (itself and the W-1 before it), ``((p - 1) mod W_c) + 1`` in a
       chunked layer (the keys of its own chunk of W_c, chunks aligned at position 1, up to
-      itself);
+      itself); ``min(p, k_I)`` in a sparse MLA layer (the keys its indexer selects);
     - full: every key the shapes hold, ``past + new``, window or not (a dense masked matmul);
       with a rolling window cache, ``min(past, W - 1) + new`` (docs/cost-model.md, "Sliding
       windows");
@@ -55,8 +61,10 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
       tiles of ``b_q`` from the first new one; tile t reads from the tile holding the window
       (or chunk) start of its first row (key 1 without either) to the tile holding its last row's
       own key -- ``ceil(q_last / b_k) b_k`` clipped to ``past + new``, minus
-      ``floor(max(q_first - W, 0) / b_k) b_k`` (``tile_keys``). One query is one tile.
+      ``floor(max(q_first - W, 0) / b_k) b_k`` (``tile_keys``). One query is one tile. Refused
+      for a sparse layer (``refuse_tiled``).
     """
+    refuse_tiled(convention, block)
     if convention == Convention.full:
         if block.attention == "window" and block.cache == "rolling":
             return sp.Min(past, s.W - 1) + new
@@ -64,10 +72,22 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
     if convention == Convention.causal:
         if block.attention == "chunk":
             return p - chunk_start(p)
-        return sp.Min(p, s.W) if block.attention == "window" else p
+        cap = cap_of(block)
+        return sp.Min(p, cap) if cap is not None else p
     if new == 1:                                          # one query: one tile, ending at itself
         return tile_keys(block, sp.Integer(0), past, new)
     return tile_keys(block, sp.floor((p - past - 1) / s.b_q), past, new)
+
+
+def cap_of(block: Block) -> "sp.Expr | None":
+    """The most keys a query reads under causal: W in a window, k_I in a sparse layer, else None."""
+    return s.W if block.attention == "window" else s.k_I if block.sparse else None
+
+
+def refuse_tiled(convention: Convention, block: Block) -> None:
+    """A sparse layer under tiled: a ValueError of one line (``SPARSE_TILED``)."""
+    if convention == Convention.tiled and block.sparse:
+        raise ValueError(SPARSE_TILED)
 
 
 def tile_keys(block: Block, t: sp.Expr, past: sp.Expr, new: sp.Expr) -> sp.Expr:
@@ -97,6 +117,7 @@ def attention_sum(convention: Convention, block: Block, past: sp.Expr, new: sp.E
     with a rolling cache); tiled the same sum grouped by query tile
     (every row of a tile reads the tile's keys), left as a sum over tiles.
     """
+    refuse_tiled(convention, block)
     if new == 1:
         return keys_read(convention, block, past + 1, past, new)
     if convention == Convention.full:
@@ -113,15 +134,16 @@ def position_sum(block: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
 
     In a window the positions split at W: those at or below it read p keys, those above it W
     keys; the split point is clamped with Min/Max so one expression holds whichever side of
-    W the range lies.
+    W the range lies. A sparse layer splits the same way at k_I.
     """
     p = s.p
     if block.attention == "chunk":
         return chunk_prefix_sum(hi) - chunk_prefix_sum(lo - 1)
-    if block.attention != "window":
+    cap = cap_of(block)
+    if cap is None:
         return sp.summation(p, (p, lo, hi))
-    split = sp.Max(sp.Min(hi, s.W), lo - 1)            # last position that reads p keys
-    return sp.summation(p, (p, lo, split)) + sp.summation(s.W, (p, split + 1, hi))
+    split = sp.Max(sp.Min(hi, cap), lo - 1)            # last position that reads p keys
+    return sp.summation(p, (p, lo, split)) + sp.summation(cap, (p, split + 1, hi))
 
 
 def chunk_prefix_sum(n: sp.Expr) -> sp.Expr:
@@ -144,7 +166,7 @@ def steps_sum(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) ->
     keys = keys_read(convention, block, p, p - 1, sp.Integer(1))
     if keys.has(sp.floor, sp.ceiling):                    # whole key tiles in a window: no closed form
         return sp.Sum(keys, (p, lo, hi))
-    if keys.has(sp.Min):                                  # min(p, W) (or min(p-1, W-1)+1): split at W
+    if keys.has(sp.Min):                                  # min(p, W) (or min(p-1, W-1)+1, min(p, k_I)): split
         return position_sum(block, lo, hi)
     return sp.summation(keys, (p, lo, hi))
 
@@ -171,9 +193,24 @@ def keys_loaded(convention: Convention, block: Block, past: sp.Expr, new: sp.Exp
     ``past`` cached tokens (per sequence, head group and layer): each key once under causal
     (the union of the queries' legal keys: ``past + new``, ``min(past + new, W - 1 + new)`` in
     a window, ``past + new`` less the keys before the first query's chunk in a chunked layer) and full (every key the shapes hold); under tiled, every query tile loads the
-    key tiles it visits again (``tile_keys`` summed over the tiles)."""
+    key tiles it visits again (``tile_keys`` summed over the tiles).
+
+    A sparse layer under causal loads the latent rows its queries select, each once, and at most
+    the cache: ``min(past + new, sum over the queries of min(p, k_I))`` -- the union of the
+    selections at its largest (which rows are chosen is data, not shape). One query (a decode
+    step) loads exactly its ``min(T + 1, k_I)``; an uncached prefill every key (each query
+    selects at least one, so the bound is ``new``). Under full it loads every key (the dense
+    masked kernel transformers runs). The indexer's own reads of the index keys are
+    ``core.traffic``'s."""
+    refuse_tiled(convention, block)
     if convention == Convention.full:
         return keys_read(convention, block, past + 1, past, new)      # a rolling window cache holds fewer
+    if convention == Convention.causal and block.sparse:
+        if new == 1:
+            return keys_read(convention, block, past + 1, past, new)
+        if past == 0:                                     # every query selects a key: all of them at most
+            return new
+        return sp.Min(past + new, position_sum(block, past + 1, past + new))
     if convention == Convention.causal:
         if block.attention == "chunk":                    # from the first query's chunk start on
             return past + new - chunk_start(past + 1)

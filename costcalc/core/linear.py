@@ -65,6 +65,16 @@ def mla(q_lora: bool, form: str) -> tuple[Projection, ...]:
     return q + kv + (o,)
 
 
+def indexer(q_lora: bool) -> tuple[Projection, ...]:
+    """DeepSeek Sparse Attention's lightning indexer, by transformers' deepseek_v32 names: the
+    index query of h_I heads of d_I from the MLA query latent (``wq_b``: r_q -> h_I d_I; from the
+    hidden state, d -> h_I d_I, without a query LoRA), one shared index key per token (``wk``:
+    d -> d_I) and a weight per head (``weights_proj``: d -> h_I). Its scores are ``core.indexer``."""
+    return (Projection("indexer.wq_b", "indexer_proj", s.r_q if q_lora else s.d, s.h_I * s.d_I),
+            Projection("indexer.wk", "indexer_proj", s.d, s.d_I),
+            Projection("indexer.weights_proj", "indexer_proj", s.d, s.h_I))
+
+
 # The projections of each linear-attention / state-space mixer (docs/cost-model.md), by the
 # names transformers gives them.
 MIXER = {
@@ -137,6 +147,7 @@ def block(kind: Block) -> tuple[Projection, ...]:
     """The projections of one decoder block of the given kind."""
     attention = (GATED_GQA if kind.gated else GQA if kind.attention in ("gqa", "window", "chunk") else
                  mla(kind.q_lora, kind.form) if kind.attention == "mla" else ())
+    attention += indexer(kind.q_lora) if kind.sparse else ()
     attention += MIXER.get(kind.mixer, ())
     if kind.ffn in ("dense", "mlp", "none"):
         return attention + {"dense": DENSE_FFN, "mlp": MLP_FFN, "none": ()}[kind.ffn]

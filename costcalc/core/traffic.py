@@ -17,6 +17,13 @@ and reads the up-projected K and V (``h_q (d_nope + d_rope + d_v)``); absorbed, 
 the RoPE key (``r_kv + d_rope``). Every count is an integer polynomial (tile sums aside), so
 the compiled recipes evaluate it exactly, like the FLOPs.
 
+A sparse MLA layer (DeepSeek Sparse Attention) also keeps an index key of ``d_I`` per token
+(``indexer.kv_write``, in the KV dtype here: the reference keeps it in fp8 with an fp32 scale per
+128); its indexer reads the whole index-key cache at every forward (``indexer.kv_read``:
+``past + new`` keys -- it scores every legal key) and its index queries and head weights as
+activations; the main attention loads only the latent rows selected (``attention.keys_loaded``).
+The scores and the selected indices are not counted as traffic.
+
 A linear-attention or state-space mixer (``core.mixers``) has no KV cache: its ``scan``
 reads the recurrent state once per forward when a token is cached and writes it once
 (``state_read``, ``state_write``: fixed in the context), and its ``conv`` reads and writes
@@ -61,12 +68,26 @@ def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr,
         read = s.L * batch * kv_width(block)
         out["attention.kv_read"] = sp.Sum(read * keys.function, keys.limits) if isinstance(keys, sp.Sum) else read * keys
         out["attention.kv_write"] = s.L * batch * new * kv_width(block)
+    if block.sparse:
+        out.update(indexer(convention, block, past, new, batch))
     if block.mixer:
         out.update(mixer(convention, block, past, new, batch))
     if logits != "none":          # a chunk that is not the prompt's last runs no LM head
         out[f"{LM_HEAD.name}.weight"] = LM_HEAD.fan_in * LM_HEAD.fan_out
         out[f"{LM_HEAD.name}.activation"] = batch * lm_head_rows(logits, new) * (LM_HEAD.fan_in + LM_HEAD.fan_out)
     return {k: expand(v) for k, v in out.items()}
+
+
+def indexer(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr, batch: sp.Expr) -> dict[str, sp.Expr]:
+    """The lightning indexer's scoring: the index queries (h_I d_I) and head weights (h_I) of the new
+    tokens in; the whole index-key cache read (every key is scored, under causal and full alike); the
+    new tokens' index keys written."""
+    from .attention import refuse_tiled
+
+    refuse_tiled(convention, block)
+    return {"indexer.activation": sp.expand(s.L * batch * new * (s.h_I * s.d_I + s.h_I)),
+            "indexer.kv_read": sp.expand(s.L * batch * (past + new) * s.d_I),
+            "indexer.kv_write": sp.expand(s.L * batch * new * s.d_I)}
 
 
 def mixer(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr, batch: sp.Expr) -> dict[str, sp.Expr]:

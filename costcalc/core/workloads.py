@@ -29,6 +29,7 @@ from ..blocks import Block
 from ..vocab import Convention, Logits
 from .attention import attention_flops, per_query_flops, steps_sum
 from .breakdown import Breakdown
+from .indexer import indexer_flops
 from .linear import LM_HEAD, lm_head_flops, lm_head_rows, operators, term_of
 from .mixers import conv_channels, conv_flops, scan_flops
 
@@ -42,6 +43,8 @@ def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr,
     ops = {name: batch * e for name, e in operators(block, new, past).items()}
     if block.attends:
         ops["attention"] = batch * attention_flops(convention, past, new, block)
+    if block.sparse:            # DeepSeek Sparse Attention: the indexer scores the keys (core.indexer)
+        ops["indexer"] = batch * indexer_flops(convention, block, past, new)
     if block.mixer:
         ops["scan"] = batch * scan_flops(convention, block, past, new)
         if conv_channels(block.mixer) != 0:
@@ -97,9 +100,9 @@ def chunked(block: Block, convention: Convention = Convention.causal, logits: Lo
 
     Chunk j (0-based) runs C tokens over T + j*C cached tokens.
     """
-    if block.attention in ("window", "chunk"):
-        raise ValueError("a uniform chunk schedule over a sliding window or attention chunks has no single closed form; "
-                         "evaluate the chunks one by one")
+    if block.attention in ("window", "chunk") or block.sparse:
+        raise ValueError("a uniform chunk schedule over a sliding window, attention chunks or sparse attention has no "
+                         "single closed form; evaluate the chunks one by one")
     step = forward(block, convention, "none", past=s.T + s.j * s.C, new=s.C)
     chunks = step.map(lambda e: sp.summation(e, (s.j, 0, n_chunks - 1)))
     return chunks + Breakdown({LM_HEAD.name: lm_head_flops(s.B)})

@@ -259,12 +259,14 @@ class Recipe:
 KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention", "gdn": "Gated DeltaNet layers",
          "kda": "Kimi Delta Attention layers", "mamba2": "Mamba-2 layers", "mamba1": "Mamba layers",
          "lightning": "lightning attention layers", "shortconv": "short-convolution layers",
-         "gated": "gated attention outputs", "none": "layers without a mixer or an FFN"}
+         "gated": "gated attention outputs", "none": "layers without a mixer or an FFN",
+         "sparse": "DeepSeek sparse attention (an indexer and top-k keys)"}
 
 
 def features(block) -> set[str]:
     """The layer kinds of ``KINDS`` a block has."""
-    return ({block.ffn, block.attention, block.mixer} | ({"gated"} if block.gated else set())) & set(KINDS)
+    return ({block.ffn, block.attention, block.mixer} | ({"gated"} if block.gated else set())
+            | ({"sparse"} if block.sparse else set())) & set(KINDS)
 
 
 @dataclass(frozen=True)

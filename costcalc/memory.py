@@ -9,7 +9,9 @@
   chunk is ever read), all T elsewhere; with a ``whole`` one all T everywhere -- times
   the K/V width per token as the decode step writes it (GQA ``2 h_kv d_h``; MLA under
   ``--mla auto`` its latent and RoPE key, ``r_kv + d_rope``, as serving stacks cache it), in
-  the KV dtype.
+  the KV dtype; a sparse MLA layer (DeepSeek Sparse Attention) also keeps its index key of
+  ``d_I`` per token, in the KV dtype too (the reference's fp8 with an fp32 scale per 128 is not
+  modelled).
 - Recurrent states of B sequences: a linear-attention or state-space layer keeps a state of
   fixed size per sequence whatever the context (in the model's ``state_dtype`` or
   ``--state-dtype``) and its convolution window (in the KV dtype): ``state_bytes``; only the

@@ -53,6 +53,10 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
 TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
           "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
           "model needs), peak_fraction against the GEMM peak measured in the same run.")
+SPARSE_CROSSOVER = ("sparse_decode_cheaper = keys read by a causal decode step (exact, tokens; context = keys - 1) "
+                    "past which the model with DeepSeek sparse attention costs fewer FLOPs in all than the same "
+                    "model with every sparse layer dense (no indexer, every key read); first_cheaper_context = the "
+                    "smallest whole context at which the sparse step is strictly cheaper.")
 TIME_CROSSOVER = ("t_equal_time = keys read by a decode step of the given batch at which reading the K/V cache "
                   "moves as many bytes as reading the weights (LM head included): where a memory-bound step's "
                   "time turns from weights to cache. t_equal = the FLOPs crossover, beside it.")

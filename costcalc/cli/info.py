@@ -104,7 +104,9 @@ def crossover(
     if precision is None and batch != 1:
         warn("--batch does nothing without --device or a dtype: FLOPs crossovers are per sequence")
     rows = [row for spec in specs for row in calc.crossover(spec, mla=mla, precision=precision, batch=batch)]
-    emit(rows, fmt, output, [notes.CROSSOVER] + ([notes.TIME_CROSSOVER] if precision else []), wide)
+    sparse = any(g.block.sparse for spec in specs for g in spec.groups)
+    emit(rows, fmt, output, [notes.CROSSOVER] + ([notes.TIME_CROSSOVER] if precision else [])
+         + ([notes.SPARSE_CROSSOVER] if sparse else []), wide)
 
 
 presets_app = typer.Typer(help="Built-in model presets: list them (no command), show one, import a Hugging "

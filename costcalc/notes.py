@@ -38,6 +38,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
     lines += [CONVENTIONS[c] for c in sorted(conventions) if c in CONVENTIONS]
     if "scan" in columns or "scan_flops" in columns:
         lines.append(SCAN)
+    if "indexer" in columns or "indexer_flops" in columns:
+        lines.append(INDEXER)
     lines += [LOGITS[x] for x in sorted(logits) if x in LOGITS]
     if any(c.endswith("_bytes") for c in columns):
         lines.append(TRAFFIC)
@@ -53,6 +55,9 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
 TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
           "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
           "model needs), peak_fraction against the GEMM peak measured in the same run.")
+INDEXER = ("indexer = DeepSeek sparse attention's lightning indexer scores, 2 h_I (d_I + 1) per query-key pair it "
+           "scores (causal: every legal key; full: the rectangle); attention then reads min(p, k_I) keys a query "
+           "under causal, every key under full; indexer_proj = its projections (wq_b, wk, weights_proj).")
 SPARSE_CROSSOVER = ("sparse_decode_cheaper = keys read by a causal decode step (exact, tokens; context = keys - 1) "
                     "past which the model with DeepSeek sparse attention costs fewer FLOPs in all than the same "
                     "model with every sparse layer dense (no indexer, every key read); first_cheaper_context = the "

@@ -308,3 +308,15 @@ def test_the_cli_prints_the_sparse_terms(capsys):
     assert row["indexer_flops"] == LAYERS * INDEXER_PAIR * 13
     assert row["attention_flops"] == LAYERS * ABSORBED_PAIR * K_I
     assert row["indexer_proj_flops"] == LAYERS * INDEXER_PROJ
+
+
+@pytest.mark.parametrize("seq, prefix", [(3, 20), (40, 20), (1, 7), (12, 0)])
+def test_the_compiled_bytes_of_a_chunk_are_the_union_bound(capsys, seq, prefix):
+    code, out, err = run(capsys, "prefill", "--preset-file", str(PRESET), "--seq", str(seq), "--cached-prefix",
+                         str(prefix), "--device", "h200", "--format", "json")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    naive = SIZES["h_q"] * (SIZES["d_nope"] + SIZES["d_rope"] + SIZES["d_v"])      # prefill under auto: naive
+    rows = min(prefix + seq, brute(selected, prefix, seq, False))
+    assert row["kv_read_bytes"] == LAYERS * (naive * rows + SIZES["d_I"] * (prefix + seq)) * 2
+    assert row["kv_write_bytes"] == LAYERS * seq * (naive + SIZES["d_I"]) * 2

@@ -251,6 +251,11 @@ def _decode_note(specs, cache: str = "whole") -> str:
     note = "A decode step reads T+1 keys (its own included)"
     chunks = any(g.block.attention == "chunk" for spec in specs for g in spec.groups)
     chunk_note = "; in a chunked layer causal counts those of its own chunk, (T mod W_c) + 1" if chunks else ""
+    if any(g.block.sparse for spec in specs for g in spec.groups):
+        chunk_note += ("; in a sparse-attention layer causal counts the min(T+1, k_I) its indexer selects (the "
+                       "indexer scores all T+1), full all T+1")
+        if not chunks and not any(spec.windows for spec in specs):
+            return note + chunk_note + "."
     if any(spec.windows for spec in specs):
         if cache == "rolling":
             return note + ("; in a sliding-window layer with a rolling cache it holds only min(T+1, W) of "

@@ -210,7 +210,8 @@ def keys_loaded(convention: Convention, block: Block, past: sp.Expr, new: sp.Exp
             return keys_read(convention, block, past + 1, past, new)
         if past == 0:                                     # every query selects a key: all of them at most
             return new
-        return sp.Min(past + new, position_sum(block, past + 1, past + new))
+        # halves kept outside the Min, so the printed recipe divides once, exactly
+        return sp.Min(2 * (past + new), sp.expand(2 * position_sum(block, past + 1, past + new))) / 2
     if convention == Convention.causal:
         if block.attention == "chunk":                    # from the first query's chunk start on
             return past + new - chunk_start(past + 1)

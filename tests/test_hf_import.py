@@ -160,10 +160,10 @@ def test_the_cli_refuses_an_out_of_reach_family_in_one_line(tmp_path, capsys):
     from costcalc.cli import main
 
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "deepseek_v32", **BASE, "num_hidden_layers": 2}))
+    path.write_text(json.dumps({"model_type": "xlstm", **BASE, "num_hidden_layers": 2}))
     assert main(["prefill", "--config", str(path), "--seq", "8"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "DeepSeek Sparse Attention" in err and "\n" not in err
+    assert err.startswith("error: ") and "mLSTM matrix-memory blocks" in err and "\n" not in err
 
 
 def test_the_cli_says_a_config_without_model_type_misses_the_field(tmp_path, capsys):

@@ -158,6 +158,8 @@ SEQ = 24   # longer than every window and chunk above
 # counted on CPU on small configs (tests/test_hf_conv_families.py, tests/test_hf_linear_families.py, with
 # their parameters); here only the real configs' parameters.
 ON_CPU = {"jamba", "lfm2", "lfm2_moe"} | {linear.TEXT.get(family, family) for family in linear.SMALL}
+# The sparse-attention families: small configs, parameters and FLOPs, in tests/test_hf_sparse_families.py (CPU).
+ON_CPU |= {"deepseek_v32", "glm_moe_dsa"}
 
 
 def test_every_family_has_a_small_config():

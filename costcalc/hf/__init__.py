@@ -5,7 +5,7 @@ family's configuration class defines (``tables.py``, held against the class by
 ``tests/test_hf_transformers.py``) or an alias, legacy spelling or published extra the family
 accepts -- used to size the layers and decide their kinds, or ignored with its reason. Any other
 key stops the import with an error naming it: a cost calculator must not guess. Families whose
-layers costcalc does not model (sparse attention, shared attention blocks, gated KDA variants) are
+layers costcalc does not model (shared attention blocks, gated KDA variants) are
 refused naming the block kind. Families with linear-attention or state-space mixers carry the dtype
 transformers keeps their recurrent state in (``state_dtype``).
 """
@@ -26,7 +26,6 @@ FAMILIES = tuple(MAPPERS) + tuple(name for name, table in TABLES.items() if tabl
 OUT_OF_REACH = {
     "bailing_hybrid": "Kimi Delta Attention with full-rank forget and output gates (f_proj, g_proj) and MLA with a "
                       "per-head output gate (g_proj), which the kda and mla kinds do not have",
-    "deepseek_v32": "DeepSeek Sparse Attention (MLA whose keys a lightning indexer selects)",
     "zamba": "a shared attention block over the hidden state concatenated with the embeddings (2 x hidden_size "
              "wide) plus a per-layer hidden_size x hidden_size linear, beside Mamba mixers with per-head x/dt projections",
     "zamba2": "Mamba-2 mixers with shared attention blocks (a LoRA adapter per use, an input of twice the "

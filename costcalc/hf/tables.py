@@ -795,3 +795,50 @@ KIMI_LINEAR_ATTN_CONFIG = family(
     used="full_attn_layers kda_layers num_heads head_dim short_conv_kernel_size", ignored="",
     full_attn_layers="1-based numbers of the MLA layers", kda_layers="1-based numbers of the KDA layers",
     num_heads="h_lv", head_dim="d_lk = d_lv", short_conv_kernel_size="K_c")
+
+# --- Sparse-attention families (issue #19): DeepSeek Sparse Attention, MLA with a lightning indexer
+# that selects each query's top index_topk keys: deepseek_v32 (DeepSeek-V3.2) and glm_moe_dsa (GLM-5).
+# Their mapper is hf/families/sparse.py. 5.23's classes keep DeepSeek-V3's MLA and MoE keys (less
+# rope_interleave, pretraining_tp and num_nextn_predict_layers, which published files still carry).
+_DSA_USED = ("first_k_dense_replace hidden_size index_head_dim index_n_heads index_topk intermediate_size kv_lora_rank "
+             "layer_types mlp_layer_types moe_intermediate_size n_routed_experts n_shared_experts num_attention_heads "
+             "num_experts_per_tok num_hidden_layers num_key_value_heads q_lora_rank qk_head_dim qk_nope_head_dim "
+             "qk_rope_head_dim tie_word_embeddings v_head_dim vocab_size")
+_DSA_IGNORED = BASE + " attention_bias head_dim mlp_bias n_group norm_topk_prob routed_scaling_factor topk_group " \
+                      "output_router_logits"
+_DSA_EXTRA_IGNORED = "aux_loss_alpha ep_size num_nextn_predict_layers pretraining_tp rope_interleave scoring_func " \
+                     "seq_aux topk_method"
+_DSA = dict(
+    _DEEPSEEK,
+    q_lora_rank="r_q: must be a number (5.23's DSA attention always builds the query LoRA, and the indexer's "
+                "wq_b reads its latent)",
+    index_n_heads="h_I, the indexer's heads (wq_b: r_q -> h_I d_I; weights_proj: d -> h_I)",
+    index_head_dim="d_I, the indexer's head width and its cached key per token (wk: d -> d_I)",
+    index_topk="k_I, the keys each query's attention selects",
+    layer_types="checked: every layer indexed_attention (5.23 runs no other kind)",
+    mlp_layer_types="which layers are dense and which MoE (sparse); absent: layers below first_k_dense_replace dense",
+    first_k_dense_replace="absent mlp_layer_types: layers below it (default 3) are dense, the rest MoE",
+    pretraining_tp="not read by the modelling code",
+    rope_interleave="not read: 5.23's MLA always interleaves its RoPE (elementwise)",
+    num_nextn_predict_layers="multi-token prediction: not built by the causal LM (5.23 drops the checkpoint's "
+                             "extra layer on load)",
+)
+TABLES.update({
+    "deepseek_v32": family(
+        used=_DSA_USED, ignored=_DSA_IGNORED, extra_used="moe_layer_freq", extra_ignored=_DSA_EXTRA_IGNORED,
+        aliases={"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts"}, **_DSA),
+    "glm_moe_dsa": family(
+        used=_DSA_USED + " indexer_types", ignored=_DSA_IGNORED,
+        extra_used="moe_layer_freq index_topk_freq index_skip_topk_offset index_topk_pattern",
+        extra_ignored=_DSA_EXTRA_IGNORED + " indexer_rope_interleave index_share_for_mtp_iteration moe_router_dtype",
+        aliases={"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts"},
+        indexer_types="checked: every layer full (a shared layer reuses another layer's top-k without an indexer "
+                      "of its own, a block kind costcalc does not model)",
+        index_topk_freq="absent indexer_types: layer i runs its indexer iff max(i - offset + 1, 0) % freq == 0 "
+                        "(checked: every layer must)",
+        index_skip_topk_offset="absent indexer_types: the offset of that rule (default 2)",
+        index_topk_pattern="absent indexer_types: the layers' F (full) / S (shared) string, before the rule",
+        indexer_rope_interleave="not read: glm_moe_dsa's indexer always interleaves its RoPE (elementwise)",
+        index_share_for_mtp_iteration="multi-token prediction: not built by the causal LM",
+        moe_router_dtype="router precision: same matmul", **_DSA),
+})

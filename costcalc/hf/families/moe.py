@@ -48,7 +48,9 @@ def _olmoe(r: Reader) -> list[Layer]:
     return moe_layers(r, r.heads("derive"), [False] * n, [True] * n, expert)
 
 
-def _deepseek(r: Reader) -> list[Layer]:
+def mla_sizes(r: Reader) -> tuple[str, dict[str, int]]:
+    """DeepSeek's MLA as its families read it: the attention kind (``mla``, or ``mla_q`` with a
+    query LoRA) and its sizes; also used by the sparse-attention families (``sparse.py``)."""
     if "q_lora_rank" not in r.config:
         raise r.error("needs field 'q_lora_rank' (null for no query LoRA; the class default is 1536)")
     mla = {"h_q": r.need("num_attention_heads"), "r_kv": r.need("kv_lora_rank"), "d_nope": r.need("qk_nope_head_dim"),
@@ -60,16 +62,25 @@ def _deepseek(r: Reader) -> list[Layer]:
     attn = "mla"
     if r.has("q_lora_rank"):
         mla["r_q"], attn = r.need("q_lora_rank"), "mla_q"
+    return attn, mla
+
+
+def deepseek_ffn(r: Reader, moe: bool) -> tuple[str, dict[str, int]]:
+    """A DeepSeek layer's FFN: routed plus shared experts of width m_e, or a dense SwiGLU."""
+    if moe:
+        m_e = r.need("moe_intermediate_size")
+        return "moe_shared", {"E": r.need("n_routed_experts"), "k": r.need("num_experts_per_tok"), "m_e": m_e,
+                              "E_s": r.need("n_shared_experts"), "m_s": m_e}
+    return "dense", {"m": r.need("intermediate_size")}
+
+
+def _deepseek(r: Reader) -> list[Layer]:
+    attn, mla = mla_sizes(r)
     first = r.count("first_k_dense_replace", 3 if r.family == "deepseek_v3" else 0)
-    m_e = r.need("moe_intermediate_size")
     out = []
     for i in range(r.layer_count()):
-        if i >= first:
-            sizes = {"E": r.need("n_routed_experts"), "k": r.need("num_experts_per_tok"), "m_e": m_e,
-                     "E_s": r.need("n_shared_experts"), "m_s": m_e}
-            out.append({"arch": f"{attn}.moe_shared", **mla, **sizes})
-        else:
-            out.append({"arch": f"{attn}.dense", **mla, "m": r.need("intermediate_size")})
+        ffn, sizes = deepseek_ffn(r, i >= first)
+        out.append({"arch": f"{attn}.{ffn}", **mla, **sizes})
     return out
 
 

@@ -10,6 +10,7 @@ import torch
 
 from costcalc import presets
 from costcalc.cli import main
+from cli_run import one_error
 from costcalc.spec import from_dict
 from costcalc.core import linear
 from costcalc.verify import build, jobs, toy
@@ -334,6 +335,7 @@ def test_the_readme_verify_command_runs_as_written(capsys):
     assert out.count("formula      counted") == 7        # a checks table per job (varlen: packed, padded)
 
 
+@pytest.mark.xdist_group("memory")
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_PRESETS else n
                                   for n in PRESETS])
 def test_every_preset_runs_the_verify_defaults(name, capsys):
@@ -343,7 +345,10 @@ def test_every_preset_runs_the_verify_defaults(name, capsys):
     half = ["--dtype", "bfloat16"] if name in HALF_PRESETS else []
     code = main(["verify", "--preset", name, "--device", "cpu", "--layers", "1", "--vocab", "64",
                  "--repeats", "0", "-f", "json", *half])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    if any(g.block.sparse for g in spec.groups):     # no torch model of the indexer yet: one line says so
+        assert code == 2 and one_error(err, "sparse attention layers") and out == ""
+        return
     assert code == 0
     doc = json.loads(out)                       # one JSON document
     assert set(doc) == {"checks", "timings", "attention", "notes", "summary"}

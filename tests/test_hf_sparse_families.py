@@ -25,16 +25,6 @@ from costcalc.errors import CostcalcError
 from hf_rules import CONFIGS
 
 
-def _has_sparse_block() -> bool:
-    from costcalc.blocks import parse
-
-    try:
-        return bool(getattr(parse("mla_q-sparse.moe_shared"), "sparse", False))
-    except ValueError:
-        return False
-
-
-needs_core = pytest.mark.skipif(not _has_sparse_block(), reason="needs the sparse block kind (mla_q-sparse)")
 
 FAMILIES = ("deepseek_v32", "glm_moe_dsa")
 MLA = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, intermediate_size=96, vocab_size=128,
@@ -199,7 +189,6 @@ def test_transformers_builds_the_matrices_the_mapped_sizes_say(family):
     assert meta_matrices(config) == mapped_matrices(config)
 
 
-@needs_core
 @pytest.mark.parametrize("family", FAMILIES)
 def test_total_params_equal_what_transformers_builds(family):
     from costcalc import calc
@@ -216,27 +205,31 @@ def test_total_params_equal_what_transformers_builds(family):
 SEQ = 16      # above index_topk (6): the top-k mask is not all-true
 
 
-@needs_core
-@pytest.mark.parametrize("family", FAMILIES)
-def test_full_prefill_with_all_logits_equals_flop_counter(family):
-    """Run on the CPU with real weights (the indexer's top-k and the mask scatter read values)."""
+def counted_prefill(family: str):
+    """transformers' small model of the family run over SEQ tokens on the CPU (real weights: the
+    indexer's top-k and the mask scatter read values), logits at every position: (output, counter)."""
     pytest.importorskip("torch")
     import torch
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    fields = {k: v for k, v in SMALL[family].items() if k != "model_type"}
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), attn_implementation="eager",
+                                             experts_implementation="batched_mm").eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = model(input_ids=torch.randint(0, 128, (1, SEQ)), use_cache=False, logits_to_keep=0)
+    return out, counter
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_full_prefill_with_all_logits_equals_flop_counter(family):
     from costcalc import calc
     from costcalc.spec import from_dict
 
     config = SMALL[family]
-    fields = {k: v for k, v in config.items() if k != "model_type"}
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), attn_implementation="eager",
-                                             experts_implementation="batched_mm").eval()
-    ids = torch.randint(0, 128, (1, SEQ))
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        out = model(input_ids=ids, use_cache=False, logits_to_keep=0)
+    out, counter = counted_prefill(family)
     assert tuple(out.logits.shape[:2]) == (1, SEQ)
     spec = from_dict(hf.to_preset(config, "small"), "small")
     row = calc.prefill(spec, SEQ, 1, "full", logits="all")
@@ -249,19 +242,8 @@ def test_the_indexer_transformers_runs_costs_its_projections_and_the_whole_recta
     """Without the calculator: each layer's indexer module counts 2 S (r_q h_I d_I + d d_I + d h_I)
     for wq_b, wk, weights_proj and 2 h_I (d_I + 1) per (query, key) pair of the S x S rectangle
     (q.k per head, then the weighted head sum) -- what ``full`` must count."""
-    pytest.importorskip("torch")
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-    from transformers import AutoModelForCausalLM
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
     config = SMALL[family]
-    fields = {k: v for k, v in config.items() if k != "model_type"}
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), attn_implementation="eager",
-                                             experts_implementation="batched_mm").eval()
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=torch.randint(0, 128, (1, SEQ)), use_cache=False, logits_to_keep=0)
+    _, counter = counted_prefill(family)
     per_module = {path: sum(c.values()) for path, c in counter.get_flop_counts().items() if path.endswith(".indexer")}
     d = config["hidden_size"]
     r_q, h_I, d_I = config["q_lora_rank"], config["index_n_heads"], config["index_head_dim"]

@@ -263,7 +263,7 @@ PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "presets
 # One layer of 512 (or 32 wide) experts is over 21 GB in float32: these run in bfloat16.
 HALF_PRESETS = {"minimax-text-01", "qwen3.5-397b-a17b"}
 # One-layer runs that take more than ~3 s of CPU on a 2-core machine (measured): run by
-# `python -m pytest -m slow`, not by CI. Every preset runs in one or the other.
+# `python -m pytest -m slow -n 0`, not by CI. Every preset runs in one or the other.
 SLOW_PRESETS = {
     "deepseek-v3", "gemma-2-9b", "gemma-3-12b", "gpt-oss-120b", "gpt-oss-20b", "llama-2-70b",
     "llama-2-7b", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "mistral-7b-v0.1", "mixtral-8x7b",
@@ -335,7 +335,6 @@ def test_the_readme_verify_command_runs_as_written(capsys):
     assert out.count("formula      counted") == 7        # a checks table per job (varlen: packed, padded)
 
 
-@pytest.mark.xdist_group("memory")
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_PRESETS else n
                                   for n in PRESETS])
 def test_every_preset_runs_the_verify_defaults(name, capsys):

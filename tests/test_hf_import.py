@@ -85,6 +85,14 @@ def test_qwen3_moe_with_use_sliding_window_windows_every_layer():
     assert kinds(on) == [(48, "window.moe")]        # max_window_layers is not read by 5.23
 
 
+def test_qwen3_coder_s_published_qkv_bias_is_read_as_nothing():
+    """Qwen3-Coder-480B-A35B's file writes qkv_bias, which transformers 5.23 does not read (it was
+    refused as an unknown key): the import counts the same layers with it as without it."""
+    config = json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())
+    for value in (False, True):
+        assert hf.to_preset({**config, "qkv_bias": value}, "x") == hf.to_preset(config, "x")
+
+
 def test_deepseek_moe_layers_follow_first_k_dense_replace_only():
     config = json.loads((CONFIGS / "deepseek-v3.json").read_text())
     assert kinds({**config, "first_k_dense_replace": 5}) == [(5, "mla_q.dense"), (56, "mla_q.moe_shared")]

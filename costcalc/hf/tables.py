@@ -121,12 +121,13 @@ TABLES = {
         used=DENSE + " decoder_sparse_step mlp_only_layers moe_intermediate_size num_experts_per_tok "
                      "num_local_experts sliding_window use_sliding_window",
         ignored=BASE + " attention_bias norm_topk_prob " + ROUTER, extra_used="head_dim",
-        extra_ignored="max_window_layers", aliases={"num_experts": "num_local_experts"}, head_dim=HEAD_DIM_READ,
+        extra_ignored="max_window_layers qkv_bias", aliases={"num_experts": "num_local_experts"}, head_dim=HEAD_DIM_READ,
         intermediate_size="m of the dense layers", num_local_experts="E (written for the field num_experts)",
         decoder_sparse_step="layer i is MoE iff (i+1) % step == 0 and i not in mlp_only_layers",
         mlp_only_layers="layers forced dense", use_sliding_window="true: every layer windowed (5.23)",
         sliding_window="W of every layer when use_sliding_window",
-        max_window_layers="not read by 5.23: use_sliding_window windows every layer"),
+        max_window_layers="not read by 5.23: use_sliding_window windows every layer",
+        qkv_bias="published by Qwen3-Coder-480B-A35B, not read by 5.23 (attention_bias is): biases are not counted"),
     "olmoe": family(
         used=DENSE + " num_experts num_experts_per_tok",
         ignored=BASE + " attention_bias clip_qkv norm_topk_prob " + ROUTER, extra_used="head_dim",

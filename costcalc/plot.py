@@ -119,16 +119,19 @@ def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt:
         return []
     rows = {r["quantity"]: r for r in calc.crossover(spec, [convention])}
     out = []
+    # never: windows, chunks or a sparse top-k keep attention below the linear layers, or there is none
+    why = ("no softmax attention" if not any(g.block.attends for g in spec.groups) else
+           "sparse or local attention" if any(g.block.sparse for g in spec.groups) else "local attention")
     if what == "prefill":
         at = rows["prefill_attention_equals_linear"]["tokens"]
-        if at is None:      # never: windows or chunks keep attention below the linear layers
-            return [{"x": None, "label": "attention never reaches the linear layers (local attention)",
+        if at is None:
+            return [{"x": None, "label": f"attention never reaches the linear layers ({why})",
                      "convention": convention}]
         label = f"attention = linear at S = {at:,.0f}"
     else:
         t_equal = rows["decode_t_equal"]["tokens"]
         if t_equal is None:
-            return [{"x": None, "label": "T_equal: never (local attention)", "convention": convention}]
+            return [{"x": None, "label": f"T_equal: never ({why})", "convention": convention}]
         # The x axis of decode is the cached context T: the step reads T + 1 keys. Token j >= 2
         # of a generation comes from the step over S + j - 2 cached tokens (S + j - 1 keys).
         context = rows["decode_t_equal"]["context"]

@@ -250,3 +250,10 @@ def test_every_hybrid_preset_is_compared_without_a_failure(name):
         assert rows and all(r["flops"] is not None or r["note"] for r in rows), name
     megatron = next(r for r in compare(Case(spec, "train", seq=256), ["megatron"]))
     assert megatron["flops"] is not None or "not modelled" in megatron["note"]
+
+
+def test_a_plot_of_a_model_without_softmax_attention_says_why_it_never_crosses(capsys, tmp_path):
+    from cli_run import run
+
+    code, _, err = run(capsys, "plot", "decode", "-p", "mamba-2.8b-hf", "-t", "1k:8k:x2", "-o", str(tmp_path / "p.png"))
+    assert code == 0 and "T_equal: never (no softmax attention)" in err

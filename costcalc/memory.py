@@ -103,6 +103,7 @@ def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE
     max_batch = room // per_sequence if room > 0 and per_sequence else 0
     labels = {**({"mla": query.but(workload="decode").form.value} if spec.has_mla else {}),
               **({"window_cache": query.options.window_cache.value} if _bounded(spec) else {}),
+              **({"scan": query.labels()["scan"]} if spec.has_mixers else {}),   # the conv window it holds
               **({"state_dtype": precision.state_dtype(spec).value} if spec.has_states else {})}
     held = weights + cache + states
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,

@@ -42,7 +42,9 @@ instead of a KV cache:
 
 A softmax attention may gate its output per head with a sigmoid of a second query-width
 projection (``gated``: Qwen3-Next's and Qwen3.5's ``q_proj`` of twice the query width:
-``gqa-gated.moe``). A softmax attention may run a mixer ``beside`` it in the same layer, their outputs summed
+``gqa-gated.moe``), and may take its values from its key projection (``k_eq_v``: Gemma 4's
+full-attention layers, ``attention_k_eq_v``: no ``v_proj``, the keys before their norm and RoPE are
+the values: ``gqa-keqv.moe_shared``; the cache still holds both). A softmax attention may run a mixer ``beside`` it in the same layer, their outputs summed
 (Falcon-H1: ``gqa+mamba2``). The FFN may be ``none`` too (Nemotron-H's mixer-only layers).
 
 A ``window`` layer's KV cache (``cache``) is ``whole`` or ``rolling`` (docs/cost-model.md,
@@ -83,6 +85,7 @@ class Block:
     gated: bool = False         # gqa kinds: q_proj also gives a per-head output gate (Qwen3-Next, Qwen3.5)
     plain: bool = False         # moe: non-gated MLP experts (up, down), shared ones too (Nemotron-H)
     sparse: bool = False        # mla: a lightning indexer selects k_I keys per query (DeepSeek Sparse Attention)
+    k_eq_v: bool = False        # gqa kinds: no v_proj, the key projection's output is also the values (Gemma 4)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -110,6 +113,8 @@ class Block:
                              f"beside a softmax attention ({', '.join(SOFTMAX)})")
         if self.gated and self.attention not in ("gqa", "window", "chunk"):
             raise ValueError("an output gate applies to gqa, window and chunk attention only")
+        if self.k_eq_v and self.attention not in ("gqa", "window", "chunk"):
+            raise ValueError("values from the key projection (k_eq_v) apply to gqa, window and chunk attention only")
         if self.attention == "none" and self.ffn == "none":
             raise ValueError("a block needs a mixer or an FFN")
 
@@ -134,6 +139,7 @@ class Block:
         attn = self.attention + ("_q" if self.q_lora else "") + ("-sparse" if self.sparse else "")
         attn += "" if self.form == "naive" else f"-{self.form}"
         attn += "-gated" if self.gated else ""
+        attn += "-keqv" if self.k_eq_v else ""
         attn += "-rolling" if self.cache == "rolling" else ""
         attn += f"+{self.beside}" if self.beside else ""
         ffn = self.ffn + ("_plain" if self.plain else "") + ("_shared" if self.shared else "") + \
@@ -145,14 +151,14 @@ class Block:
         if self.attention != "mla":
             return self
         return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate, beside=self.beside,
-                     gated=self.gated, plain=self.plain, sparse=self.sparse)
+                     gated=self.gated, plain=self.plain, sparse=self.sparse, k_eq_v=self.k_eq_v)
 
     def with_cache(self, cache: str) -> "Block":
         """The same block with a whole or rolling window cache (other attention kinds are unchanged)."""
         if self.attention != "window":
             return self
         return Block(self.attention, self.ffn, self.q_lora, self.form, self.shared, self.shared_gate, cache,
-                     self.beside, self.gated, self.plain)
+                     self.beside, self.gated, self.plain, k_eq_v=self.k_eq_v)
 
     def sizes(self) -> tuple[str, ...]:
         """The size symbols this block's formulas use (besides L, d, V)."""
@@ -201,7 +207,7 @@ def parse_arch(arch: object) -> Block:
 
 def parse(key: str) -> Block:
     """``"mla_q-absorbed.moe_shared"``, ``"mla_q-sparse-absorbed.moe_shared"``,
-    ``"window-rolling.dense"`` -> Block(...); also the
+    ``"window-rolling.dense"``, ``"gqa-keqv.moe_shared"`` -> Block(...); also the
     aliases ``dense``, ``moe``."""
     key = ALIASES.get(key, key)
     try:
@@ -211,6 +217,8 @@ def parse(key: str) -> Block:
     attn, _, beside = attn.partition("+")
     cache = "rolling" if attn.endswith("-rolling") else "whole"
     attn = attn.removesuffix("-rolling")
+    k_eq_v = attn.endswith("-keqv")
+    attn = attn.removesuffix("-keqv")
     gated = attn.endswith("-gated")
     attn = attn.removesuffix("-gated")
     form = next((f for f in FORMS if attn.endswith(f"-{f}")), "naive")
@@ -225,4 +233,4 @@ def parse(key: str) -> Block:
     ffn = ffn.removesuffix("_shared")
     plain = ffn.endswith("_plain")
     ffn = ffn.removesuffix("_plain")
-    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse)
+    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse, k_eq_v)

@@ -203,7 +203,8 @@ class KVCache(nn.Module):
 
 class Attention(nn.Module):
     """GQA, with a sliding window or an attention chunk where the layer has one; gated
-    (Qwen3-Next): ``q_proj`` also gives each head a gate, the output times its sigmoid."""
+    (Qwen3-Next): ``q_proj`` also gives each head a gate, the output times its sigmoid; ``k_eq_v``
+    (Gemma 4's full layers): no ``v_proj``, the key projection's output (before RoPE) is the values."""
 
     def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
@@ -211,7 +212,7 @@ class Attention(nn.Module):
         self.gated = lc.block.gated
         self.q_proj = nn.Linear(c.d, (2 if self.gated else 1) * lc.h_q * lc.d_h, bias=False)
         self.k_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
-        self.v_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
+        self.v_proj = None if lc.block.k_eq_v else nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
         self.o_proj = nn.Linear(lc.h_q * lc.d_h, c.d, bias=False)
         self.attend = Attend()
 
@@ -226,7 +227,7 @@ class Attention(nn.Module):
         if self.gated:
             q, gate = q.chunk(2, dim=-1)
         k = self.k_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)    # [B, H_kv, C, D]
-        v = self.v_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)
+        v = k if self.v_proj is None else self.v_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)
         if c.positions == "rope":
             q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
         past = int(positions[0])

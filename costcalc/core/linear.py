@@ -147,6 +147,8 @@ def block(kind: Block) -> tuple[Projection, ...]:
     """The projections of one decoder block of the given kind."""
     attention = (GATED_GQA if kind.gated else GQA if kind.attention in ("gqa", "window", "chunk") else
                  mla(kind.q_lora, kind.form) if kind.attention == "mla" else ())
+    if kind.k_eq_v:     # values from the key projection (Gemma 4's attention_k_eq_v): no v_proj
+        attention = tuple(p for p in attention if p.name != "v_proj")
     attention += indexer(kind.q_lora) if kind.sparse else ()
     attention += MIXER.get(kind.mixer, ())
     if kind.ffn in ("dense", "mlp", "none"):

@@ -68,6 +68,12 @@ STRUCTURES = [
      "layers": [{"count": 1, "arch": "chunk.moe_shared", "W_c": 7, "E": 4, "k": 1, "m_e": 8, "E_s": 1, "m_s": 8},
                 {"count": 1, "arch": "gqa.dense", "m": 40},
                 {"count": 1, "arch": "chunk.mlp", "W_c": 4, "m": 24}]},
+    # Gemma 4's full layers: values are their keys (no v_proj), experts beside the MLP; and a DeciLM
+    # (Nemotron NAS) layer without attention
+    {"name": "small-keqv-nas", "d": 32, "V": 27,
+     "layers": [{"count": 1, "arch": "gqa-keqv.moe_shared", "h_q": 4, "h_kv": 1, "d_h": 12, "E": 4, "k": 2,
+                 "m_e": 8, "E_s": 1, "m_s": 24},
+                {"count": 1, "arch": "none.dense", "m": 40}]},
 ]
 
 
@@ -288,6 +294,8 @@ SLOW_PRESETS = {
     "ai21-jamba-1.5-mini", "falcon-h1-34b-base", "falcon-mamba-7b", "granite-4.0-h-small", "kimi-linear-48b-a3b",
     "lfm2-1.2b", "lfm2-8b-a1b", "mamba-2.8b-hf", "minimax-text-01", "nemotron-h-56b-base-8k",
     "nvidia-nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b",
+    # Gemma 4 and Llama-Nemotron NAS (full-width layers, LM heads of 128k-262k rows)
+    "gemma-4-26b-a4b", "gemma-4-31b", "llama-3.3-nemotron-super-49b",
 }
 
 

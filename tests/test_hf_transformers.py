@@ -44,7 +44,7 @@ def keys_of(cls) -> set[str]:
     return fields | (written - base - {"model_type", "transformers_version"})
 
 
-@pytest.mark.parametrize("family", sorted(hf.TABLES))
+@pytest.mark.parametrize("family", sorted(set(hf.TABLES) - hf_models.REMOTE))
 def test_each_table_holds_its_configuration_class(family):
     table = hf.TABLES[family]
     assert set(table.rows) == class_keys(family), family
@@ -59,7 +59,11 @@ def test_each_sub_table_holds_its_configuration_class(family, key):
     assert key in hf.TABLES[family].rows
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.json")))
+IN_TRANSFORMERS = sorted(p.stem for p in CONFIGS.glob("*.json")
+                         if json.loads(p.read_text())["model_type"] not in hf_models.REMOTE)
+
+
+@pytest.mark.parametrize("name", IN_TRANSFORMERS)
 def test_a_config_rewritten_by_transformers_reads_the_same(name):
     original = json.loads((CONFIGS / f"{name}.json").read_text())
     written = hf_models.rewrite(original)
@@ -152,6 +156,12 @@ SMALL = {
     "mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, expand=2, time_step_rank="auto"),
     "falcon_mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, expand=16, intermediate_size=96,
                          state_size=8, conv_kernel=3, time_step_rank=6),
+    # Gemma 4: sliding layers and full ones of another head width and KV heads, values from the keys on the
+    # full layers (no v_proj), experts beside every layer's MLP (tests/test_hf_gemma4.py checks it further)
+    "gemma4_text": dict(BASE, num_hidden_layers=4, head_dim=16, global_head_dim=24, num_global_key_value_heads=1,
+                        attention_k_eq_v=True, sliding_window=8, hidden_size_per_layer_input=0, enable_moe_block=True,
+                        num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+                        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
 }
 SEQ = 24   # longer than every window and chunk above
 # Families whose forward reads tensor values (.item()), which the meta device cannot: their FLOPs are
@@ -166,7 +176,7 @@ def test_every_family_has_a_small_config():
     """The state-space families' small configs are in tests/test_hf_ssm_families.py (every phase)."""
     from costcalc.hf.families import ssm
 
-    assert set(SMALL) | ON_CPU == set(hf.MAPPERS) - set(ssm.MAPPERS) and not set(SMALL) & ON_CPU
+    assert set(SMALL) | ON_CPU == set(hf.MAPPERS) - set(ssm.MAPPERS) - hf_models.REMOTE and not set(SMALL) & ON_CPU
 
 
 def all_experts_adjustment(spec, row: dict) -> int:
@@ -193,7 +203,7 @@ def test_parameters_and_prefill_flops_equal_what_transformers_builds_and_counts(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.json")))
+@pytest.mark.parametrize("name", IN_TRANSFORMERS)
 def test_every_real_config_at_its_real_size(name):
     """The same two equalities for every real config (each preset's model) at its real size, on meta
     (about 20 s for all: ``pytest -m slow tests/test_hf_transformers.py``)."""

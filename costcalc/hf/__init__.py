@@ -98,7 +98,7 @@ def _reader(config: dict, family: str, where: str) -> Reader:
                                 f"the cost; costcalc does not guess -- remove it if it does not")
     if config.get("is_encoder_decoder"):
         raise CostcalcError(f"{where}: is_encoder_decoder is true: only decoder-only models are costed")
-    if config.get("per_layer_config"):
+    if config.get("per_layer_config") and "per_layer_config" not in table.rows:   # a family that reads it (gemma4_text)
         raise CostcalcError(f"{where}: per_layer_config gives layers their own sizes, which is not read")
     return Reader(config, family, where, table.aliases)
 

@@ -843,3 +843,51 @@ TABLES.update({
         index_share_for_mtp_iteration="multi-token prediction: not built by the causal LM",
         moe_router_dtype="router precision: same matmul", **_DSA),
 })
+
+# --- Gemma 4 (issue #19): the gemma4 wrapper and its gemma4_text decoder (hf/families/gemma4.py) ------
+_GEMMA4_IGNORED = (BASE.replace("hidden_act", "hidden_activation") + " attention_bias final_logit_softcapping "
+                   "use_double_wide_mlp vocab_size_per_layer_input")
+TABLES.update({
+    "gemma4_text": family(
+        tied=True,
+        used=DENSE + " attention_k_eq_v enable_moe_block head_dim hidden_size_per_layer_input layer_types "
+                     "moe_intermediate_size num_experts num_kv_shared_layers per_layer_config sliding_window "
+                     "top_k_experts use_bidirectional_attention",
+        ignored=_GEMMA4_IGNORED,
+        extra_used="global_head_dim num_global_key_value_heads expert_intermediate_size",
+        head_dim="d_h of the sliding layers (and of any layer per_layer_config leaves alone)",
+        num_key_value_heads="h_kv of the sliding layers (and of any layer per_layer_config leaves alone)",
+        intermediate_size="m of every layer's GeGLU MLP (with enable_moe_block: m_s, the MLP beside the experts)",
+        layer_types="sliding_attention (window) or full_attention per layer (absent: every sixth full); 5.23 "
+                    "forces the last layer full",
+        sliding_window="W of the sliding layers",
+        per_layer_config="per-layer head_dim / num_key_value_heads (5.23 derives it from global_head_dim and "
+                         "num_global_key_value_heads where absent; any other key is refused)",
+        global_head_dim="d_h of the full layers (absent per_layer_config: __post_init__ pops it into the overrides)",
+        num_global_key_value_heads="h_kv of the full layers, with attention_k_eq_v only (popped into the overrides)",
+        attention_k_eq_v="the full layers build no v_proj: the key projection gives the values (-keqv)",
+        enable_moe_block="every layer: router and top_k_experts routed experts beside the dense MLP (moe_shared)",
+        num_experts="E", top_k_experts="k", moe_intermediate_size="m_e, each expert's GeGLU width",
+        expert_intermediate_size="a published duplicate of moe_intermediate_size (not read by 5.23): checked equal",
+        hidden_size_per_layer_input="checked 0: per-layer embeddings (class default 256) are refused",
+        num_kv_shared_layers="checked 0: layers reusing another layer's keys and values are refused",
+        use_bidirectional_attention="checked null or 'vision' (text tokens causal); 'all' is refused",
+        use_double_wide_mlp="doubles the MLP of KV-shared layers only, which are refused",
+        vocab_size_per_layer_input="rows of the per-layer embedding table (refused where it exists)",
+        tie_word_embeddings="tied_embeddings of a text-only model (under the gemma4 wrapper the wrapper's flag)"),
+    "gemma4": family(
+        tied=True,
+        used="text_config tie_word_embeddings",
+        ignored="audio_config audio_token_id boa_token_id boi_token_id eoa_token_index eoi_token_id image_token_id "
+                "initializer_range video_token_id vision_config",
+        extra_ignored="bos_token_id eos_token_id pad_token_id vision_soft_tokens_per_image eoa_token_id",
+        text_config="the decoder that is costed (read as gemma4_text)",
+        tie_word_embeddings="whether the LM head is tied (the wrapper's flag decides; default true)",
+        vision_config="the vision tower: not part of the text decoder costed here",
+        audio_config="the audio tower: not part of the text decoder costed here",
+        vision_soft_tokens_per_image="image tokens per image: a prompt length, not a size",
+        **{k: "token id" for k in ("audio_token_id", "boa_token_id", "boi_token_id", "eoa_token_index",
+                                   "eoi_token_id", "image_token_id", "video_token_id", "eoa_token_id")},
+        initializer_range="initialisation")._replace(decoder="gemma4_text"),
+})
+

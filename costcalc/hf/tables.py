@@ -891,3 +891,34 @@ TABLES.update({
         initializer_range="initialisation")._replace(decoder="gemma4_text"),
 })
 
+# --- Llama-Nemotron NAS (issue #19): DeciLM remote code, not in transformers 5.23 (hf/families/nas.py).
+# Its keys are LlamaConfig's plus block_configs; with no configuration class to hold the table
+# against, tests/test_hf_nas.py holds it against the published file.
+TABLES.update({
+    "nemotron-nas": family(
+        used="block_configs hidden_size head_dim intermediate_size num_attention_heads num_hidden_layers "
+             "num_key_value_heads tie_word_embeddings vocab_size",
+        ignored=BASE + " attention_bias mlp_bias pretraining_tp",
+        block_configs="per layer: attention (n_heads_in_group -> h_kv, or no_op) and ffn (ffn_mult -> m, or no_op)",
+        head_dim="d_h (absent: hidden_size // num_attention_heads, as Llama's attention reads it)",
+        intermediate_size="checked null: block_configs give each layer its width",
+        num_key_value_heads="checked null: block_configs give each layer its key/value heads",
+        attention_bias="biases: not counted", mlp_bias="biases: not counted"),
+})
+# A block's two parts (DeciLM's AttentionConfig and FFNConfig as the published files write them).
+NEMOTRON_NAS_BLOCK = {
+    "attention": family(
+        used="n_heads_in_group no_op replace_with_linear",
+        ignored="num_sink_tokens sparsify unshifted_sink use_prefill_window_in_sink_attention window_length",
+        n_heads_in_group="query heads per key/value head: h_kv = num_attention_heads // it",
+        no_op="no attention in the layer (a none mixer)",
+        replace_with_linear="checked false: a hidden x hidden linear instead is refused",
+        num_sink_tokens="checked null (sink attention is refused)", sparsify="checked null",
+        unshifted_sink="checked false", use_prefill_window_in_sink_attention="checked false",
+        window_length="checked null (a DeciLM attention window is refused)"),
+    "ffn": family(
+        used="ffn_mult no_op replace_with_linear", ignored="sparsify",
+        ffn_mult="m = int(2 ffn_mult hidden_size / 3) rounded up to a multiple of 256 (DeciLM)",
+        no_op="no FFN in the layer", replace_with_linear="checked false: a hidden x hidden linear instead is refused",
+        sparsify="checked null"),
+}

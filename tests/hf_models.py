@@ -38,6 +38,10 @@ NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight"),   # per-head LayerNo
               # depthwise convolutions [channels, 1, K_c] and KDA's decay [1, 1, heads, 1]: no product's operand
               **{f: ("conv1d.weight", "A_log") for f in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
                                                          "olmo_hybrid", "kimi_linear")}}
+# Remote-code families transformers 5.23 does not ship: the transformers family their code subclasses
+# and builds, and the keys their own configuration class adds (MiMo-7B: MiMoConfig(Qwen2Config) adds
+# num_nextn_predict_layers; its MiMoModel is Qwen2Model plus MTP layers its forward does not run).
+REMOTE = {"mimo": ("qwen2", {"num_nextn_predict_layers"})}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
             "qwen3_5_moe": "qwen3_5_moe_text"}
 
@@ -55,7 +59,10 @@ def build(config: dict, experts: bool):
     family = config["model_type"]
     if family in WRAPPERS:
         config, family = {**config["text_config"]}, WRAPPERS[family]
-    fields = {k: v for k, v in config.items() if k != "model_type"}
+    added: set = set()
+    if family in REMOTE:
+        family, added = REMOTE[family]
+    fields = {k: v for k, v in config.items() if k != "model_type" and k not in added}
     import torch
 
     kwargs = {"attn_implementation": "eager"}

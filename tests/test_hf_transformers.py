@@ -32,6 +32,9 @@ CONFIGS = Path(__file__).resolve().parent / "data" / "hf-configs"
 def class_keys(family: str) -> set[str]:
     """The keys a configuration class defines (its fields, under the names save_pretrained writes)
     and the keys its __post_init__ adds and writes."""
+    if family in hf_models.REMOTE:       # remote code: the class it subclasses, plus the fields it adds
+        base, added = hf_models.REMOTE[family]
+        return keys_of(CONFIG_MAPPING[base]) | added
     return keys_of(CONFIG_MAPPING[family])
 
 
@@ -49,7 +52,7 @@ def test_each_table_holds_its_configuration_class(family):
     table = hf.TABLES[family]
     assert set(table.rows) == class_keys(family), family
     assert not set(table.extra) & set(table.rows), "an extra key is a class key"
-    assert set(CONFIG_MAPPING[family].attribute_map) <= set(table.known())
+    assert set(CONFIG_MAPPING[hf_models.REMOTE.get(family, (family,))[0]].attribute_map) <= set(table.known())
 
 
 @pytest.mark.parametrize("family, key", [(f, k) for f in sorted(hf.SUBTABLES) for k in sorted(hf.SUBTABLES[f])])
@@ -76,6 +79,8 @@ SMALL = {
     "llama": dict(BASE, num_hidden_layers=2, attention_bias=True, mlp_bias=True),
     "mistral": dict(BASE, num_hidden_layers=2, sliding_window=8),
     "qwen2": dict(BASE, num_hidden_layers=4, use_sliding_window=True, sliding_window=8, max_window_layers=2),
+    "mimo": dict(BASE, num_hidden_layers=4, use_sliding_window=True, sliding_window=8, max_window_layers=2,
+                 num_nextn_predict_layers=1, attention_bias=True),
     "qwen3": dict(BASE, num_hidden_layers=4, head_dim=24, use_sliding_window=True, sliding_window=8, max_window_layers=3),
     "mixtral": dict(BASE, **MOE, num_hidden_layers=2, intermediate_size=32, num_local_experts=4, sliding_window=8),
     "qwen2_moe": dict(BASE, **MOE, num_hidden_layers=4, moe_intermediate_size=32, shared_expert_intermediate_size=48,

@@ -98,6 +98,16 @@ TABLES = {
         used=DENSE + " " + _QWEN_WINDOWS, ignored=BASE, extra_used="head_dim", head_dim=HEAD_DIM_READ,
         max_window_layers="older configs: layers i >= it are windowed when use_sliding_window",
         use_sliding_window="older configs: windows on (layer_types must agree)"),
+    # MiMo-7B's remote code (XiaomiMiMo, modeling_mimo.py): MiMoConfig(Qwen2Config) adds
+    # num_nextn_predict_layers; the decoder is Qwen2's (Qwen2Model), the MTP layers apart from it.
+    "mimo": family(
+        used=DENSE + " " + _QWEN_WINDOWS, ignored=BASE + " num_nextn_predict_layers", extra_used="head_dim",
+        extra_ignored="attention_bias", head_dim=HEAD_DIM_READ,
+        max_window_layers="older configs: layers i >= it are windowed when use_sliding_window",
+        use_sliding_window="older configs: windows on (layer_types must agree)",
+        num_nextn_predict_layers="MTP layers (MiMoMTPLayers: input_proj 2d -> d and one Qwen2 layer each), built "
+                                 "beside the decoder and not run by its forward: not part of the decoder costed",
+        attention_bias="q/k/v biases (Qwen2's attention always has them; the key is not read): not counted"),
     "qwen3": family(
         used=DENSE + " head_dim " + _QWEN_WINDOWS, ignored=BASE + " attention_bias",
         max_window_layers="older configs: layers i >= it are windowed when use_sliding_window",

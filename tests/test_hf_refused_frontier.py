@@ -1,0 +1,58 @@
+"""Frontier families refused in one line (costcalc/hf/__init__.py OUT_OF_REACH), each refusal held to
+what transformers 5.23 builds: the module the line names exists, with the shape it gives, on a small
+config on the meta device (docs/hf-import.md, "Refused frontier families")."""
+import pytest
+
+pytest.importorskip("transformers")
+
+from costcalc import hf  # noqa: E402
+from costcalc.errors import CostcalcError  # noqa: E402
+
+SMALL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, vocab_size=128, num_hidden_layers=2,
+             intermediate_size=96, moe_intermediate_size=32, num_experts_per_tok=2)
+
+
+def _build(module, config_class, model_class, **fields):
+    import importlib
+
+    import torch
+
+    mod = importlib.import_module(f"transformers.models.{module}")
+    with torch.device("meta"):
+        return getattr(mod, model_class)(getattr(mod, config_class)(**fields))
+
+
+def test_step3p7_builds_a_per_head_output_gate_on_every_layer():
+    model = _build("step3p7", "Step3p7TextConfig", "Step3p7TextModel", **SMALL, head_dim=16, n_routed_experts=4,
+                   share_expert_dim=32, sliding_window=8, layer_types=["full_attention", "sliding_attention"])
+    for layer in model.layers:
+        attn = layer.self_attn
+        assert (attn.g_proj.in_features, attn.g_proj.out_features) == (64, attn.num_heads)    # one gate per head
+        assert attn.q_proj.out_features == attn.num_heads * attn.head_dim                   # not in q_proj
+    with pytest.raises(CostcalcError, match=r"per-head sigmoid attention output gate .*g_proj, hidden_size -> heads"):
+        hf.to_preset({"model_type": "step3p7", "text_config": {"hidden_size": 64}}, "x")
+
+
+def test_mimo_v2_flash_builds_value_heads_narrower_than_its_query_key_heads():
+    model = _build("mimo_v2_flash", "MiMoV2FlashConfig", "MiMoV2FlashModel", **SMALL, head_dim=24, v_head_dim=16,
+                   n_routed_experts=4)
+    for layer in model.layers:
+        attn = layer.self_attn
+        kv_heads = attn.k_proj.out_features // 24
+        assert attn.q_proj.out_features == 4 * 24 and attn.v_proj.out_features == kv_heads * 16
+        assert attn.o_proj.in_features == 4 * 16
+    with pytest.raises(CostcalcError, match="value heads narrower than their query/key heads"):
+        hf.to_preset({"model_type": "mimo_v2_flash", "head_dim": 192, "v_head_dim": 128}, "x")
+
+
+def test_minimax_m3_builds_a_lightning_indexer_over_gqa_on_its_sparse_layers():
+    model = _build("minimax_m3_vl", "MiniMaxM3VLTextConfig", "MiniMaxM3VLTextModel", **SMALL, head_dim=16,
+                   num_local_experts=4, index_n_heads=2, index_head_dim=8,
+                   layer_types=["full_attention", "minimax_m3_sparse"])
+    full, sparse = (layer.self_attn for layer in model.layers)
+    assert full.indexer is None
+    assert (sparse.indexer.q_proj.out_features, sparse.indexer.k_proj.out_features) == (2 * 8, 8)
+    assert sparse.k_proj.out_features == 2 * 16          # GQA keys, not an MLA latent
+    for family in ("minimax_m3_vl", "minimax_m3_vl_text"):
+        with pytest.raises(CostcalcError, match="GQA with a lightning indexer on its minimax_m3_sparse layers"):
+            hf.to_preset({"model_type": family}, "x")

@@ -260,13 +260,15 @@ KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention", "gdn": "Gated De
          "kda": "Kimi Delta Attention layers", "mamba2": "Mamba-2 layers", "mamba1": "Mamba layers",
          "lightning": "lightning attention layers", "shortconv": "short-convolution layers",
          "gated": "gated attention outputs", "none": "layers without a mixer or an FFN",
-         "sparse": "DeepSeek sparse attention (an indexer and top-k keys)"}
+         "sparse": "DeepSeek sparse attention (an indexer and top-k keys)",
+         "hgated": "per-head attention output gates (g_proj)", "dv": "value heads of their own width (d_v != d_h)"}
 
 
 def features(block) -> set[str]:
     """The layer kinds of ``KINDS`` a block has."""
     return ({block.ffn, block.attention, block.mixer} | ({"gated"} if block.gated else set())
-            | ({"sparse"} if block.sparse else set())) & set(KINDS)
+            | ({"sparse"} if block.sparse else set()) | ({"hgated"} if block.head_gate else set())
+            | ({"dv"} if block.dv else set())) & set(KINDS)
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,9 @@ SMALL = {
                   attention_bias=True),
     "hunyuan_v1_moe": dict(BASE, num_hidden_layers=3, head_dim=24, num_experts=4, moe_topk=[2, 1, 2],
                            attention_bias=True),
+    # value heads narrower than the query/key heads; sliding layers with twice the KV heads and sinks
+    "mimo_v2_flash": dict(BASE, **MOE, num_hidden_layers=7, head_dim=24, v_head_dim=16, sliding_window=8,
+                          moe_intermediate_size=32, n_routed_experts=4),
     # Mamba-1 and short-convolution families (tests/test_hf_conv_families.py checks them further)
     "mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, expand=2, time_step_rank="auto"),
     "falcon_mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, expand=16, intermediate_size=96,

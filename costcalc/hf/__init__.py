@@ -39,9 +39,6 @@ OUT_OF_REACH = {
                     "a per-head sigmoid attention output gate on every layer (g_proj, hidden_size -> heads, times each "
                     "head's output before o_proj: Step3p7TextConfig's gating, true; Step-3.7-Flash's "
                     "use_head_wise_attn_gate), which is not gqa-gated's per-channel gate in q_proj"),
-    "mimo_v2_flash": "value heads narrower than their query/key heads (q_proj and k_proj of head_dim per head, v_proj "
-                     "and o_proj of v_head_dim: 192 and 128 in MiMo-V2-Flash), which the gqa and window kinds (one "
-                     "head_dim for q, k and v) do not express",
     **dict.fromkeys(("minimax_m3_vl", "minimax_m3_vl_text"),
                     "GQA with a lightning indexer on its minimax_m3_sparse layers (indexer q_proj hidden_size -> "
                     "index_n_heads x index_head_dim, k_proj hidden_size -> index_head_dim, scores pooled to blocks of "

@@ -853,3 +853,47 @@ TABLES.update({
         index_share_for_mtp_iteration="multi-token prediction: not built by the causal LM",
         moe_router_dtype="router precision: same matmul", **_DSA),
 })
+# Families whose attention needs the GQA head features (costcalc/blocks.py: dv, head_gate): MiMo-V2-Flash's
+# narrower value heads (hf/families/heads.py).
+TABLES.update({
+    "mimo_v2_flash": family(
+        used="hidden_size intermediate_size num_attention_heads num_hidden_layers num_key_value_heads "
+             "tie_word_embeddings vocab_size head_dim v_head_dim sliding_window layer_types mlp_layer_types "
+             "moe_intermediate_size n_routed_experts num_experts_per_tok",
+        ignored=BASE + " attention_bias attention_value_scale n_group norm_topk_prob output_router_logits "
+                       "routed_scaling_factor topk_group",
+        extra_used="sliding_window_size swa_num_attention_heads swa_num_key_value_heads swa_head_dim swa_v_head_dim "
+                   "hybrid_layer_pattern moe_layer_freq n_shared_experts hybrid_block_size",
+        extra_ignored="add_swa_attention_sink_bias add_full_attention_sink_bias swa_rope_theta layernorm_epsilon "
+                      "scoring_func topk_method attention_chunk_size mlp_bias use_qk_norm hidden_dropout "
+                      "num_nextn_predict_layers",
+        aliases={"num_local_experts": "n_routed_experts"},
+        num_attention_heads="h_q on every layer", num_key_value_heads="h_kv of the full layers (twice it on the "
+                                                                      "sliding ones: 5.23 doubles it there)",
+        head_dim="d_h of queries and keys (class default 192, the example model's: must be stated)",
+        v_head_dim="d_v of values: v_proj h_kv d_v, o_proj h_q d_v (class default 128: must be stated)",
+        sliding_window="W of the sliding layers (a sliding_window_size wins: 5.23 sets W to it + 1)",
+        layer_types="which layers are windowed; absent: layer 0 and every 6th (i+1) full, the rest sliding",
+        mlp_layer_types="dense or sparse (MoE) per layer; absent: layer 0 dense, the rest MoE",
+        n_routed_experts="E", intermediate_size="m of the dense layers",
+        attention_value_scale="a scale on the values: elementwise",
+        sliding_window_size="the reference's window before the query: 5.23 sets sliding_window to it + 1",
+        swa_num_attention_heads="not read (5.23 builds num_attention_heads on every layer): must equal it",
+        swa_num_key_value_heads="not read (5.23 builds 2 x num_key_value_heads on the sliding layers): must equal it",
+        swa_head_dim="not read (5.23 builds head_dim on every layer): must equal it",
+        swa_v_head_dim="not read (5.23 builds v_head_dim on every layer): must equal it",
+        hybrid_layer_pattern="not read (5.23 derives layer_types): 0 full / 1 sliding per layer, must agree",
+        moe_layer_freq="not read (5.23 derives mlp_layer_types): 0 dense / 1 MoE per layer, must agree",
+        n_shared_experts="not read (5.23 builds no shared expert): must be null or 0",
+        hybrid_block_size="not read by 5.23: must be null",
+        add_swa_attention_sink_bias="attention sinks (5.23 builds them on the sliding layers): an extra softmax "
+                                    "column, elementwise",
+        add_full_attention_sink_bias="attention sinks: an extra softmax column, elementwise (5.23 builds none "
+                                     "on the full layers)",
+        swa_rope_theta="RoPE base of the sliding layers: elementwise", layernorm_epsilon="norm epsilon",
+        scoring_func="routing score (sigmoid): elementwise", topk_method="routing selection: no matmul",
+        attention_chunk_size="not read by 5.23's modelling code", mlp_bias="MLP biases: not counted",
+        use_qk_norm="not read (5.23 builds no QK norm): a norm is not a matmul anyway",
+        num_nextn_predict_layers="multi-token prediction: not built by the causal LM (5.23 drops the checkpoint's "
+                                 "model.mtp layers on load)"),
+})

@@ -33,18 +33,6 @@ def test_step3p7_builds_a_per_head_output_gate_on_every_layer():
         hf.to_preset({"model_type": "step3p7", "text_config": {"hidden_size": 64}}, "x")
 
 
-def test_mimo_v2_flash_builds_value_heads_narrower_than_its_query_key_heads():
-    model = _build("mimo_v2_flash", "MiMoV2FlashConfig", "MiMoV2FlashModel", **SMALL, head_dim=24, v_head_dim=16,
-                   n_routed_experts=4)
-    for layer in model.layers:
-        attn = layer.self_attn
-        kv_heads = attn.k_proj.out_features // 24
-        assert attn.q_proj.out_features == 4 * 24 and attn.v_proj.out_features == kv_heads * 16
-        assert attn.o_proj.in_features == 4 * 16
-    with pytest.raises(CostcalcError, match="value heads narrower than their query/key heads"):
-        hf.to_preset({"model_type": "mimo_v2_flash", "head_dim": 192, "v_head_dim": 128}, "x")
-
-
 def test_minimax_m3_builds_a_lightning_indexer_over_gqa_on_its_sparse_layers():
     model = _build("minimax_m3_vl", "MiniMaxM3VLTextConfig", "MiniMaxM3VLTextModel", **SMALL, head_dim=16,
                    num_local_experts=4, index_n_heads=2, index_head_dim=8,

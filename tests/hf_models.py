@@ -43,7 +43,7 @@ NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight"),   # per-head LayerNo
 # num_nextn_predict_layers; its MiMoModel is Qwen2Model plus MTP layers its forward does not run).
 REMOTE = {"mimo": ("qwen2", {"num_nextn_predict_layers"})}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
-            "qwen3_5_moe": "qwen3_5_moe_text"}
+            "qwen3_5_moe": "qwen3_5_moe_text", "step3p7": "step3p5"}
 
 
 def rewrite(config: dict) -> dict:
@@ -52,6 +52,11 @@ def rewrite(config: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         AutoConfig.for_model(config["model_type"], **fields).save_pretrained(tmp)
         return json.loads((Path(tmp) / "config.json").read_text())
+
+
+# Text decoders transformers builds only inside their multimodal model (no causal LM of their own):
+# the wrapper's class and the parameters that are not the decoder's (the vision tower, the projector).
+INSIDE = {"step3p5": ("step3p7", ("model.vision_model.", "model.multi_modal_projector."))}
 
 
 def build(config: dict, experts: bool):
@@ -69,15 +74,23 @@ def build(config: dict, experts: bool):
     if experts:
         kwargs["experts_implementation"] = "batched_mm"
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), **kwargs)
+        if family in INSIDE:       # the whole multimodal model; matrix_params leaves out what is not the decoder
+            from transformers import AutoModelForImageTextToText
+
+            outer = CONFIG_MAPPING[INSIDE[family][0]](text_config=fields)
+            model = AutoModelForImageTextToText.from_config(outer, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), **kwargs)
     return model.eval(), family
 
 
 def matrix_params(model, family: str) -> int:
     skip = NOT_MATMUL.get(family, ())
+    outside = INSIDE.get(family, ("", ()))[1]
     total = 0
     for name, p in model.named_parameters():          # a tied tensor once
-        if p.ndim >= 2 and "bias" not in name.rsplit(".", 1)[-1] and not name.endswith(skip):
+        if p.ndim >= 2 and "bias" not in name.rsplit(".", 1)[-1] and not name.endswith(skip) \
+                and not name.startswith(outside):
             total += p.numel()
     return total
 

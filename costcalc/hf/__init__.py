@@ -35,10 +35,6 @@ OUT_OF_REACH = {
     "recurrent_gemma": "RG-LRU recurrent blocks beside local attention",
     "xlstm": "mLSTM matrix-memory blocks (no attention)",
     # transformers 5.23 families costcalc's blocks cannot express (docs/hf-import.md, "Refused frontier families")
-    **dict.fromkeys(("step3p7", "step3p5"),
-                    "a per-head sigmoid attention output gate on every layer (g_proj, hidden_size -> heads, times each "
-                    "head's output before o_proj: Step3p7TextConfig's gating, true; Step-3.7-Flash's "
-                    "use_head_wise_attn_gate), which is not gqa-gated's per-channel gate in q_proj"),
     **dict.fromkeys(("minimax_m3_vl", "minimax_m3_vl_text"),
                     "GQA with a lightning indexer on its minimax_m3_sparse layers (indexer q_proj hidden_size -> "
                     "index_n_heads x index_head_dim, k_proj hidden_size -> index_head_dim, scores pooled to blocks of "
@@ -80,7 +76,8 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         outer = _reader(config, family, where)
         if not isinstance(config.get("text_config"), dict):
             raise CostcalcError(f"{where}: {family} without a text_config")
-        tied = outer.flag("tie_word_embeddings", TABLES[family].tied)   # the wrapper's flag ties
+        if "tie_word_embeddings" in TABLES[family].rows:                # the wrapper's flag ties (Step-3.7's
+            tied = outer.flag("tie_word_embeddings", TABLES[family].tied)   # has none: its text config's does)
         family = TABLES[family].decoder
         config = {**config["text_config"], "model_type": family}
     reader = _reader(config, family, where)
@@ -108,7 +105,7 @@ def _reader(config: dict, family: str, where: str) -> Reader:
                                 f"the cost; costcalc does not guess -- remove it if it does not")
     if config.get("is_encoder_decoder"):
         raise CostcalcError(f"{where}: is_encoder_decoder is true: only decoder-only models are costed")
-    if config.get("per_layer_config"):
+    if config.get("per_layer_config") and "per_layer_config" not in table.rows:   # step3p5 reads its own
         raise CostcalcError(f"{where}: per_layer_config gives layers their own sizes, which is not read")
     return Reader(config, family, where, table.aliases)
 

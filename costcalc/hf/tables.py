@@ -897,3 +897,60 @@ TABLES.update({
         num_nextn_predict_layers="multi-token prediction: not built by the causal LM (5.23 drops the checkpoint's "
                                  "model.mtp layers on load)"),
 })
+# Step-3.7-Flash (step3p7): a multimodal wrapper whose text decoder is step3p5 (Step3p7TextConfig's
+# model_type), GQA with a per-head output gate on every layer (hf/families/heads.py).
+TABLES.update({
+    "step3p5": family(
+        used="hidden_size intermediate_size num_attention_heads num_hidden_layers num_key_value_heads "
+             "tie_word_embeddings vocab_size head_dim sliding_window layer_types mlp_layer_types moe_intermediate_size "
+             "n_routed_experts num_experts_per_tok share_expert_dim num_sliding_attention_heads per_layer_config "
+             "num_nextn_predict_layers",
+        ignored=BASE + " attention_bias mlp_bias moe_router_scaling_factor output_router_logits query_pre_attn_scalar "
+                       "swiglu_limits swiglu_limits_shared mtp_layer_types mtp_mlp_layer_types",
+        extra_used="attention_other_setting moe_layers_enum moe_layer_freq use_head_wise_attn_gate gating att_impl_type "
+                   "use_bidirectional_attention sparse_attention_config use_moe",
+        extra_ignored="moe_layer_offset moe_every_n_layer moe_router_activation use_moe_router_bias need_fp32_gate "
+                      "norm_expert_weight use_qk_norm yarn_only_types use_rope_layers zero_centered sink "
+                      "partial_rotary_factors max_seq_len",
+        aliases={"num_local_experts": "n_routed_experts", "num_attention_groups": "num_key_value_heads",
+                 "moe_num_experts": "n_routed_experts", "moe_top_k": "num_experts_per_tok",
+                 "share_expert_dims": "share_expert_dim", "num_mtp_layers": "num_nextn_predict_layers"},
+        num_attention_heads="h_q of the full layers (and of the sliding ones without an override)",
+        num_key_value_heads="h_kv on every layer (class default 8, the example model's: must be stated)",
+        head_dim="d_h (class default 128: must be stated)", intermediate_size="m of the dense layers",
+        sliding_window="W of the sliding layers (class default null: must be stated where a layer slides)",
+        layer_types="which layers are windowed (MTP entries past num_hidden_layers dropped, as 5.23 does)",
+        mlp_layer_types="dense or sparse (MoE) per layer; absent: moe_layers_enum, else layers >= 3 MoE",
+        moe_intermediate_size="m_e", n_routed_experts="E", share_expert_dim="m_s of the one shared expert",
+        num_sliding_attention_heads="h_q of the sliding layers (absent: attention_other_setting's)",
+        per_layer_config="per-layer num_attention_heads (5.23 writes the sliding layers' here): read, nothing else",
+        num_nextn_predict_layers="MTP layers: not built by the decoder (their trailing layer_types entries dropped)",
+        moe_router_scaling_factor="routing weights: elementwise", query_pre_attn_scalar="score scale",
+        swiglu_limits="clamps of the experts' activations: elementwise",
+        swiglu_limits_shared="clamps of the shared expert's activations: elementwise",
+        mtp_layer_types="the MTP layers' kinds: not built by the decoder",
+        mtp_mlp_layer_types="the MTP layers' FFN kinds: not built by the decoder",
+        attention_other_setting="the sliding layers' settings: num_attention_heads read (5.23 reads nothing "
+                                "else: num_attention_groups and head_dim must equal the global ones)",
+        moe_layers_enum="absent mlp_layer_types: the MoE layers' indices (a list or a comma-separated string)",
+        moe_layer_freq="not read by 5.23 (mlp_layer_types is derived first): 0/1 per layer, must agree",
+        use_head_wise_attn_gate="must be true: 5.23 always builds the per-head gate g_proj (gating)",
+        gating="the output gate: true or per-head (g_proj hidden_size -> heads); another is not modelled",
+        att_impl_type="must be GQA (what 5.23 builds)", use_moe="not read by 5.23: must be true where a layer is MoE",
+        use_bidirectional_attention="must be false: a non-causal decoder is not modelled",
+        sparse_attention_config="not read by 5.23 (layer_types is derived first): sparse layers there are refused",
+        moe_layer_offset="not read by 5.23 (moe_layers_enum decides)",
+        moe_every_n_layer="not read by 5.23 (moe_layers_enum decides)",
+        moe_router_activation="routing score: elementwise", use_moe_router_bias="routing bias: no matmul",
+        need_fp32_gate="router precision: same matmul", norm_expert_weight="routing weights: elementwise",
+        use_qk_norm="QK norm: not a matmul", yarn_only_types="RoPE scaling per layer type: elementwise",
+        use_rope_layers="RoPE per layer: elementwise", zero_centered="norm parameterisation",
+        sink="attention sinks: elementwise", partial_rotary_factors="RoPE fraction per layer: elementwise",
+        max_seq_len="position range: no matmul shape"),
+    "step3p7": family(
+        used="text_config", ignored="image_token_id projector_bias vision_config",
+        text_config="the decoder that is costed (read as step3p5)", image_token_id="token id",
+        projector_bias="the vision projector's bias: not part of the text decoder",
+        vision_config="the vision tower and its projector: not part of the text decoder costed here")._replace(
+        decoder="step3p5"),
+})

@@ -22,17 +22,6 @@ def _build(module, config_class, model_class, **fields):
         return getattr(mod, model_class)(getattr(mod, config_class)(**fields))
 
 
-def test_step3p7_builds_a_per_head_output_gate_on_every_layer():
-    model = _build("step3p7", "Step3p7TextConfig", "Step3p7TextModel", **SMALL, head_dim=16, n_routed_experts=4,
-                   share_expert_dim=32, sliding_window=8, layer_types=["full_attention", "sliding_attention"])
-    for layer in model.layers:
-        attn = layer.self_attn
-        assert (attn.g_proj.in_features, attn.g_proj.out_features) == (64, attn.num_heads)    # one gate per head
-        assert attn.q_proj.out_features == attn.num_heads * attn.head_dim                   # not in q_proj
-    with pytest.raises(CostcalcError, match=r"per-head sigmoid attention output gate .*g_proj, hidden_size -> heads"):
-        hf.to_preset({"model_type": "step3p7", "text_config": {"hidden_size": 64}}, "x")
-
-
 def test_minimax_m3_builds_a_lightning_indexer_over_gqa_on_its_sparse_layers():
     model = _build("minimax_m3_vl", "MiniMaxM3VLTextConfig", "MiniMaxM3VLTextModel", **SMALL, head_dim=16,
                    num_local_experts=4, index_n_heads=2, index_head_dim=8,

@@ -156,6 +156,10 @@ SMALL = {
     # value heads narrower than the query/key heads; sliding layers with twice the KV heads and sinks
     "mimo_v2_flash": dict(BASE, **MOE, num_hidden_layers=7, head_dim=24, v_head_dim=16, sliding_window=8,
                           moe_intermediate_size=32, n_routed_experts=4),
+    # MiniMax-M3's text decoder: fused SwiGLU-OAI MLP (dense_intermediate_size), MoE with one shared expert
+    "minimax_m3_vl_text": dict(BASE, **MOE, num_hidden_layers=3, head_dim=24, intermediate_size=32,
+                               dense_intermediate_size=96, shared_intermediate_size=48, num_local_experts=4,
+                               mlp_layer_types=["dense", "sparse", "sparse"]),
     # Mamba-1 and short-convolution families (tests/test_hf_conv_families.py checks them further)
     "mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, expand=2, time_step_rank="auto"),
     "falcon_mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, expand=16, intermediate_size=96,

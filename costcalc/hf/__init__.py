@@ -34,13 +34,10 @@ OUT_OF_REACH = {
     "rwkv": "RWKV time mixing (no attention)",
     "recurrent_gemma": "RG-LRU recurrent blocks beside local attention",
     "xlstm": "mLSTM matrix-memory blocks (no attention)",
-    # transformers 5.23 families costcalc's blocks cannot express (docs/hf-import.md, "Refused frontier families")
-    **dict.fromkeys(("minimax_m3_vl", "minimax_m3_vl_text"),
-                    "GQA with a lightning indexer on its minimax_m3_sparse layers (indexer q_proj hidden_size -> "
-                    "index_n_heads x index_head_dim, k_proj hidden_size -> index_head_dim, scores pooled to blocks of "
-                    "index_block_size keys, index_topk_blocks kept; eager attention then masks to them), where "
-                    "costcalc's sparse attention is MLA's (mla-sparse)"),
 }
+
+# Wrappers whose __post_init__ ties when either their own flag or their text config's is true.
+EITHER_TIES = ("minimax_m3_vl",)
 
 
 def load(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -78,6 +75,8 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
             raise CostcalcError(f"{where}: {family} without a text_config")
         if "tie_word_embeddings" in TABLES[family].rows:                # the wrapper's flag ties (Step-3.7's
             tied = outer.flag("tie_word_embeddings", TABLES[family].tied)   # has none: its text config's does)
+            if family in EITHER_TIES and not tied:      # MiniMax-M3: false defers to the text config's flag
+                tied = None
         family = TABLES[family].decoder
         config = {**config["text_config"], "model_type": family}
     reader = _reader(config, family, where)

@@ -954,3 +954,42 @@ TABLES.update({
         vision_config="the vision tower and its projector: not part of the text decoder costed here")._replace(
         decoder="step3p5"),
 })
+# MiniMax-M3 (minimax_m3_vl): a multimodal wrapper whose text decoder minimax_m3_vl_text is GQA with a fused
+# SwiGLU-OAI MLP or MoE with a shared expert; its minimax_m3_sparse layers (a GQA lightning indexer) are refused.
+TABLES.update({
+    "minimax_m3_vl_text": family(
+        used="hidden_size num_attention_heads num_hidden_layers num_key_value_heads tie_word_embeddings vocab_size "
+             "head_dim layer_types mlp_layer_types intermediate_size dense_intermediate_size shared_intermediate_size "
+             "num_local_experts num_experts_per_tok",
+        ignored=BASE + " output_router_logits router_aux_loss_coef router_jitter_noise routed_scaling_factor "
+                       "rotary_dim swiglu_alpha swiglu_limit index_block_size index_head_dim index_local_blocks "
+                       "index_n_heads index_topk_blocks",
+        extra_used="sparse_attention_config moe_layer_freq", aliases={"num_experts": "num_local_experts"},
+        num_key_value_heads="h_kv (class default 4, the example model's: must be stated)",
+        head_dim="d_h (class default 128: must be stated)", intermediate_size="m_e, the experts' width",
+        dense_intermediate_size="m of the dense layers (gate_up_proj d x 2m, down_proj)",
+        shared_intermediate_size="m_s of the one shared expert of every MoE layer",
+        num_local_experts="E", layer_types="full_attention, or minimax_m3_sparse (refused: a GQA lightning indexer)",
+        mlp_layer_types="dense or sparse (MoE) per layer; absent: moe_layer_freq, else every layer MoE",
+        routed_scaling_factor="routing weights: elementwise", rotary_dim="RoPE width: elementwise",
+        swiglu_alpha="activation: elementwise", swiglu_limit="activation clamp: elementwise",
+        index_block_size="the sparse layers' indexer (refused where a layer has one)",
+        index_head_dim="the sparse layers' indexer (refused where a layer has one)",
+        index_local_blocks="the sparse layers' indexer (refused where a layer has one)",
+        index_n_heads="the sparse layers' indexer (refused where a layer has one)",
+        index_topk_blocks="the sparse layers' indexer (refused where a layer has one)",
+        sparse_attention_config="absent layer_types: sparse_attention_freq marks the sparse layers (refused)",
+        moe_layer_freq="absent mlp_layer_types: 0 dense / 1 MoE per layer"),
+    "minimax_m3_vl": family(
+        used="text_config tie_word_embeddings", ignored="image_token_index video_token_index vision_config "
+                                                        "projector_hidden_size merged_hidden_size",
+        aliases={"image_token_id": "image_token_index", "video_token_id": "video_token_index"},
+        text_config="the decoder that is costed (read as minimax_m3_vl_text)",
+        tie_word_embeddings="whether the LM head is tied (false: the text config's flag decides, as 5.23's "
+                            "__post_init__ does)",
+        image_token_index="token id", video_token_index="token id",
+        vision_config="the vision tower: not part of the text decoder costed here",
+        projector_hidden_size="the vision projector: not part of the text decoder",
+        merged_hidden_size="the vision projector's input width (derived): not part of the text decoder")._replace(
+        decoder="minimax_m3_vl_text"),
+})

@@ -15,6 +15,11 @@ shapes): values of their own head dim (``dv``) and per-head output gates (``head
   dense SwiGLU or MoE with one shared expert of share_expert_dim (``moe_shared``) by mlp_layer_types
   (else moe_layers_enum, else layers >= 3 MoE). The MTP layers' trailing entries of the published
   per-layer lists are dropped, as 5.23 drops them; the clamps of swiglu_limits are elementwise.
+- ``minimax_m3_vl_text`` (MiniMax-M3's text decoder, ``models/minimax_m3_vl``): plain GQA (per-head QK
+  norms, partial RoPE: elementwise) with a fused SwiGLU-OAI MLP of dense_intermediate_size or MoE
+  (sigmoid router d x E, experts of intermediate_size, one shared expert of shared_intermediate_size).
+  Its ``minimax_m3_sparse`` layers add a lightning indexer over GQA that picks key blocks: refused in
+  one line (costcalc's sparse attention is MLA's).
 """
 from __future__ import annotations
 
@@ -177,7 +182,41 @@ def _step3p5(r: Reader) -> list[Layer]:
     return out
 
 
+M3_SPARSE = "minimax_m3_sparse"
+
+
+def _minimax_m3(r: Reader) -> list[Layer]:
+    n = r.layer_count()
+    sparse = r.get("sparse_attention_config")
+    freq = sparse.get("sparse_attention_freq") if isinstance(sparse, dict) else None
+    types = r.get("layer_types")
+    if types is None:
+        types = [M3_SPARSE if f else FULL for f in freq] if freq is not None else [FULL] * n
+    if not isinstance(types, list) or len(types) != n or any(t not in (FULL, M3_SPARSE) for t in types):
+        raise r.error(f"'layer_types' must list full_attention or {M3_SPARSE} for each layer (num_hidden_layers)")
+    if M3_SPARSE in types:
+        raise r.error(f"layer {types.index(M3_SPARSE)} is a {M3_SPARSE} layer: GQA with a lightning indexer (q_proj "
+                      f"hidden_size -> index_n_heads x index_head_dim, k_proj hidden_size -> index_head_dim) whose "
+                      f"scores pick index_topk_blocks blocks of index_block_size keys, which costcalc does not model "
+                      f"(its sparse attention is MLA's)")
+    mlp = r.get("mlp_layer_types")
+    if mlp is None:
+        freq = r.get("moe_layer_freq")
+        mlp = ["sparse" if f else "dense" for f in freq] if isinstance(freq, list) else ["sparse"] * n
+    if not isinstance(mlp, list) or len(mlp) != n or any(k not in ("dense", "sparse") for k in mlp):
+        raise r.error("'mlp_layer_types' must list dense or sparse for each layer (num_hidden_layers)")
+    heads = r.heads("stated", kv="stated")
+    out = []
+    for ffn in mlp:
+        sizes = ({"E": r.need("num_local_experts"), "k": r.need("num_experts_per_tok"), "m_e": r.need("intermediate_size"),
+                  "E_s": 1, "m_s": r.need("shared_intermediate_size")} if ffn == "sparse"
+                 else {"m": r.need("dense_intermediate_size")})
+        out.append({"arch": "gqa.moe_shared" if ffn == "sparse" else "gqa.dense", **heads, **sizes})
+    return out
+
+
 MAPPERS: dict[str, Mapper] = {
     "mimo_v2_flash": _mimo_v2_flash,
     "step3p5": _step3p5,
+    "minimax_m3_vl_text": _minimax_m3,
 }

@@ -42,9 +42,12 @@ instead of a KV cache:
 
 A softmax attention may gate its output per head with a sigmoid of a second query-width
 projection (``gated``: Qwen3-Next's and Qwen3.5's ``q_proj`` of twice the query width:
-``gqa-gated.moe``), and may take its values from its key projection (``k_eq_v``: Gemma 4's
-full-attention layers, ``attention_k_eq_v``: no ``v_proj``, the keys before their norm and RoPE are
-the values: ``gqa-keqv.moe_shared``; the cache still holds both). A softmax attention may run a mixer ``beside`` it in the same layer, their outputs summed
+``gqa-gated.moe``), or per head with a sigmoid of its own ``g_proj`` of one output per head
+(``head_gate``: Step-3.7's hidden_size -> heads: key ``gqa-hgated``), and may take its values from its key
+projection (``k_eq_v``: Gemma 4's full-attention layers, ``attention_k_eq_v``: no ``v_proj``, the keys before
+their norm and RoPE are the values: ``gqa-keqv.moe_shared``; the cache still holds both). A GQA kind's values may be
+narrower or wider than its queries and keys (``dv``: v_proj and o_proj of d_v per head beside q_proj
+and k_proj of d_h: MiMo-V2-Flash's 128 beside 192; key ``window-dv``). A softmax attention may run a mixer ``beside`` it in the same layer, their outputs summed
 (Falcon-H1: ``gqa+mamba2``). The FFN may be ``none`` too (Nemotron-H's mixer-only layers).
 
 A ``window`` layer's KV cache (``cache``) is ``whole`` or ``rolling`` (docs/cost-model.md,
@@ -56,7 +59,7 @@ A ``window`` layer's KV cache (``cache``) is ``whole`` or ``rolling`` (docs/cost
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import quote
 from .vocab import ARCHS
@@ -85,6 +88,8 @@ class Block:
     gated: bool = False         # gqa kinds: q_proj also gives a per-head output gate (Qwen3-Next, Qwen3.5)
     plain: bool = False         # moe: non-gated MLP experts (up, down), shared ones too (Nemotron-H)
     sparse: bool = False        # mla: a lightning indexer selects k_I keys per query (DeepSeek Sparse Attention)
+    head_gate: bool = False     # gqa kinds: a per-head sigmoid output gate, g_proj d -> h_q (Step-3.7)
+    dv: bool = False            # gqa kinds: value heads of d_v (v_proj, o_proj), q and k heads of d_h (MiMo-V2-Flash)
     k_eq_v: bool = False        # gqa kinds: no v_proj, the key projection's output is also the values (Gemma 4)
 
     def __post_init__(self) -> None:
@@ -111,10 +116,16 @@ class Block:
         if self.beside and (self.beside not in MIXERS or self.attention not in SOFTMAX):
             raise ValueError(f"a mixer beside attention must be one of {', '.join(MIXERS)}, "
                              f"beside a softmax attention ({', '.join(SOFTMAX)})")
-        if self.gated and self.attention not in ("gqa", "window", "chunk"):
+        if (self.gated or self.head_gate) and self.attention not in ("gqa", "window", "chunk"):
             raise ValueError("an output gate applies to gqa, window and chunk attention only")
         if self.k_eq_v and self.attention not in ("gqa", "window", "chunk"):
             raise ValueError("values from the key projection (k_eq_v) apply to gqa, window and chunk attention only")
+        if self.gated and self.head_gate:
+            raise ValueError("an output gate is per channel (gated) or per head (hgated), not both")
+        if self.dv and self.attention not in ("gqa", "window", "chunk"):
+            raise ValueError("a value head dim d_v apart from d_h applies to gqa, window and chunk attention only")
+        if self.k_eq_v and self.dv:
+            raise ValueError("values from the key projection (k_eq_v) have the keys' head dim: not dv")
         if self.attention == "none" and self.ffn == "none":
             raise ValueError("a block needs a mixer or an FFN")
 
@@ -138,7 +149,8 @@ class Block:
     def key(self) -> str:
         attn = self.attention + ("_q" if self.q_lora else "") + ("-sparse" if self.sparse else "")
         attn += "" if self.form == "naive" else f"-{self.form}"
-        attn += "-gated" if self.gated else ""
+        attn += "-dv" if self.dv else ""
+        attn += "-gated" if self.gated else "-hgated" if self.head_gate else ""
         attn += "-keqv" if self.k_eq_v else ""
         attn += "-rolling" if self.cache == "rolling" else ""
         attn += f"+{self.beside}" if self.beside else ""
@@ -150,15 +162,13 @@ class Block:
         """The same block under an MLA form (other attention kinds are unchanged)."""
         if self.attention != "mla":
             return self
-        return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate, beside=self.beside,
-                     gated=self.gated, plain=self.plain, sparse=self.sparse, k_eq_v=self.k_eq_v)
+        return replace(self, form=form)
 
     def with_cache(self, cache: str) -> "Block":
         """The same block with a whole or rolling window cache (other attention kinds are unchanged)."""
         if self.attention != "window":
             return self
-        return Block(self.attention, self.ffn, self.q_lora, self.form, self.shared, self.shared_gate, cache,
-                     self.beside, self.gated, self.plain, k_eq_v=self.k_eq_v)
+        return replace(self, cache=cache)
 
     def sizes(self) -> tuple[str, ...]:
         """The size symbols this block's formulas use (besides L, d, V)."""
@@ -166,6 +176,7 @@ class Block:
         if self.attention in ("gqa", "window", "chunk"):
             out += ["h_q", "h_kv", "d_h"] + (["W"] if self.attention == "window" else [])
             out += ["W_c"] if self.attention == "chunk" else []
+            out += ["d_v"] if self.dv else []
         elif self.attention == "mla":
             out += ["h_q"] + (["r_q"] if self.q_lora else []) + ["r_kv", "d_nope", "d_rope", "d_v"]
             out += ["h_I", "d_I", "k_I"] if self.sparse else []
@@ -219,8 +230,12 @@ def parse(key: str) -> Block:
     attn = attn.removesuffix("-rolling")
     k_eq_v = attn.endswith("-keqv")
     attn = attn.removesuffix("-keqv")
+    head_gate = attn.endswith("-hgated")
+    attn = attn.removesuffix("-hgated")
     gated = attn.endswith("-gated")
     attn = attn.removesuffix("-gated")
+    dv = attn.endswith("-dv")
+    attn = attn.removesuffix("-dv")
     form = next((f for f in FORMS if attn.endswith(f"-{f}")), "naive")
     attn = attn.removesuffix(f"-{form}")
     sparse = attn.endswith("-sparse")
@@ -233,4 +248,4 @@ def parse(key: str) -> Block:
     ffn = ffn.removesuffix("_shared")
     plain = ffn.endswith("_plain")
     ffn = ffn.removesuffix("_plain")
-    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse, k_eq_v)
+    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse, head_gate, dv, k_eq_v)

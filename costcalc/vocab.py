@@ -38,7 +38,7 @@ MODEL = (
     Name("r_kv", "r_kv", "MLA key/value latent rank"),
     Name("d_nope", "d_nope", "MLA per-head query/key dim without RoPE"),
     Name("d_rope", "d_rope", "MLA per-head RoPE dim (one shared key)"),
-    Name("d_v", "d_v", "MLA per-head value dim"),
+    Name("d_v", "d_v", "per-head value dim: MLA's; a GQA kind's where it differs from d_h (dv)"),
     Name("W_c", "W_c", "attention chunk: a query reads the keys of its own aligned chunk of W_c up to itself"),
     Name("h_lk", "h_lk", "linear-attention key (and query) heads"),
     Name("h_lv", "h_lv", "linear-attention value heads"),

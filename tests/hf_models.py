@@ -38,11 +38,15 @@ NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight"),   # per-head LayerNo
               # depthwise convolutions [channels, 1, K_c] and KDA's decay [1, 1, heads, 1]: no product's operand
               **{f: ("conv1d.weight", "A_log") for f in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
                                                          "olmo_hybrid", "kimi_linear")}}
+# Remote-code families transformers 5.23 does not ship: the transformers family their code subclasses
+# and builds, and the keys their own configuration class adds (MiMo-7B: MiMoConfig(Qwen2Config) adds
+# num_nextn_predict_layers; its MiMoModel is Qwen2Model plus MTP layers its forward does not run).
+REMOTE = {"mimo": ("qwen2", {"num_nextn_predict_layers"})}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
-            "qwen3_5_moe": "qwen3_5_moe_text", "gemma4": "gemma4_text"}
-# Families whose modelling code transformers 5.23 does not ship (remote code): held to their own
-# format's rules instead (tests/test_hf_nas.py).
-REMOTE = {"nemotron-nas"}
+            "qwen3_5_moe": "qwen3_5_moe_text", "gemma4": "gemma4_text", "step3p7": "step3p5"}
+# Families with no configuration or modelling code in transformers 5.23 at all (not even a class their
+# remote code subclasses): held to their own format's rules instead (tests/test_hf_nas.py).
+UNSHIPPED = {"nemotron-nas"}
 
 
 def rewrite(config: dict) -> dict:
@@ -53,27 +57,43 @@ def rewrite(config: dict) -> dict:
         return json.loads((Path(tmp) / "config.json").read_text())
 
 
+# Text decoders transformers builds only inside their multimodal model (no causal LM of their own):
+# the wrapper's class and the parameters that are not the decoder's (the vision tower, the projector).
+INSIDE = {"step3p5": ("step3p7", ("model.vision_model.", "model.multi_modal_projector."))}
+
+
 def build(config: dict, experts: bool):
     """The causal LM transformers builds from a config dict (a wrapper: its text decoder), on meta."""
     family = config["model_type"]
     if family in WRAPPERS:
         config, family = {**config["text_config"]}, WRAPPERS[family]
-    fields = {k: v for k, v in config.items() if k != "model_type"}
+    added: set = set()
+    if family in REMOTE:
+        family, added = REMOTE[family]
+    fields = {k: v for k, v in config.items() if k != "model_type" and k not in added}
     import torch
 
     kwargs = {"attn_implementation": "eager"}
     if experts:
         kwargs["experts_implementation"] = "batched_mm"
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), **kwargs)
+        if family in INSIDE:       # the whole multimodal model; matrix_params leaves out what is not the decoder
+            from transformers import AutoModelForImageTextToText
+
+            outer = CONFIG_MAPPING[INSIDE[family][0]](text_config=fields)
+            model = AutoModelForImageTextToText.from_config(outer, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), **kwargs)
     return model.eval(), family
 
 
 def matrix_params(model, family: str) -> int:
     skip = NOT_MATMUL.get(family, ())
+    outside = INSIDE.get(family, ("", ()))[1]
     total = 0
     for name, p in model.named_parameters():          # a tied tensor once
-        if p.ndim >= 2 and "bias" not in name.rsplit(".", 1)[-1] and not name.endswith(skip):
+        if p.ndim >= 2 and "bias" not in name.rsplit(".", 1)[-1] and not name.endswith(skip) \
+                and not name.startswith(outside):
             total += p.numel()
     return total
 

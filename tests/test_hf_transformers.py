@@ -32,6 +32,9 @@ CONFIGS = Path(__file__).resolve().parent / "data" / "hf-configs"
 def class_keys(family: str) -> set[str]:
     """The keys a configuration class defines (its fields, under the names save_pretrained writes)
     and the keys its __post_init__ adds and writes."""
+    if family in hf_models.REMOTE:       # remote code: the class it subclasses, plus the fields it adds
+        base, added = hf_models.REMOTE[family]
+        return keys_of(CONFIG_MAPPING[base]) | added
     return keys_of(CONFIG_MAPPING[family])
 
 
@@ -44,12 +47,12 @@ def keys_of(cls) -> set[str]:
     return fields | (written - base - {"model_type", "transformers_version"})
 
 
-@pytest.mark.parametrize("family", sorted(set(hf.TABLES) - hf_models.REMOTE))
+@pytest.mark.parametrize("family", sorted(set(hf.TABLES) - hf_models.UNSHIPPED))
 def test_each_table_holds_its_configuration_class(family):
     table = hf.TABLES[family]
     assert set(table.rows) == class_keys(family), family
     assert not set(table.extra) & set(table.rows), "an extra key is a class key"
-    assert set(CONFIG_MAPPING[family].attribute_map) <= set(table.known())
+    assert set(CONFIG_MAPPING[hf_models.REMOTE.get(family, (family,))[0]].attribute_map) <= set(table.known())
 
 
 @pytest.mark.parametrize("family, key", [(f, k) for f in sorted(hf.SUBTABLES) for k in sorted(hf.SUBTABLES[f])])
@@ -60,7 +63,7 @@ def test_each_sub_table_holds_its_configuration_class(family, key):
 
 
 IN_TRANSFORMERS = sorted(p.stem for p in CONFIGS.glob("*.json")
-                         if json.loads(p.read_text())["model_type"] not in hf_models.REMOTE)
+                         if json.loads(p.read_text())["model_type"] not in hf_models.UNSHIPPED)
 
 
 @pytest.mark.parametrize("name", IN_TRANSFORMERS)
@@ -80,6 +83,8 @@ SMALL = {
     "llama": dict(BASE, num_hidden_layers=2, attention_bias=True, mlp_bias=True),
     "mistral": dict(BASE, num_hidden_layers=2, sliding_window=8),
     "qwen2": dict(BASE, num_hidden_layers=4, use_sliding_window=True, sliding_window=8, max_window_layers=2),
+    "mimo": dict(BASE, num_hidden_layers=4, use_sliding_window=True, sliding_window=8, max_window_layers=2,
+                 num_nextn_predict_layers=1, attention_bias=True),
     "qwen3": dict(BASE, num_hidden_layers=4, head_dim=24, use_sliding_window=True, sliding_window=8, max_window_layers=3),
     "mixtral": dict(BASE, **MOE, num_hidden_layers=2, intermediate_size=32, num_local_experts=4, sliding_window=8),
     "qwen2_moe": dict(BASE, **MOE, num_hidden_layers=4, moe_intermediate_size=32, shared_expert_intermediate_size=48,
@@ -152,6 +157,13 @@ SMALL = {
                   attention_bias=True),
     "hunyuan_v1_moe": dict(BASE, num_hidden_layers=3, head_dim=24, num_experts=4, moe_topk=[2, 1, 2],
                            attention_bias=True),
+    # value heads narrower than the query/key heads; sliding layers with twice the KV heads and sinks
+    "mimo_v2_flash": dict(BASE, **MOE, num_hidden_layers=7, head_dim=24, v_head_dim=16, sliding_window=8,
+                          moe_intermediate_size=32, n_routed_experts=4),
+    # MiniMax-M3's text decoder: fused SwiGLU-OAI MLP (dense_intermediate_size), MoE with one shared expert
+    "minimax_m3_vl_text": dict(BASE, **MOE, num_hidden_layers=3, head_dim=24, intermediate_size=32,
+                               dense_intermediate_size=96, shared_intermediate_size=48, num_local_experts=4,
+                               mlp_layer_types=["dense", "sparse", "sparse"]),
     # Mamba-1 and short-convolution families (tests/test_hf_conv_families.py checks them further)
     "mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, expand=2, time_step_rank="auto"),
     "falcon_mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, expand=16, intermediate_size=96,
@@ -170,13 +182,16 @@ SEQ = 24   # longer than every window and chunk above
 ON_CPU = {"jamba", "lfm2", "lfm2_moe"} | {linear.TEXT.get(family, family) for family in linear.SMALL}
 # The sparse-attention families: small configs, parameters and FLOPs, in tests/test_hf_sparse_families.py (CPU).
 ON_CPU |= {"deepseek_v32", "glm_moe_dsa"}
+# Step-3.7's experts always run their own loop over the routed experts (no batched_mm), which reads values:
+# small configs on CPU in tests/test_hf_head_families.py.
+ON_CPU |= {"step3p5"}
 
 
 def test_every_family_has_a_small_config():
     """The state-space families' small configs are in tests/test_hf_ssm_families.py (every phase)."""
     from costcalc.hf.families import ssm
 
-    assert set(SMALL) | ON_CPU == set(hf.MAPPERS) - set(ssm.MAPPERS) - hf_models.REMOTE and not set(SMALL) & ON_CPU
+    assert set(SMALL) | ON_CPU == set(hf.MAPPERS) - set(ssm.MAPPERS) - hf_models.UNSHIPPED and not set(SMALL) & ON_CPU
 
 
 def all_experts_adjustment(spec, row: dict) -> int:

@@ -203,8 +203,9 @@ class KVCache(nn.Module):
 
 class Attention(nn.Module):
     """GQA, with a sliding window or an attention chunk where the layer has one; gated
-    (Qwen3-Next): ``q_proj`` also gives each head a gate, the output times its sigmoid; ``k_eq_v``
-    (Gemma 4's full layers): no ``v_proj``, the key projection's output (before RoPE) is the values."""
+    (Qwen3-Next): ``q_proj`` also gives each head a gate, the output times its sigmoid; head-gated
+    (Step-3.7): ``g_proj`` gives one gate per head; ``dv`` (MiMo-V2-Flash): values of d_v per head;
+    ``k_eq_v`` (Gemma 4's full layers): no ``v_proj``, the key projection's output (before RoPE) is the values."""
 
     def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
         super().__init__()
@@ -212,12 +213,15 @@ class Attention(nn.Module):
         self.gated = lc.block.gated
         self.q_proj = nn.Linear(c.d, (2 if self.gated else 1) * lc.h_q * lc.d_h, bias=False)
         self.k_proj = nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
-        self.v_proj = None if lc.block.k_eq_v else nn.Linear(c.d, lc.h_kv * lc.d_h, bias=False)
-        self.o_proj = nn.Linear(lc.h_q * lc.d_h, c.d, bias=False)
+        self.d_v = lc.d_v if lc.block.dv else lc.d_h
+        self.v_proj = None if lc.block.k_eq_v else nn.Linear(c.d, lc.h_kv * self.d_v, bias=False)
+        self.o_proj = nn.Linear(lc.h_q * self.d_v, c.d, bias=False)
+        if lc.block.head_gate:
+            self.g_proj = nn.Linear(c.d, lc.h_q, bias=False)
         self.attend = Attend()
 
     def cache_shapes(self) -> dict[str, tuple[int, int]]:
-        return {"k": (self.lc.h_kv, self.lc.d_h), "v": (self.lc.h_kv, self.lc.d_h)}
+        return {"k": (self.lc.h_kv, self.lc.d_h), "v": (self.lc.h_kv, self.d_v)}
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask, cache: Optional[KVCache],
                 form: str = "naive") -> torch.Tensor:
@@ -227,7 +231,7 @@ class Attention(nn.Module):
         if self.gated:
             q, gate = q.chunk(2, dim=-1)
         k = self.k_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)    # [B, H_kv, C, D]
-        v = k if self.v_proj is None else self.v_proj(x).view(B, C, lc.h_kv, lc.d_h).transpose(1, 2)
+        v = k if self.v_proj is None else self.v_proj(x).view(B, C, lc.h_kv, self.d_v).transpose(1, 2)
         if c.positions == "rope":
             q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
         past = int(positions[0])
@@ -243,7 +247,9 @@ class Attention(nn.Module):
                           chunk=lc.W_c)                            # a chunked layer keeps its whole cache
         if self.gated:
             y = y * torch.sigmoid(gate)
-        return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * lc.d_h))
+        if lc.block.head_gate:                                             # [B, H_q, C, 1]: one gate per head
+            y = y * torch.sigmoid(self.g_proj(x)).transpose(1, 2).unsqueeze(-1)
+        return self.o_proj(y.transpose(1, 2).reshape(B, C, lc.h_q * self.d_v))
 
 
 def run_attention(attend: Attend, q, k, v, mask, past: int, window: Optional[int], scale: Optional[float] = None,

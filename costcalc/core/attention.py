@@ -1,7 +1,8 @@
 """Attention FLOPs: one rule for the keys a query reads, summed over query positions.
 
 A query that reads K keys runs, per query head, ``QK^T = [1, d_qk] x [d_qk, K]`` and
-``AV = [1, K] x [K, d_v']`` (``per_query_flops``): for GQA ``d_qk = d_v' = d_h``; for naive
+``AV = [1, K] x [K, d_v']`` (``per_query_flops``): for GQA ``d_qk = d_v' = d_h`` (``d_v' = d_v``
+where its values have their own head dim, ``dv``); for naive
 (and expanded) MLA ``d_qk = d_nope + d_rope`` and ``d_v' = d_v``; for absorbed MLA the scores run over the
 latent and the RoPE key, ``d_qk = r_kv + d_rope``, and the values over the latent, ``d_v' = r_kv``.
 
@@ -29,7 +30,7 @@ from .matmul import matmul
 def head_dims(block: Block) -> tuple[sp.Expr, sp.Expr]:
     """(score width, value width) per query head and key."""
     if block.attention in ("gqa", "window", "chunk"):
-        return s.d_h, s.d_h
+        return s.d_h, (s.d_v if block.dv else s.d_h)
     if block.form != "absorbed":                        # naive and expanded: per-head K and V
         return s.d_nope + s.d_rope, s.d_v
     return s.r_kv + s.d_rope, s.r_kv
@@ -38,7 +39,7 @@ def head_dims(block: Block) -> tuple[sp.Expr, sp.Expr]:
 def query_heads(block: Block) -> sp.Expr:
     """Query heads per layer: ``h_q`` for MLA; ``d_q / d_h`` otherwise (h_q heads of width d_h
     make up the query width d_q, the size GQA's formulas are written in)."""
-    return s.h_q if block.attention == "mla" else s.d_q / s.d_h
+    return s.h_q if block.attention == "mla" or block.dv else s.d_q / s.d_h
 
 
 def per_query_flops(keys: sp.Expr, block: Block) -> sp.Expr:

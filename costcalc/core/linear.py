@@ -38,6 +38,18 @@ GQA = (
 
 # GQA whose q_proj also gives a per-head sigmoid output gate (Qwen3-Next, Qwen3.5)
 GATED_GQA = (Projection("q_proj", "attn_proj", s.d, 2 * s.d_q),) + GQA[1:]
+# A per-head sigmoid output gate of its own: one output per query head (Step-3.7's g_proj)
+HEAD_GATE = Projection("g_proj", "attn_proj", s.d, s.h_q)
+
+
+def gqa(kind: Block) -> tuple[Projection, ...]:
+    """A GQA kind's projections: q and k of d_h per head; v and o of d_h, or of d_v with ``dv``
+    (MiMo-V2-Flash: h_kv d_v values, h_q d_v into o_proj); a gate in q_proj (``gated``) or its own
+    per-head g_proj (``head_gate``)."""
+    q = GATED_GQA[0] if kind.gated else GQA[0]
+    v, o = ((Projection("v_proj", "attn_proj", s.d, s.h_kv * s.d_v), Projection("o_proj", "attn_proj", s.h_q * s.d_v, s.d))
+            if kind.dv else GQA[2:])
+    return (q, GQA[1], v, o) + ((HEAD_GATE,) if kind.head_gate else ())
 
 _QK = s.d_nope + s.d_rope   # MLA per-head query/key width
 
@@ -145,7 +157,7 @@ LM_HEAD = Projection("lm_head", "lm_head", s.d, s.V)
 
 def block(kind: Block) -> tuple[Projection, ...]:
     """The projections of one decoder block of the given kind."""
-    attention = (GATED_GQA if kind.gated else GQA if kind.attention in ("gqa", "window", "chunk") else
+    attention = (gqa(kind) if kind.attention in ("gqa", "window", "chunk") else
                  mla(kind.q_lora, kind.form) if kind.attention == "mla" else ())
     if kind.k_eq_v:     # values from the key projection (Gemma 4's attention_k_eq_v): no v_proj
         attention = tuple(p for p in attention if p.name != "v_proj")

@@ -44,7 +44,7 @@ from .mixers import Cached, conv_channels, conv_state_size, state_size, scan_io
 def kv_width(block: Block) -> sp.Expr:
     """Elements a KV cache holds per token and layer (and attention reads per key)."""
     if block.attention in ("gqa", "window", "chunk"):
-        return 2 * s.d_kv
+        return s.d_kv + s.h_kv * s.d_v if block.dv else 2 * s.d_kv
     if block.form == "naive":
         return s.h_q * (s.d_nope + s.d_rope + s.d_v)
     return s.r_kv + s.d_rope

@@ -36,6 +36,9 @@ OUT_OF_REACH = {
     "xlstm": "mLSTM matrix-memory blocks (no attention)",
 }
 
+# Wrappers whose __post_init__ ties when either their own flag or their text config's is true.
+EITHER_TIES = ("minimax_m3_vl",)
+
 
 def load(path: str | Path, name: str | None = None) -> ModelSpec:
     """A model from a config.json file."""
@@ -70,7 +73,10 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         outer = _reader(config, family, where)
         if not isinstance(config.get("text_config"), dict):
             raise CostcalcError(f"{where}: {family} without a text_config")
-        tied = outer.flag("tie_word_embeddings", TABLES[family].tied)   # the wrapper's flag ties
+        if "tie_word_embeddings" in TABLES[family].rows:                # the wrapper's flag ties (Step-3.7's
+            tied = outer.flag("tie_word_embeddings", TABLES[family].tied)   # has none: its text config's does)
+            if family in EITHER_TIES and not tied:      # MiniMax-M3: false defers to the text config's flag
+                tied = None
         family = TABLES[family].decoder
         config = {**config["text_config"], "model_type": family}
     reader = _reader(config, family, where)
@@ -98,7 +104,7 @@ def _reader(config: dict, family: str, where: str) -> Reader:
                                 f"the cost; costcalc does not guess -- remove it if it does not")
     if config.get("is_encoder_decoder"):
         raise CostcalcError(f"{where}: is_encoder_decoder is true: only decoder-only models are costed")
-    if config.get("per_layer_config") and "per_layer_config" not in table.rows:   # a family that reads it (gemma4_text)
+    if config.get("per_layer_config") and "per_layer_config" not in table.rows:   # families that read it (gemma4_text, step3p5)
         raise CostcalcError(f"{where}: per_layer_config gives layers their own sizes, which is not read")
     return Reader(config, family, where, table.aliases)
 

@@ -98,6 +98,16 @@ TABLES = {
         used=DENSE + " " + _QWEN_WINDOWS, ignored=BASE, extra_used="head_dim", head_dim=HEAD_DIM_READ,
         max_window_layers="older configs: layers i >= it are windowed when use_sliding_window",
         use_sliding_window="older configs: windows on (layer_types must agree)"),
+    # MiMo-7B's remote code (XiaomiMiMo, modeling_mimo.py): MiMoConfig(Qwen2Config) adds
+    # num_nextn_predict_layers; the decoder is Qwen2's (Qwen2Model), the MTP layers apart from it.
+    "mimo": family(
+        used=DENSE + " " + _QWEN_WINDOWS, ignored=BASE + " num_nextn_predict_layers", extra_used="head_dim",
+        extra_ignored="attention_bias", head_dim=HEAD_DIM_READ,
+        max_window_layers="older configs: layers i >= it are windowed when use_sliding_window",
+        use_sliding_window="older configs: windows on (layer_types must agree)",
+        num_nextn_predict_layers="MTP layers (MiMoMTPLayers: input_proj 2d -> d and one Qwen2 layer each), built "
+                                 "beside the decoder and not run by its forward: not part of the decoder costed",
+        attention_bias="q/k/v biases (Qwen2's attention always has them; the key is not read): not counted"),
     "qwen3": family(
         used=DENSE + " head_dim " + _QWEN_WINDOWS, ignored=BASE + " attention_bias",
         max_window_layers="older configs: layers i >= it are windowed when use_sliding_window",
@@ -922,3 +932,143 @@ NEMOTRON_NAS_BLOCK = {
         no_op="no FFN in the layer", replace_with_linear="checked false: a hidden x hidden linear instead is refused",
         sparsify="checked null"),
 }
+# Families whose attention needs the GQA head features (costcalc/blocks.py: dv, head_gate): MiMo-V2-Flash's
+# narrower value heads (hf/families/heads.py).
+TABLES.update({
+    "mimo_v2_flash": family(
+        used="hidden_size intermediate_size num_attention_heads num_hidden_layers num_key_value_heads "
+             "tie_word_embeddings vocab_size head_dim v_head_dim sliding_window layer_types mlp_layer_types "
+             "moe_intermediate_size n_routed_experts num_experts_per_tok",
+        ignored=BASE + " attention_bias attention_value_scale n_group norm_topk_prob output_router_logits "
+                       "routed_scaling_factor topk_group",
+        extra_used="sliding_window_size swa_num_attention_heads swa_num_key_value_heads swa_head_dim swa_v_head_dim "
+                   "hybrid_layer_pattern moe_layer_freq n_shared_experts hybrid_block_size",
+        extra_ignored="add_swa_attention_sink_bias add_full_attention_sink_bias swa_rope_theta layernorm_epsilon "
+                      "scoring_func topk_method attention_chunk_size mlp_bias use_qk_norm hidden_dropout "
+                      "num_nextn_predict_layers",
+        aliases={"num_local_experts": "n_routed_experts"},
+        num_attention_heads="h_q on every layer", num_key_value_heads="h_kv of the full layers (twice it on the "
+                                                                      "sliding ones: 5.23 doubles it there)",
+        head_dim="d_h of queries and keys (class default 192, the example model's: must be stated)",
+        v_head_dim="d_v of values: v_proj h_kv d_v, o_proj h_q d_v (class default 128: must be stated)",
+        sliding_window="W of the sliding layers (a sliding_window_size wins: 5.23 sets W to it + 1)",
+        layer_types="which layers are windowed; absent: layer 0 and every 6th (i+1) full, the rest sliding",
+        mlp_layer_types="dense or sparse (MoE) per layer; absent: layer 0 dense, the rest MoE",
+        n_routed_experts="E", intermediate_size="m of the dense layers",
+        attention_value_scale="a scale on the values: elementwise",
+        sliding_window_size="the reference's window before the query: 5.23 sets sliding_window to it + 1",
+        swa_num_attention_heads="not read (5.23 builds num_attention_heads on every layer): must equal it",
+        swa_num_key_value_heads="not read (5.23 builds 2 x num_key_value_heads on the sliding layers): must equal it",
+        swa_head_dim="not read (5.23 builds head_dim on every layer): must equal it",
+        swa_v_head_dim="not read (5.23 builds v_head_dim on every layer): must equal it",
+        hybrid_layer_pattern="not read (5.23 derives layer_types): 0 full / 1 sliding per layer, must agree",
+        moe_layer_freq="not read (5.23 derives mlp_layer_types): 0 dense / 1 MoE per layer, must agree",
+        n_shared_experts="not read (5.23 builds no shared expert): must be null or 0",
+        hybrid_block_size="not read by 5.23: must be null",
+        add_swa_attention_sink_bias="attention sinks (5.23 builds them on the sliding layers): an extra softmax "
+                                    "column, elementwise",
+        add_full_attention_sink_bias="attention sinks: an extra softmax column, elementwise (5.23 builds none "
+                                     "on the full layers)",
+        swa_rope_theta="RoPE base of the sliding layers: elementwise", layernorm_epsilon="norm epsilon",
+        scoring_func="routing score (sigmoid): elementwise", topk_method="routing selection: no matmul",
+        attention_chunk_size="not read by 5.23's modelling code", mlp_bias="MLP biases: not counted",
+        use_qk_norm="not read (5.23 builds no QK norm): a norm is not a matmul anyway",
+        num_nextn_predict_layers="multi-token prediction: not built by the causal LM (5.23 drops the checkpoint's "
+                                 "model.mtp layers on load)"),
+})
+# Step-3.7-Flash (step3p7): a multimodal wrapper whose text decoder is step3p5 (Step3p7TextConfig's
+# model_type), GQA with a per-head output gate on every layer (hf/families/heads.py).
+TABLES.update({
+    "step3p5": family(
+        used="hidden_size intermediate_size num_attention_heads num_hidden_layers num_key_value_heads "
+             "tie_word_embeddings vocab_size head_dim sliding_window layer_types mlp_layer_types moe_intermediate_size "
+             "n_routed_experts num_experts_per_tok share_expert_dim num_sliding_attention_heads per_layer_config "
+             "num_nextn_predict_layers",
+        ignored=BASE + " attention_bias mlp_bias moe_router_scaling_factor output_router_logits query_pre_attn_scalar "
+                       "swiglu_limits swiglu_limits_shared mtp_layer_types mtp_mlp_layer_types",
+        extra_used="attention_other_setting moe_layers_enum moe_layer_freq use_head_wise_attn_gate gating att_impl_type "
+                   "use_bidirectional_attention sparse_attention_config use_moe",
+        extra_ignored="moe_layer_offset moe_every_n_layer moe_router_activation use_moe_router_bias need_fp32_gate "
+                      "norm_expert_weight use_qk_norm yarn_only_types use_rope_layers zero_centered sink "
+                      "partial_rotary_factors max_seq_len",
+        aliases={"num_local_experts": "n_routed_experts", "num_attention_groups": "num_key_value_heads",
+                 "moe_num_experts": "n_routed_experts", "moe_top_k": "num_experts_per_tok",
+                 "share_expert_dims": "share_expert_dim", "num_mtp_layers": "num_nextn_predict_layers"},
+        num_attention_heads="h_q of the full layers (and of the sliding ones without an override)",
+        num_key_value_heads="h_kv on every layer (class default 8, the example model's: must be stated)",
+        head_dim="d_h (class default 128: must be stated)", intermediate_size="m of the dense layers",
+        sliding_window="W of the sliding layers (class default null: must be stated where a layer slides)",
+        layer_types="which layers are windowed (MTP entries past num_hidden_layers dropped, as 5.23 does)",
+        mlp_layer_types="dense or sparse (MoE) per layer; absent: moe_layers_enum, else layers >= 3 MoE",
+        moe_intermediate_size="m_e", n_routed_experts="E", share_expert_dim="m_s of the one shared expert",
+        num_sliding_attention_heads="h_q of the sliding layers (absent: attention_other_setting's)",
+        per_layer_config="per-layer num_attention_heads (5.23 writes the sliding layers' here): read, nothing else",
+        num_nextn_predict_layers="MTP layers: not built by the decoder (their trailing layer_types entries dropped)",
+        moe_router_scaling_factor="routing weights: elementwise", query_pre_attn_scalar="score scale",
+        swiglu_limits="clamps of the experts' activations: elementwise",
+        swiglu_limits_shared="clamps of the shared expert's activations: elementwise",
+        mtp_layer_types="the MTP layers' kinds: not built by the decoder",
+        mtp_mlp_layer_types="the MTP layers' FFN kinds: not built by the decoder",
+        attention_other_setting="the sliding layers' settings: num_attention_heads read (5.23 reads nothing "
+                                "else: num_attention_groups and head_dim must equal the global ones)",
+        moe_layers_enum="absent mlp_layer_types: the MoE layers' indices (a list or a comma-separated string)",
+        moe_layer_freq="not read by 5.23 (mlp_layer_types is derived first): 0/1 per layer, must agree",
+        use_head_wise_attn_gate="must be true: 5.23 always builds the per-head gate g_proj (gating)",
+        gating="the output gate: true or per-head (g_proj hidden_size -> heads); another is not modelled",
+        att_impl_type="must be GQA (what 5.23 builds)", use_moe="not read by 5.23: must be true where a layer is MoE",
+        use_bidirectional_attention="must be false: a non-causal decoder is not modelled",
+        sparse_attention_config="not read by 5.23 (layer_types is derived first): sparse layers there are refused",
+        moe_layer_offset="not read by 5.23 (moe_layers_enum decides)",
+        moe_every_n_layer="not read by 5.23 (moe_layers_enum decides)",
+        moe_router_activation="routing score: elementwise", use_moe_router_bias="routing bias: no matmul",
+        need_fp32_gate="router precision: same matmul", norm_expert_weight="routing weights: elementwise",
+        use_qk_norm="QK norm: not a matmul", yarn_only_types="RoPE scaling per layer type: elementwise",
+        use_rope_layers="RoPE per layer: elementwise", zero_centered="norm parameterisation",
+        sink="attention sinks: elementwise", partial_rotary_factors="RoPE fraction per layer: elementwise",
+        max_seq_len="position range: no matmul shape"),
+    "step3p7": family(
+        used="text_config", ignored="image_token_id projector_bias vision_config",
+        text_config="the decoder that is costed (read as step3p5)", image_token_id="token id",
+        projector_bias="the vision projector's bias: not part of the text decoder",
+        vision_config="the vision tower and its projector: not part of the text decoder costed here")._replace(
+        decoder="step3p5"),
+})
+# MiniMax-M3 (minimax_m3_vl): a multimodal wrapper whose text decoder minimax_m3_vl_text is GQA with a fused
+# SwiGLU-OAI MLP or MoE with a shared expert; its minimax_m3_sparse layers (a GQA lightning indexer) are refused.
+TABLES.update({
+    "minimax_m3_vl_text": family(
+        used="hidden_size num_attention_heads num_hidden_layers num_key_value_heads tie_word_embeddings vocab_size "
+             "head_dim layer_types mlp_layer_types intermediate_size dense_intermediate_size shared_intermediate_size "
+             "num_local_experts num_experts_per_tok",
+        ignored=BASE + " output_router_logits router_aux_loss_coef router_jitter_noise routed_scaling_factor "
+                       "rotary_dim swiglu_alpha swiglu_limit index_block_size index_head_dim index_local_blocks "
+                       "index_n_heads index_topk_blocks",
+        extra_used="sparse_attention_config moe_layer_freq", aliases={"num_experts": "num_local_experts"},
+        num_key_value_heads="h_kv (class default 4, the example model's: must be stated)",
+        head_dim="d_h (class default 128: must be stated)", intermediate_size="m_e, the experts' width",
+        dense_intermediate_size="m of the dense layers (gate_up_proj d x 2m, down_proj)",
+        shared_intermediate_size="m_s of the one shared expert of every MoE layer",
+        num_local_experts="E", layer_types="full_attention, or minimax_m3_sparse (refused: a GQA lightning indexer)",
+        mlp_layer_types="dense or sparse (MoE) per layer; absent: moe_layer_freq, else every layer MoE",
+        routed_scaling_factor="routing weights: elementwise", rotary_dim="RoPE width: elementwise",
+        swiglu_alpha="activation: elementwise", swiglu_limit="activation clamp: elementwise",
+        index_block_size="the sparse layers' indexer (refused where a layer has one)",
+        index_head_dim="the sparse layers' indexer (refused where a layer has one)",
+        index_local_blocks="the sparse layers' indexer (refused where a layer has one)",
+        index_n_heads="the sparse layers' indexer (refused where a layer has one)",
+        index_topk_blocks="the sparse layers' indexer (refused where a layer has one)",
+        sparse_attention_config="absent layer_types: sparse_attention_freq marks the sparse layers (refused)",
+        moe_layer_freq="absent mlp_layer_types: 0 dense / 1 MoE per layer"),
+    "minimax_m3_vl": family(
+        used="text_config tie_word_embeddings", ignored="image_token_index video_token_index vision_config "
+                                                        "projector_hidden_size merged_hidden_size",
+        aliases={"image_token_id": "image_token_index", "video_token_id": "video_token_index"},
+        text_config="the decoder that is costed (read as minimax_m3_vl_text)",
+        tie_word_embeddings="whether the LM head is tied (false: the text config's flag decides, as 5.23's "
+                            "__post_init__ does)",
+        image_token_index="token id", video_token_index="token id",
+        vision_config="the vision tower: not part of the text decoder costed here",
+        projector_hidden_size="the vision projector: not part of the text decoder",
+        merged_hidden_size="the vision projector's input width (derived): not part of the text decoder")._replace(
+        decoder="minimax_m3_vl_text"),
+})

@@ -261,13 +261,15 @@ KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention", "gdn": "Gated De
          "lightning": "lightning attention layers", "shortconv": "short-convolution layers",
          "gated": "gated attention outputs", "none": "layers without a mixer or an FFN",
          "sparse": "DeepSeek sparse attention (an indexer and top-k keys)",
-         "keqv": "attention whose values are its keys (no v_proj)"}
+         "keqv": "attention whose values are its keys (no v_proj)",
+         "hgated": "per-head attention output gates (g_proj)", "dv": "value heads of their own width (d_v != d_h)"}
 
 
 def features(block) -> set[str]:
     """The layer kinds of ``KINDS`` a block has."""
     return ({block.ffn, block.attention, block.mixer} | ({"gated"} if block.gated else set())
-            | ({"sparse"} if block.sparse else set()) | ({"keqv"} if block.k_eq_v else set())) & set(KINDS)
+            | ({"sparse"} if block.sparse else set()) | ({"keqv"} if block.k_eq_v else set())
+            | ({"hgated"} if block.head_gate else set()) | ({"dv"} if block.dv else set())) & set(KINDS)
 
 
 @dataclass(frozen=True)

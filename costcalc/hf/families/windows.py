@@ -107,6 +107,7 @@ def _vaultgemma(r: Reader) -> list[Layer]:
 MAPPERS: dict[str, Mapper] = {
     "mistral": _mistral,
     "qwen2": dense(kv="stated", windows=partial(qwen_windows, below=False)),
+    "mimo": dense(kv="stated", windows=partial(qwen_windows, below=False)),   # remote code: Qwen2's decoder
     "qwen3": dense("require", "stated", windows=partial(qwen_windows, below=False)),
     "phi3": dense(windows=every_layer),
     "starcoder2": dense(kv="stated", ffn="mlp", windows=every_layer),

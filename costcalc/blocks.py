@@ -49,12 +49,13 @@ A ``window`` layer's KV cache (``cache``) is ``whole`` or ``rolling`` (docs/cost
 "Sliding windows"): it changes what the shapes multiply, so only the ``full`` convention.
 
 ``Block.key`` names a block in one short string, e.g. ``gqa.dense``, ``window.moe``,
-``mla_q-absorbed.moe_shared``; the seed's ``dense`` and ``moe`` are ``gqa.dense`` and
+``mla_q-absorbed.moe_shared``, ``mtp:mla_q.moe_shared`` (a multi-token-prediction module of
+that block: ``mtp``, never a preset's ``arch``); the seed's ``dense`` and ``moe`` are ``gqa.dense`` and
 ``gqa.moe``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import quote
 from .vocab import ARCHS
@@ -83,6 +84,7 @@ class Block:
     gated: bool = False         # gqa kinds: q_proj also gives a per-head output gate (Qwen3-Next, Qwen3.5)
     plain: bool = False         # moe: non-gated MLP experts (up, down), shared ones too (Nemotron-H)
     sparse: bool = False        # mla: a lightning indexer selects k_I keys per query (DeepSeek Sparse Attention)
+    mtp: bool = False           # a multi-token-prediction module: eh_proj (2d -> d) before the block
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -138,21 +140,25 @@ class Block:
         attn += f"+{self.beside}" if self.beside else ""
         ffn = self.ffn + ("_plain" if self.plain else "") + ("_shared" if self.shared else "") + \
             ("_gate" if self.shared_gate else "")
-        return f"{attn}.{ffn}"
+        return ("mtp:" if self.mtp else "") + f"{attn}.{ffn}"
 
     def with_form(self, form: str) -> "Block":
         """The same block under an MLA form (other attention kinds are unchanged)."""
         if self.attention != "mla":
             return self
-        return Block(self.attention, self.ffn, self.q_lora, form, self.shared, self.shared_gate, beside=self.beside,
-                     gated=self.gated, plain=self.plain, sparse=self.sparse)
+        return replace(self, form=form)
 
     def with_cache(self, cache: str) -> "Block":
         """The same block with a whole or rolling window cache (other attention kinds are unchanged)."""
         if self.attention != "window":
             return self
-        return Block(self.attention, self.ffn, self.q_lora, self.form, self.shared, self.shared_gate, cache,
-                     self.beside, self.gated, self.plain)
+        return replace(self, cache=cache)
+
+    def with_mtp(self) -> "Block":
+        """The same block as a multi-token-prediction module runs it: ``eh_proj`` (the main
+        model's hidden state and the next token's embedding, 2d -> d) before it
+        (docs/cost-model.md, "MTP layers")."""
+        return replace(self, mtp=True)
 
     def sizes(self) -> tuple[str, ...]:
         """The size symbols this block's formulas use (besides L, d, V)."""
@@ -204,6 +210,8 @@ def parse(key: str) -> Block:
     ``"window-rolling.dense"`` -> Block(...); also the
     aliases ``dense``, ``moe``."""
     key = ALIASES.get(key, key)
+    mtp = key.startswith("mtp:")
+    key = key.removeprefix("mtp:")
     try:
         attn, ffn = key.split(".")
     except ValueError:
@@ -225,4 +233,4 @@ def parse(key: str) -> Block:
     ffn = ffn.removesuffix("_shared")
     plain = ffn.endswith("_plain")
     ffn = ffn.removesuffix("_plain")
-    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse)
+    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse, mtp)

@@ -167,6 +167,13 @@ class Query:
             yield draft, DraftRecipe(compiled.get(name, self.block(draft), self.options.convention, self.logits))
 
 
+    def modules(self, kind: str = "params") -> Iterator[tuple[Group, "Recipe"]]:
+        """The model's multi-token-prediction modules (``spec.mtp``: L = their count) with a
+        model recipe (``params``, ``p_lin``) of their block; nothing for a model without."""
+        if self.spec.mtp is not None:
+            yield self.spec.mtp, Recipe(compiled.get(kind, self.spec.mtp.block), True)
+
+
 # The compiled workloads a draft runs in: a decode step, a generation's decode phase, and its
 # prefill (which runs the MTP module over the prompt: its KV cache, the first draft).
 DRAFTED = ("prefill", "decode", "decode_phase", "generate")

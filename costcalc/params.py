@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import compiled
 from .evaluate import Options, Query
 from .spec import ModelSpec
 
@@ -43,9 +42,9 @@ def mtp_parameters(spec: ModelSpec) -> dict[str, int]:
     shares is the decoder's). The embedding and LM head a module reads are the model's: a
     checkpoint that stores copies of them per module (DeepSeek-V3's layer 61) holds
     ``mtp.count * 2 d V`` more, which neither count includes."""
-    group = spec.mtp
-    got = compiled.get("params", group.block).evaluate({**group.numbers(), "L": 1})
-    return {"mtp_params": group.count * got["block_total"], "mtp_active_params": got["block_active"]}
+    (group, recipe), = Query(spec, "prefill").modules("params")
+    one = recipe.evaluate({**group.numbers(), "L": 1})
+    return {"mtp_params": group.count * one["block_total"], "mtp_active_params": one["block_active"]}
 
 
 def rule_6p(spec: ModelSpec, tokens: int, mla: str = "auto") -> int:

@@ -227,17 +227,20 @@ class DraftRecipe:
         """An output of the workload's recipe (``attention.kv_write``) by the name this recipe gives it."""
         return self.PREFIX + output
 
+    def _asked(self, names: Optional[Iterable[str]]) -> tuple[list[str], list[str]]:
+        """The outputs asked for (its own names) and the recipe's outputs that give them."""
+        own = self.outputs if names is None else [x for x in names if x in self.outputs]
+        return own, [self._of.get(x, "total") for x in own]
+
     def evaluate(self, values: dict[str, int], names: Optional[Iterable[str]] = None) -> dict[str, int]:
-        names = self.outputs if names is None else [n for n in names if n in self.outputs]
-        inner = [self._of[n] for n in names if n in self._of] + (["total"] if {"draft", "total"} & set(names) else [])
+        own, inner = self._asked(names)
         got = self.code.evaluate(values, inner)
-        return {n: got[self._of[n]] if n in self._of else got["total"] for n in names}
+        return {x: got[y] for x, y in zip(own, inner)}
 
     def columns(self, values: dict[str, Any], n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
-        names = self.outputs if names is None else [x for x in names if x in self.outputs]
-        inner = [self._of[x] for x in names if x in self._of] + (["total"] if {"draft", "total"} & set(names) else [])
+        own, inner = self._asked(names)
         got = self.code.columns(values, n, inner)
-        return {x: got[self._of[x]] if x in self._of else got["total"] for x in names}
+        return {x: got[y] for x, y in zip(own, inner)}
 
 
 def check_inputs(wl: Workload, inputs: dict[str, Sequence[int]]) -> int:

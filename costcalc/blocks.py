@@ -54,7 +54,8 @@ A ``window`` layer's KV cache (``cache``) is ``whole`` or ``rolling`` (docs/cost
 "Sliding windows"): it changes what the shapes multiply, so only the ``full`` convention.
 
 ``Block.key`` names a block in one short string, e.g. ``gqa.dense``, ``window.moe``,
-``mla_q-absorbed.moe_shared``; the seed's ``dense`` and ``moe`` are ``gqa.dense`` and
+``mla_q-absorbed.moe_shared``, ``mtp:mla_q.moe_shared`` (a multi-token-prediction module of
+that block: ``mtp``, never a preset's ``arch``); the seed's ``dense`` and ``moe`` are ``gqa.dense`` and
 ``gqa.moe``.
 """
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Block:
     head_gate: bool = False     # gqa kinds: a per-head sigmoid output gate, g_proj d -> h_q (Step-3.7)
     dv: bool = False            # gqa kinds: value heads of d_v (v_proj, o_proj), q and k heads of d_h (MiMo-V2-Flash)
     k_eq_v: bool = False        # gqa kinds: no v_proj, the key projection's output is also the values (Gemma 4)
+    mtp: bool = False           # a multi-token-prediction module: eh_proj (2d -> d) before the block
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -156,7 +158,7 @@ class Block:
         attn += f"+{self.beside}" if self.beside else ""
         ffn = self.ffn + ("_plain" if self.plain else "") + ("_shared" if self.shared else "") + \
             ("_gate" if self.shared_gate else "")
-        return f"{attn}.{ffn}"
+        return ("mtp:" if self.mtp else "") + f"{attn}.{ffn}"
 
     def with_form(self, form: str) -> "Block":
         """The same block under an MLA form (other attention kinds are unchanged)."""
@@ -169,6 +171,12 @@ class Block:
         if self.attention != "window":
             return self
         return replace(self, cache=cache)
+
+    def with_mtp(self) -> "Block":
+        """The same block as a multi-token-prediction module runs it: ``eh_proj`` (the main
+        model's hidden state and the next token's embedding, 2d -> d) before it
+        (docs/cost-model.md, "MTP layers")."""
+        return replace(self, mtp=True)
 
     def sizes(self) -> tuple[str, ...]:
         """The size symbols this block's formulas use (besides L, d, V)."""
@@ -221,6 +229,8 @@ def parse(key: str) -> Block:
     ``"window-rolling.dense"``, ``"gqa-keqv.moe_shared"`` -> Block(...); also the
     aliases ``dense``, ``moe``."""
     key = ALIASES.get(key, key)
+    mtp = key.startswith("mtp:")
+    key = key.removeprefix("mtp:")
     try:
         attn, ffn = key.split(".")
     except ValueError:
@@ -248,4 +258,4 @@ def parse(key: str) -> Block:
     ffn = ffn.removesuffix("_shared")
     plain = ffn.endswith("_plain")
     ffn = ffn.removesuffix("_plain")
-    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse, head_gate, dv, k_eq_v)
+    return Block(attn, ffn, q_lora, form, shared, gate, cache, beside, gated, plain, sparse, head_gate, dv, k_eq_v, mtp)

@@ -16,7 +16,7 @@ from .blocks import SPARSE_TILED, Block
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .spec import Group, ModelSpec
-from .vocab import DEFAULT_TILE, SCAN, SUMS, TERM_ORDER, Convention, Logits, MlaForm, WindowCache
+from .vocab import DEFAULT_TILE, SCAN, SUMS, TERM_ORDER, Convention, Draft, Logits, MlaForm, WindowCache
 
 if TYPE_CHECKING:   # bytes and time: the layer above (the types only)
     from .roofline import Machine, Precision
@@ -35,16 +35,19 @@ def positive(name: str, value: Any) -> int:
 class Options:
     """What a number is computed under: the attention convention, the logits mode, the tile
     of the tiled convention (default 128 x 128), the MLA form and the KV cache of window
-    layers (both in ``docs/cost-model.md``). Built from strings or enums; bad values are
+    layers (both in ``docs/cost-model.md``), and the draft each decode step runs (``mtp``: the
+    model's multi-token-prediction module, docs/cost-model.md "MTP layers"). Built from strings or enums; bad values are
     one error."""
     convention: Convention = Convention.causal
     logits: Logits = Logits.last
     tile: Optional[tuple[int, int]] = None
     mla: MlaForm = MlaForm.auto
     window_cache: WindowCache = WindowCache.whole
+    draft: Draft = Draft.none
 
     def __post_init__(self) -> None:
         try:
+            object.__setattr__(self, "draft", Draft.parse(self.draft, "draft"))
             object.__setattr__(self, "convention", Convention.parse(self.convention, "convention"))
             object.__setattr__(self, "logits", Logits.parse(self.logits, "logits"))
             object.__setattr__(self, "mla", MlaForm.parse(self.mla, "mla"))
@@ -86,6 +89,19 @@ class Query:
                 raise CostcalcError(str(exc)) from None
         if self.options.convention == Convention.tiled and any(g.block.sparse for g in self.spec.groups):
             raise CostcalcError(f"{self.spec.name}: {SPARSE_TILED}")
+        if self.options.draft == Draft.mtp:
+            if self.spec.mtp is None:
+                raise CostcalcError(f"{self.spec.name} has no multi-token-prediction layers (num_nextn_predict_layers, "
+                                    f"mtp_num_hidden_layers): --draft mtp needs them")
+            if self.workload.name not in DRAFTED:
+                raise CostcalcError(f"--draft mtp applies to decode steps and generations, not {self.workload.name}")
+
+    @property
+    def draft(self) -> Optional[Group]:
+        """The MTP module a drafting step runs (one: the first of the model's ``mtp`` modules), or None."""
+        if self.options.draft != Draft.mtp:
+            return None
+        return Group(1, self.spec.mtp.block, self.spec.mtp.sizes)
 
     @property
     def logits(self) -> Logits:
@@ -123,6 +139,8 @@ class Query:
             out["scan"] = SCAN[options.convention.value]
         if spec.windows and options.convention == Convention.full:
             out["window_cache"] = options.window_cache.value
+        if options.draft != Draft.none:
+            out["draft"] = options.draft.value
         return out
 
     def recipes(self, kind: str = "flops") -> Iterator[tuple[Group, "Recipe"]]:
@@ -130,7 +148,9 @@ class Query:
         terms), ``bytes`` (the elements each operator moves), ``p_lin`` (executed linear
         parameters), ``params`` (the block's weights) or ``crossover`` (its formulas). The
         workload's recipes run under the query's convention and logits; the model's under
-        ``causal`` and ``last``, where neither changes them. The LM head is charged once."""
+        ``causal`` and ``last``, where neither changes them. The LM head is charged once. With a
+        draft (``--draft mtp``) the workload's recipes are followed by the MTP module's, every
+        output of it charged to ``draft`` (``DraftRecipe``)."""
         fetched: dict[Block, Any] = {}     # groups of one block kind share its recipe
         for index, group in enumerate(self.spec.groups):
             block = group.block if kind == "params" else self.block(group)
@@ -141,6 +161,22 @@ class Query:
                 else:
                     fetched[block] = compiled.get(kind, block)
             yield group, Recipe(fetched[block], index == 0)
+        draft = self.draft
+        if draft is not None and kind in ("flops", "bytes"):
+            name = self.workload.name + ("" if kind == "flops" else ".bytes")
+            yield draft, DraftRecipe(compiled.get(name, self.block(draft), self.options.convention, self.logits))
+
+
+    def modules(self, kind: str = "params") -> Iterator[tuple[Group, "Recipe"]]:
+        """The model's multi-token-prediction modules (``spec.mtp``: L = their count) with a
+        model recipe (``params``, ``p_lin``) of their block; nothing for a model without."""
+        if self.spec.mtp is not None:
+            yield self.spec.mtp, Recipe(compiled.get(kind, self.spec.mtp.block), True)
+
+
+# The compiled workloads a draft runs in: a decode step, a generation's decode phase, and its
+# prefill (which runs the MTP module over the prompt: its KV cache, the first draft).
+DRAFTED = ("prefill", "decode", "decode_phase", "generate")
 
 
 class Recipe:
@@ -157,6 +193,10 @@ class Recipe:
         self.term_of: dict[str, str] = code.term_of
         self.constants: dict[str, str] = code.constants
 
+    def name(self, output: str) -> str:
+        """An output of the workload's recipe (``attention.kv_write``) by the name this recipe gives it."""
+        return output
+
     def _own(self, names: Optional[Iterable[str]]) -> list[str]:
         return self.outputs if names is None else [n for n in names if n in self._kept]
 
@@ -165,6 +205,42 @@ class Recipe:
 
     def columns(self, values: dict[str, Any], n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
         return self.code.columns(values, n, self._own(names))
+
+
+class DraftRecipe:
+    """The MTP module's recipe of a workload as a drafting query charges it: its operators
+    prefixed ``mtp.`` and charged to the term ``draft``, which is its whole total (eh_proj, the
+    block, its attention over its own KV cache, and the LM head of the draft token's logits)."""
+
+    PREFIX = "mtp."
+
+    def __init__(self, code: Any) -> None:
+        self.code = code
+        own = [n for n in code.outputs if n in code.term_of or "." in n and n not in TERM_ORDER]
+        self._of = {self.PREFIX + n: n for n in own}
+        self.operators = [self.PREFIX + n for n in own if n in code.term_of]
+        self.term_of: dict[str, str] = {op: "draft" for op in self.operators}
+        self.outputs = list(self._of) + (["draft", "total"] if "total" in code.outputs else [])
+        self.constants: dict[str, str] = code.constants
+
+    def name(self, output: str) -> str:
+        """An output of the workload's recipe (``attention.kv_write``) by the name this recipe gives it."""
+        return self.PREFIX + output
+
+    def _asked(self, names: Optional[Iterable[str]]) -> tuple[list[str], list[str]]:
+        """The outputs asked for (its own names) and the recipe's outputs that give them."""
+        own = self.outputs if names is None else [x for x in names if x in self.outputs]
+        return own, [self._of.get(x, "total") for x in own]
+
+    def evaluate(self, values: dict[str, int], names: Optional[Iterable[str]] = None) -> dict[str, int]:
+        own, inner = self._asked(names)
+        got = self.code.evaluate(values, inner)
+        return {x: got[y] for x, y in zip(own, inner)}
+
+    def columns(self, values: dict[str, Any], n: int, names: Optional[Iterable[str]] = None) -> dict[str, list[int]]:
+        own, inner = self._asked(names)
+        got = self.code.columns(values, n, inner)
+        return {x: got[y] for x, y in zip(own, inner)}
 
 
 def check_inputs(wl: Workload, inputs: dict[str, Sequence[int]]) -> int:
@@ -246,7 +322,7 @@ def columns(query: Query, point: dict[str, Sequence[int]], n: int,
     """A recipe's outputs at n points (``names``: terms and sums by default), summed over the
     model's layer groups: each group's terms with L = its layer count, the LM head once."""
     wanted = list(names) if names is not None else list(TERM_ORDER)
-    groups = len(query.spec.groups)
+    groups = len(query.spec.groups) + (query.draft is not None)
     if n * groups > MAX_GROUP_POINTS:
         raise CostcalcError(f"the sweep is {n:,} points x {groups:,} layer groups = {n * groups:,} group "
                             f"points (at most {MAX_GROUP_POINTS:,}); narrow the ranges")

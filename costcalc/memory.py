@@ -16,6 +16,8 @@
   fixed size per sequence whatever the context (in the model's ``state_dtype`` or
   ``--state-dtype``) and its convolution window (in the KV dtype): ``state_bytes``; only the
   softmax-attention layers' cache grows with T.
+- With ``--draft mtp``: the MTP modules' weights (``mtp_params``) and the KV cache of the module a
+  draft runs (a layer group of its block: its own latent or K/V per token) are held too.
 - ``fits`` leaves ``reserve`` of the device free (activations, workspace, fragmentation);
   ``max_batch`` at this context, ``max_context`` at this batch (what memory allows: the
   model's trained context length is not modelled), and ``devices_needed`` for weights and
@@ -39,8 +41,11 @@ SERVING = Options(window_cache="rolling")   # what a serving cache keeps: window
 
 
 def weight_bytes(query: Query) -> int:
-    """Every matrix resident (all experts, the embedding, an untied LM head): ``total_params``."""
-    return round(parameters(query.spec)["total_params"] * query.precision.bits("weight") / 8)
+    """Every matrix resident (all experts, the embedding, an untied LM head): ``total_params``;
+    with ``--draft mtp`` the MTP modules too (``mtp_params``: they share the embedding and head)."""
+    got = parameters(query.spec)
+    held = got["total_params"] + (got["mtp_params"] if query.draft is not None else 0)
+    return round(held * query.precision.bits("weight") / 8)
 
 
 # What a decode step writes of each cache, by traffic key: the K/V per token; per sequence
@@ -67,8 +72,9 @@ def _caches(query: Query) -> list[tuple[int, Fraction, Fraction]]:
     out = []
     rolling = query.options.window_cache == WindowCache.rolling
     for group, recipe in query.but(workload="decode").recipes("bytes"):
-        present = [k for k in PER_TOKEN + tuple(PER_SEQUENCE) if k in recipe.outputs]
-        elements = recipe.evaluate({**group.numbers(), "B": 1, "T": 1}, present) if present else {}
+        present = [k for k in PER_TOKEN + tuple(PER_SEQUENCE) if recipe.name(k) in recipe.outputs]
+        got = recipe.evaluate({**group.numbers(), "B": 1, "T": 1}, [recipe.name(k) for k in present]) if present else {}
+        elements = {k: got[recipe.name(k)] for k in present}
         keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
         per_token = sum(elements.get(k, 0) for k in PER_TOKEN) * query.precision.bits("kv") / 8
         state = sum(elements.get(k, 0) * query.precision.bits(kind, query.spec) / 8 for k, kind in PER_SEQUENCE.items())
@@ -104,7 +110,8 @@ def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE
     labels = {**({"mla": query.but(workload="decode").form.value} if spec.has_mla else {}),
               **({"window_cache": query.options.window_cache.value} if _bounded(spec) else {}),
               **({"scan": query.labels()["scan"]} if spec.has_mixers else {}),   # the conv window it holds
-              **({"state_dtype": precision.state_dtype(spec).value} if spec.has_states else {})}
+              **({"state_dtype": precision.state_dtype(spec).value} if spec.has_states else {}),
+              **({"draft": query.options.draft.value} if query.draft is not None else {})}
     held = weights + cache + states
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,
            "weight_dtype": precision.weight.value, "kv_dtype": precision.kv.value, "reserve": reserve,

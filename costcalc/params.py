@@ -27,11 +27,24 @@ def parameters(spec: ModelSpec) -> dict[str, Any]:
         blocks_total += got["block_total"]
         blocks_active += got["block_active"]
     embedding = lm_head = spec["d"] * spec["V"]
-    return {"total_params": blocks_total + embedding + (0 if spec.tied_embeddings else lm_head),
-            "active_params": blocks_active + lm_head,
-            "embedding_params": embedding, "lm_head_params": lm_head,
-            "tied_embeddings": spec.tied_embeddings,
-            "block_params": blocks_total, "block_active_params": blocks_active}
+    out = {"total_params": blocks_total + embedding + (0 if spec.tied_embeddings else lm_head),
+           "active_params": blocks_active + lm_head,
+           "embedding_params": embedding, "lm_head_params": lm_head,
+           "tied_embeddings": spec.tied_embeddings,
+           "block_params": blocks_total, "block_active_params": blocks_active}
+    return out | (mtp_parameters(spec) if spec.mtp is not None else {})
+
+
+def mtp_parameters(spec: ModelSpec) -> dict[str, int]:
+    """A model's multi-token-prediction modules, apart from the decoder's counts: ``mtp_params``
+    (every module's eh_proj and decoder block, all experts) and ``mtp_active_params`` (what one
+    draft runs: the first module's eh_proj and the block weights a token runs; the LM head it
+    shares is the decoder's). The embedding and LM head a module reads are the model's: a
+    checkpoint that stores copies of them per module (DeepSeek-V3's layer 61) holds
+    ``mtp.count * 2 d V`` more, which neither count includes."""
+    (group, recipe), = Query(spec, "prefill").modules("params")
+    one = recipe.evaluate({**group.numbers(), "L": 1})
+    return {"mtp_params": group.count * one["block_total"], "mtp_active_params": one["block_active"]}
 
 
 def rule_6p(spec: ModelSpec, tokens: int, mla: str = "auto") -> int:

@@ -8,8 +8,12 @@ depth in ``L``. A model whose layers differ lists ``layers``: groups of ``count`
 identical layers, each with its ``arch`` and the sizes it sets for itself (the rest come
 from the top level). The order of the groups does not change any FLOPs count.
 
-Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), and ``stated``
-(the parameter counts the publisher states, checked by the tests).
+Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), ``stated``
+(the parameter counts the publisher states, checked by the tests), and ``mtp``: the model's
+multi-token-prediction modules (DeepSeek-V3's ``num_nextn_predict_layers``), ``{"count": n}``,
+each the block of the last layer group with its sizes unless the object gives its own ``arch``
+and sizes as a group does; they are not decoder layers (``L`` leaves them out), counted apart
+(``mtp_params``) and run only by a decode step's draft (``--draft mtp``).
 
 Limits, checked before any work: every size at most ``MAX_SIZE`` (2^40, as lengths and batches),
 at most ``MAX_LAYERS`` layers and ``MAX_GROUPS`` groups, no control character in any text. At
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from . import blocks, jsonfile, printable, vocab
 from .errors import CostcalcError, quote
@@ -29,7 +33,7 @@ from .vocab import ARCHS
 MAX_SIZE = 2**40        # any one size (d, V, a head count, an expert width ...): larger is a typo
 MAX_LAYERS = 2**16      # layers in a model (L, a group's count, their sum): published models have a few hundred
 MAX_GROUPS = 1024       # layer groups in a preset or a config's distinct layer kinds, checked before any work
-META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated", "state_dtype")
+META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated", "state_dtype", "mtp")
 SIZE_KEYS = tuple(n.name for n in vocab.MODEL)
 MODEL_KEYS = ("d", "V")          # one value for the whole model
 
@@ -62,6 +66,7 @@ class ModelSpec:
     tied_embeddings: bool = False
     stated: Mapping[str, Any] = field(default_factory=dict)
     state_dtype: str = ""        # the dtype its mixers keep their recurrent state in ("": the KV dtype)
+    mtp: Optional[Group] = None  # its multi-token-prediction modules (count, an ``mtp`` block, sizes), or none
 
     def __getitem__(self, key: str) -> int:
         return self.sizes[key]
@@ -137,6 +142,11 @@ class ModelSpec:
             out["stated"] = dict(self.stated)
         if self.state_dtype:
             out["state_dtype"] = self.state_dtype
+        if self.mtp is not None:
+            last = self.groups[-1]
+            own = {k: v for k, v in self.mtp.sizes.items() if k not in MODEL_KEYS and last.sizes.get(k) != v}
+            arch = self.mtp.block.key.removeprefix("mtp:")
+            out["mtp"] = {"count": self.mtp.count, **({"arch": arch} if arch != last.arch or own else {}), **own}
         if self.source:
             out["source"] = dict(self.source)
         return out
@@ -181,9 +191,13 @@ def _block(origin: str, where: str, fields: dict) -> blocks.Block:
     if "arch" not in fields:
         raise CostcalcError(f"{origin}: {where}missing field 'arch'")
     try:
-        return blocks.parse_arch(fields["arch"])
+        block = blocks.parse_arch(fields["arch"])
     except ValueError as exc:
         raise CostcalcError(f"{origin}: {where}field 'arch' {exc}") from None
+    if block.mtp and where != "mtp: ":
+        raise CostcalcError(f"{origin}: {where}field 'arch' {quote(fields['arch'])}: a multi-token-prediction "
+                            f"module is the model's 'mtp' field, not a decoder layer")
+    return block
 
 
 def _check_group(origin: str, where: str, block: blocks.Block, sizes: dict[str, int]) -> None:
@@ -260,8 +274,31 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
     if state_dtype and not any(g.block.stateful for g in groups):
         raise CostcalcError(f"{origin}: field 'state_dtype' applies to models whose layers keep a recurrent state "
                             f"(linear attention, state-space mixers)")
+    mtp = _mtp(origin, data["mtp"], top, groups[-1]) if "mtp" in data else None
     return ModelSpec(name=name, arch=arch, sizes=sizes, title=title, source=source, groups=tuple(groups),
-                     tied_embeddings=tied, stated=stated, state_dtype=state_dtype)
+                     tied_embeddings=tied, stated=stated, state_dtype=state_dtype, mtp=mtp)
+
+
+def _mtp(origin: str, value: Any, top: dict[str, int], last: Group) -> Group:
+    """The ``mtp`` field: ``count`` modules, each the last group's block and sizes unless it gives
+    its own ``arch`` (then its sizes come from the top level, as a group's do) and sizes."""
+    where = "mtp: "
+    if not isinstance(value, dict):
+        raise CostcalcError(f"{origin}: field 'mtp' must be an object like {{\"count\": 1}}")
+    for key in value:
+        if key not in ("count", "arch") + SIZE_KEYS or key in MODEL_KEYS + ("L",):
+            raise CostcalcError(f"{origin}: {where}unknown field {quote(key)}")
+    count = _positive(origin, "mtp.count", value.get("count"), MAX_LAYERS)
+    block = _block(origin, where, value) if "arch" in value else last.block
+    if block.mtp:
+        raise CostcalcError(f"{origin}: {where}field 'arch' names the decoder block the module runs, without 'mtp:'")
+    own = {k: _positive(origin, f"mtp.{k}", v) for k, v in value.items() if k in SIZE_KEYS}
+    for key in own:
+        if key not in block.sizes():
+            raise CostcalcError(f"{origin}: {where}field {quote(key)} is not used by arch {block.key}")
+    sizes = {**top, **(last.sizes if "arch" not in value else {}), **own}
+    _check_group(origin, where, block, sizes)
+    return Group(count, block.with_mtp(), {k: sizes[k] for k in MODEL_KEYS + block.sizes()})
 
 
 def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:

@@ -146,6 +146,13 @@ class WindowCache(Choice):
     rolling = "rolling"     # it keeps the window's keys only (docs/cost-model.md, sliding windows)
 
 
+class Draft(Choice):
+    """What drafts a token at each decode step (docs/cost-model.md, "MTP layers"): nothing, or
+    the model's own multi-token-prediction module (issue 23 adds a draft model beside it)."""
+    none = "none"
+    mtp = "mtp"
+
+
 DEFAULT_TILE = (128, 128)   # the tiled convention's query x key tile when --tile is not given
 CONVENTIONS = tuple(c.value for c in Convention)
 LOGITS = tuple(x.value for x in Logits)
@@ -173,6 +180,7 @@ TERMS = (
     Term("scan", "linear-attention / SSM scan", False, "#E76F51"),
     Term("conv", "short convolution", False, "#F4A261"),
     Term("lm_head", "LM head", False, "#CCB974"),
+    Term("draft", "MTP draft (eh_proj, the MTP block, its logits)", False, "#8C8C8C"),
 )
 LINEAR_PARTS = tuple(t.name for t in TERMS if t.linear)
 # Columns in order: the linear parts, their sum ``linear``, the other terms, ``total``.

@@ -6,7 +6,9 @@ only (norms and biases are left out: gpt-oss-120b's expert biases, the largest, 
 A publisher that writes sizes rounded down (``"rounded": "down"``: the size in a model's name)
 is held to [figure, figure + one unit). What a figure includes besides the blocks is said by
 ``total_includes`` / ``active_includes`` (``embedding``, ``lm_head``; by default a total has
-both); a part costcalc does not model (``vision_encoder``) makes the figure an upper bound.
+both; ``mtp``: the multi-token-prediction modules, ``mtp_params``; ``mtp_copies``: the embedding and
+LM head a checkpoint stores again per MTP module, 2 d V each); a part costcalc does not model
+(``vision_encoder``) makes the figure an upper bound.
 """
 import json
 import re
@@ -39,11 +41,19 @@ def close(ours: int, text: str, rounded: str = "nearest", bound: bool = False) -
     return abs(ours - value) <= half + SLACK * value
 
 
-MODELLED = ("embedding", "lm_head")
+MODELLED = ("embedding", "lm_head", "mtp", "mtp_copies")
 
 
-def counted(got: dict, blocks: int, includes: list[str]) -> int:
-    return blocks + sum(got[f"{part}_params"] for part in includes if part in MODELLED)
+def modelled(part: str, spec) -> bool:
+    """A part a stated figure includes that costcalc counts (MTP modules only where the spec has them)."""
+    return part in MODELLED and (not part.startswith("mtp") or spec is None or spec.mtp is not None)
+
+
+def counted(got: dict, blocks: int, includes: list[str], spec=None) -> int:
+    parts = dict(got)
+    if spec is not None and spec.mtp is not None:   # the copies a DeepSeek-style checkpoint stores per module
+        parts["mtp_copies_params"] = spec.mtp.count * 2 * spec["d"] * spec["V"]
+    return blocks + sum(parts[f"{part}_params"] for part in includes if modelled(part, spec))
 
 
 PUBLISHED = [n for n in presets.names() if n != "toy"]
@@ -64,8 +74,9 @@ def test_total_and_active_parameters_match_the_publisher(name):
     rounded = stated.get("rounded", "nearest")
     if "total_includes" in stated:
         includes = stated["total_includes"]
-        total = counted(got, got["block_params"], [p for p in includes if p != "lm_head" or not spec.tied_embeddings])
-        bound = any(part not in MODELLED for part in includes)
+        total = counted(got, got["block_params"], [p for p in includes if p != "lm_head" or not spec.tied_embeddings],
+                        spec)
+        bound = any(not modelled(part, spec) for part in includes)
     else:
         total, bound = got["total_params"], False
     assert close(total, stated["total_params"], rounded, bound), (total, stated["total_params"])

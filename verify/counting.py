@@ -13,6 +13,10 @@
   stock registry) get a formula giving the full rectangle, so the counter's own total stays
   whole; where SDPA falls back to its math path (value width != score width) torch counts
   the two bmm itself, also the full rectangle.
+- a sparse MLA layer's indexer scores go through its ``IndexScore`` module (``verify.model``): an
+  observer records ``full`` (every key of the rectangle, what its two matmuls run) and ``causal``
+  (the legal pairs) at ``2 h_I d_I + 2 h_I`` FLOPs a pair; its top-k reaches the attention as a
+  mask, whose allowed pairs are the selected keys (``causal``: min(p, k_I) a query).
 - linear FLOPs come from the counter's per-module keys: each ``nn.Linear`` (and each MLA
   absorb product) is the core's operator of the same name (``operator_of``: the module's
   path without layer and expert indices), so every projection is checked against the core's
@@ -42,7 +46,7 @@ from costcalc.core import linear
 from costcalc.vocab import CONVENTIONS, SCAN, SUMS
 
 from .mixers import FORMS, Conv, Mixer, Scan
-from .model import Absorb, Attend
+from .model import Absorb, Attend, IndexScore
 
 aten = torch.ops.aten
 _SDPA_NAMES = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
@@ -96,6 +100,19 @@ class AttentionRecorder:
         self.flops["full"] += per_pair * b * h * sq * sk
         self.flops["causal"] += per_pair * copies * int(allowed.sum())
         self.flops["tiled"] += per_pair * copies * tiled_area(torch.cat([dropped, allowed], -1), *self.tile)
+
+
+@dataclass
+class IndexRecorder:
+    """The indexer's scores per convention: ``full`` every key of the rectangle (the counter's own
+    count of its matmuls), ``causal`` the legal pairs; ``tiled`` does not apply (refused)."""
+    flops: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONVENTIONS, 0))
+
+    def record(self, q, k, allowed) -> None:
+        b, c, heads, width = q.shape
+        per_pair = 2 * heads * width + 2 * heads              # q . k per head, then the weighted head sum
+        self.flops["full"] += per_pair * b * c * k.shape[1]
+        self.flops["causal"] += per_pair * b * int(allowed.sum())
 
 
 def sdpa_full(query, key, value, *args, out_val=None, **kwargs) -> int:
@@ -159,16 +176,20 @@ class Counted:
     terms: dict[str, int] = field(default_factory=dict)
     mixers: dict[str, dict[str, int]] = field(default_factory=lambda: {f: {"scan": 0, "conv": 0} for f in FORMS})
     uncounted: dict[str, dict[str, int]] = field(default_factory=dict)   # per form: elementwise, solve FLOPs
+    indexer: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONVENTIONS, 0))   # per convention
 
     def term(self, name: str, convention: str, term_of: dict[str, str] | None = None) -> int:
         """A breakdown term (or ``linear``/``total``) from the operators its layers charge to it."""
         mixer = self.mixers[SCAN[convention]]
         if name == "attention":
             return self.attention[convention]
+        if name == "indexer":
+            return self.indexer[convention]
         if name in mixer:
             return mixer[name]
         if name == "total":
-            return sum(self.operators.values()) + self.attention[convention] + sum(mixer.values())
+            return (sum(self.operators.values()) + self.attention[convention] + self.indexer[convention]
+                    + sum(mixer.values()))
         if name == "linear":
             return sum(v for t, v in self.terms.items() if t in SUMS["linear"])
         return self.terms.get(name, 0)
@@ -181,6 +202,7 @@ class Counter:
     def __init__(self, model: nn.Module, tile: tuple[int, int] = (128, 128)) -> None:
         self.model = model
         self.recorder = AttentionRecorder(tile)
+        self.index_recorder = IndexRecorder()
         self.mode = FlopCounterMode(display=False, custom_mapping={op: sdpa_full for op in SDPA_OPS})
         root = type(model).__name__
         self.keys = {f"{root}.{name}": (operator_of(name), term_in(model, name))
@@ -189,12 +211,15 @@ class Counter:
         self.parts = {f"{root}.{name}": tuple(name.split(".")[-2:])
                       for name, mod in model.named_modules() if isinstance(mod, (Scan, Conv))}
         self.attends = [mod for mod in model.modules() if isinstance(mod, Attend)]
+        self.scores = [mod for mod in model.modules() if isinstance(mod, IndexScore)]
         self.mixers = [mod for mod in model.modules() if isinstance(mod, Mixer)]
         self.uncounted = Uncounted() if self.mixers else None
 
     def __enter__(self) -> "Counter":
         for mod in self.attends:
             mod.observers.append(self.recorder.record)
+        for mod in self.scores:
+            mod.observers.append(self.index_recorder.record)
         for mod in self.mixers:
             mod.also = FORMS
             mod.watchers.append(self.uncounted.watch)
@@ -209,6 +234,8 @@ class Counter:
         self.mode.__exit__(*exc)
         for mod in self.attends:
             mod.observers.remove(self.recorder.record)
+        for mod in self.scores:
+            mod.observers.remove(self.index_recorder.record)
         for mod in self.mixers:
             mod.also = ()
             mod.watchers.remove(self.uncounted.watch)
@@ -225,12 +252,12 @@ class Counter:
         for key, (part, form) in self.parts.items():
             mixers[form][part] += sum(counts.get(key, {}).values())
         total = self.mode.get_total_flops()
-        accounted = (sum(operators.values()) + self.recorder.flops["full"]
+        accounted = (sum(operators.values()) + self.recorder.flops["full"] + self.index_recorder.flops["full"]
                      + sum(sum(m.values()) for m in mixers.values()))
         if accounted != total:
             raise AssertionError(f"counter total {total} != operators {accounted}: an op was not attributed")
         return Counted(dict(operators), dict(self.recorder.flops), dict(terms), mixers,
-                       self.uncounted.flops if self.uncounted is not None else {})
+                       self.uncounted.flops if self.uncounted is not None else {}, dict(self.index_recorder.flops))
 
 
 def term_in(model: nn.Module, name: str) -> str:

@@ -73,8 +73,9 @@ def _ops(*parts: dict) -> dict:
 
 
 def _linear(ops: dict) -> dict:
-    """The projections by name (attention, a mixer's scan and conv: checked per convention)."""
-    return {op: v for op, v in ops.items() if op not in ("attention", "scan", "conv")}
+    """The projections by name (attention, a sparse layer's indexer scores, a mixer's scan and conv:
+    checked per convention)."""
+    return {op: v for op, v in ops.items() if op not in ("attention", "indexer", "scan", "conv")}
 
 
 def prefill(spec: ModelSpec, seq: int, batch: int, tile, device, mla: str = "auto",

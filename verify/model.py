@@ -2,7 +2,7 @@
 
 One file, as gpt-fast's model.py is, so the decoder reads in one pass; it is longer (~500 lines)
 because it holds every block kind costcalc models -- GQA (gated or not), sliding windows, chunked
-attention, MLA in three forms; SwiGLU, the non-gated MLP, MoE with shared experts -- each a short
+attention, MLA in three forms, with or without a lightning indexer (DeepSeek Sparse Attention); SwiGLU, the non-gated MLP, MoE with shared experts -- each a short
 class. The linear-attention and state-space mixers, each in a recurrent and a chunked form, are
 in ``verify/mixers.py``; a layer runs one in attention's place or beside it.
 
@@ -59,6 +59,9 @@ class LayerConfig:
     r_dt: Optional[int] = None
     K_c: Optional[int] = None        # the mixers' convolution kernel and scan chunk
     Q_c: Optional[int] = None
+    h_I: Optional[int] = None        # sparse MLA: the lightning indexer's heads, head width, keys selected
+    d_I: Optional[int] = None
+    k_I: Optional[int] = None
 
     @property
     def mla(self) -> bool:
@@ -256,10 +259,10 @@ def run_attention(attend: Attend, q, k, v, mask, past: int, window: Optional[int
                   offset: int = 0, chunk: Optional[int] = None):
     if isinstance(mask, Packed):   # varlen: one attention call per sequence, as varlen kernels do
         ys, start = [], 0
-        for n in mask.lengths:
+        for i, n in enumerate(mask.lengths):
             part = slice(start, start + n)
-            ys.append(attend(q[:, :, part], k[:, :, part], v[:, :, part],
-                             band(causal_mask(n, device=q.device), 0, window, chunk), scale))
+            own = mask.masks[i] if mask.masks else band(causal_mask(n, device=q.device), 0, window, chunk)
+            ys.append(attend(q[:, :, part], k[:, :, part], v[:, :, part], own, scale))
             start += n
         return torch.cat(ys, dim=2)
     return attend(q, k, v, band(mask, past, window, chunk), scale, offset)  # [B, H_q, C, Dv]
@@ -271,6 +274,72 @@ class Absorb(nn.Module):
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return torch.matmul(x, weight)                                       # [B, H, C, a] x [H, a, b]
+
+
+class IndexScore(nn.Module):
+    """The lightning indexer's scores of every key for every query: per head q . k, ReLU, then the
+    heads weighted and summed -- two matmuls over the whole rectangle, as transformers runs them.
+    Observers (``verify.counting``) see the tensors and the legal pairs first.
+    q [B, C, H_I, D_I], k [B, K, D_I], w [B, C, H_I], allowed [C, K] -> [B, C, K]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observers: list = []
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        for observe in self.observers:
+            observe(q, k, allowed)
+        scores = F.relu(torch.matmul(q.transpose(1, 2), k[:, None].transpose(-1, -2)))   # [B, H_I, C, K]
+        return torch.matmul(scores.permute(0, 2, 3, 1), w[..., None])[..., 0]           # [B, C, K]
+
+
+class Indexer(nn.Module):
+    """DeepSeek Sparse Attention's lightning indexer (transformers' ``DeepseekV32Indexer``): the
+    index query from the MLA query latent (``wq_b``; from x without a query LoRA), one index key
+    per token (``wk``, then a LayerNorm), a weight per head (``weights_proj``); RoPE on the first
+    d_rope channels of both. It scores the keys, caches its index keys, and returns which keys
+    each query's attention reads: its top ``k_I`` of the legal ones (all of them below k_I)."""
+
+    def __init__(self, c: DecoderConfig, lc: LayerConfig) -> None:
+        super().__init__()
+        self.c, self.lc = c, lc
+        self.wq_b = nn.Linear(lc.r_q if lc.block.q_lora else c.d, lc.h_I * lc.d_I, bias=False)
+        self.wk = nn.Linear(c.d, lc.d_I, bias=False)
+        self.k_norm = nn.LayerNorm(lc.d_I, eps=1e-6)
+        self.weights_proj = nn.Linear(c.d, lc.h_I, bias=False)
+        self.score = IndexScore()
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        rot = self.lc.d_rope
+        return torch.cat([rope(x[..., :rot], positions, self.c.rope_theta), x[..., rot:]], dim=-1)
+
+    def forward(self, x: torch.Tensor, q_in: torch.Tensor, positions: torch.Tensor, mask,
+                cache: Optional[KVCache]):
+        B, C, _ = x.shape
+        lc = self.lc
+        q = self.wq_b(q_in).view(B, C, lc.h_I, lc.d_I).transpose(1, 2)      # [B, H_I, C, D_I]
+        q = self._rope(q, positions).transpose(1, 2)                         # [B, C, H_I, D_I]
+        k = self._rope(self.k_norm(self.wk(x))[:, None], positions)          # [B, 1, C, D_I]
+        if cache is not None:
+            k = cache.append(index=k)["index"]                               # [B, 1, T + C, D_I]
+        k, w = k[:, 0], self.weights_proj(x)                                 # [B, K, D_I], [B, C, H_I]
+        if isinstance(mask, Packed):   # each sequence scores and selects among its own keys
+            masks, start = [], 0
+            for n in mask.lengths:
+                part = slice(start, start + n)
+                masks.append(self.select(q[:, part], k[:, part], w[:, part], causal_mask(n, device=x.device)))
+                start += n
+            return Packed(mask.lengths, tuple(masks))
+        return self.select(q, k, w, mask)
+
+    def select(self, q, k, w, allowed: torch.Tensor) -> torch.Tensor:
+        """The keys each query reads, [B, 1, C, K]: the top k_I by score among the allowed ones, ties
+        to the earlier key (a stable sort: ReLU makes exact ties, and a cached step must choose as the
+        whole forward does; ``topk`` breaks them as it likes)."""
+        scores = self.score(q, k, w, allowed).masked_fill(~allowed, float("-inf"))
+        top = scores.sort(dim=-1, descending=True, stable=True).indices[..., :self.lc.k_I]
+        chosen = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, top, True)
+        return (chosen & allowed)[:, None]
 
 
 class MLAttention(nn.Module):
@@ -302,16 +371,20 @@ class MLAttention(nn.Module):
         self.v_absorb = Absorb()
         self.attend = Attend()
         self.scale = qk ** -0.5
+        self.indexer = Indexer(c, lc) if lc.block.sparse else None
 
     def cache_shapes(self) -> dict[str, tuple[int, int]]:
         lc = self.lc
-        return {"k": (lc.h_q, lc.d_nope + lc.d_rope), "v": (lc.h_q, lc.d_v), "latent": (1, lc.r_kv + lc.d_rope)}
+        index = {"index": (1, lc.d_I)} if lc.block.sparse else {}
+        return {"k": (lc.h_q, lc.d_nope + lc.d_rope), "v": (lc.h_q, lc.d_v), "latent": (1, lc.r_kv + lc.d_rope),
+                **index}
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask, cache: Optional[KVCache],
                 form: str = "naive") -> torch.Tensor:
         B, C, _ = x.shape
         c, lc = self.c, self.lc
-        q_in = self.q_b_proj(self.q_a_norm(self.q_a_proj(x))) if lc.block.q_lora else self.q_proj(x)
+        q_lat = self.q_a_norm(self.q_a_proj(x)) if lc.block.q_lora else x   # the query latent (or x)
+        q_in = self.q_b_proj(q_lat) if lc.block.q_lora else self.q_proj(x)
         q = q_in.view(B, C, lc.h_q, lc.d_nope + lc.d_rope).transpose(1, 2)
         q_nope, q_rope = q.split([lc.d_nope, lc.d_rope], dim=-1)
         c_kv, k_rope = self.kv_a_proj_with_mqa(x).split([lc.r_kv, lc.d_rope], dim=-1)
@@ -320,6 +393,8 @@ class MLAttention(nn.Module):
         q_rope, k_rope = rope(q_rope, positions, c.rope_theta), rope(k_rope, positions, c.rope_theta)
         latent = torch.cat([c_kv, k_rope], dim=-1)                          # [B, 1, C, r_kv + d_rope]
         past = int(positions[0])
+        if self.indexer is not None:   # the keys each query reads: the indexer's top-k of the legal ones
+            mask = self.indexer(x, q_lat, positions, mask, cache)
         w_b = self.kv_b_proj.weight.detach().view(lc.h_q, lc.d_nope + lc.d_v, lc.r_kv)   # a module input: no grad
         if form == "naive":
             kv = self.kv_b_proj(c_kv[:, 0]).view(B, C, lc.h_q, lc.d_nope + lc.d_v).transpose(1, 2)
@@ -354,8 +429,10 @@ class MLAttention(nn.Module):
 
 @dataclass(frozen=True)
 class Packed:
-    """Sequences of these lengths packed into one row, each attending causally to itself only."""
+    """Sequences of these lengths packed into one row, each attending causally to itself only
+    (``masks``: each sequence's own mask where a sparse layer's indexer has cut it to its top-k)."""
     lengths: tuple[int, ...]
+    masks: tuple = ()
 
 
 class FeedForward(nn.Module):

@@ -59,9 +59,6 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
            window_cache: str = "whole") -> Outcome:
     """Every check that can be made from sizes comes first (the workloads, the positions and
     memory the longest of them needs): a run that cannot finish stops before any weight is built."""
-    if any(g.block.sparse for g in spec.groups):
-        raise CostcalcError(f"verify: {spec.name} has sparse attention layers (DeepSeek Sparse Attention); "
-                            f"the verifier has no torch model of the indexer and its top-k yet")
     calc.mla_form("prefill", mla)      # a bad --mla (or window cache) is an error before any weight is built
     calc.Options(window_cache=window_cache)
     if not workloads:

@@ -8,8 +8,9 @@ import typer
 from .. import devices as device_data, notes, units
 from ..errors import CostcalcError
 from ..vocab import WindowCache
-from .options import (ConfigOpt, DeviceFileOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic,
+from .options import (ConfigOpt, DeviceFileOpt, DraftOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic,
                       WideOpt, axes, for_models, mla_form, models, warn, with_some_traffic)
+from .options import draft as draft_choice
 from .emit import emit, emit_listing, output_format, write_fields, write_text
 from .. import outputs
 
@@ -90,6 +91,7 @@ def memory(
     reserve: Annotated[float, typer.Option(help="Fraction of the device's memory kept free "
                                                 "(activations, workspace).")] = 0.1,
     mla: MlaOpt = Mla.auto,
+    draft: DraftOpt = None,
     window_cache: Annotated[Optional[WindowCache], typer.Option(
         "--window-cache", show_default=False,
         help="rolling: a sliding-window layer keeps its last W tokens and a chunked one its chunk, as serving "
@@ -114,7 +116,8 @@ def memory(
                                             for g in spec.groups):
         warn(f"--window-cache {window_cache.value} does nothing: {', '.join(s.name for s in specs)} has no "
              f"window or chunked layers")
-    options = Options(mla=mla_form(mla, specs), window_cache=window_cache or WindowCache.rolling)
+    options = Options(mla=mla_form(mla, specs), window_cache=window_cache or WindowCache.rolling,
+                      draft=draft_choice(draft))
     rows = [fit(Query(spec, "decode", options, precision, machine), int(b), int(t), reserve)
             for spec in specs for b, t in zip(points["batch"], points["context"])]
     emit(rows, fmt, output, [notes.MEMORY] + ([notes.STATE] if any(s.has_mixers for s in specs) else []), wide)

@@ -217,6 +217,11 @@ def _summary(spec) -> dict:
     params = calc.parameters(spec)
     row.update({k: params[k] for k in ("total_params", "active_params", "embedding_params", "lm_head_params",
                                        "tied_embeddings")})
+    if spec.mtp is not None:     # apart from the decoder's counts (docs/cost-model.md, "MTP layers")
+        g = spec.mtp
+        row["mtp"] = " ".join([f"{g.count} x {g.arch.removeprefix('mtp:')} + eh_proj"] + [f"{k}={v}" for k, v in g.sizes.items()
+                                                                    if spec.groups[-1].sizes.get(k) != v])
+        row.update({k: params[k] for k in ("mtp_params", "mtp_active_params")})
     return row
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Mapping, Optional, Sequence, U
 import typer
 
 from .. import outputs, presets, ranges, vocab
-from ..errors import CostcalcError
+from ..errors import CostcalcError, quote
 from ..render import FORMATS
 from ..spec import ModelSpec
 from ..vocab import CONVENTION_SETS, DEFAULT_TILE, Choice, Dtype, MlaForm, Routing, WindowCache
@@ -45,6 +45,21 @@ MlaOpt = Annotated[Mla, typer.Option(
     "--mla", help="MLA form for models with MLA layers: auto (absorbed for decode steps, naive otherwise), "
                   "naive, absorbed, or expanded (naive, with kv_b_proj re-expanding every cached latent "
                   "at each forward, as Hugging Face runs DeepSeek).")]
+DraftOpt = Annotated[Optional[str], typer.Option(
+    "--draft", metavar="DRAFT", show_default=False,
+    help="A draft at each decode step: mtp (the model's multi-token-prediction module: eh_proj, its decoder "
+         "block over its own KV cache, and the draft token's logits; the draft column).")]
+
+
+def draft(value: Optional[str]) -> str:
+    """``--draft``: ``mtp`` (the only draft there is yet), or none where not given."""
+    if value is None:
+        return "none"
+    if value != "mtp":
+        raise CostcalcError(f"--draft accepts mtp (the model's multi-token-prediction layers), got {quote(value)}")
+    return value
+
+
 WindowCacheOpt = Annotated[WindowCache, typer.Option(
     "--window-cache", help="KV cache of sliding-window layers: whole (every past key kept and masked) or "
                            "rolling (the last W-1 keys); changes full only.")]

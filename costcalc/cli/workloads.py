@@ -10,10 +10,11 @@ from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from ..ranges import check_rows
 from ..vocab import WindowCache
-from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, FormatOpt, Logits, LogitsOpt, Mla,
+from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt, FormatOpt, Logits, LogitsOpt, Mla,
                       MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, Traffic, WideOpt, WindowCacheOpt, axes,
                       conventions, for_models, int_list, mla_form, models, warn, with_traffic)
 from .emit import concat, emit, interleave
+from .options import draft as draft_choice
 from .options import window_cache as cache_choice
 from .options import tile as parse_tile
 
@@ -169,6 +170,7 @@ def decode(
     tile: TileOpt = None,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
+    draft: DraftOpt = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -183,7 +185,7 @@ def decode(
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"), batch=(batch, "--batch"))
-    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache)
+    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft))
     emit(concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **points) for o in each])
                  for spec in specs]),
          fmt, output, [_decode_note(specs, cache)], wide)
@@ -202,6 +204,7 @@ def generate(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
+    draft: DraftOpt = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -217,7 +220,7 @@ def generate(
     precision, machine = for_models(traffic, specs)
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=(batch, "--batch"))
-    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache)
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft))
     emit(concat([interleave([calc.generation(Query(spec, "generate", o, precision, machine), **points) for o in each],
                             block=3) for spec in specs]), fmt, output, wide=wide)
 

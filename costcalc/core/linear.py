@@ -8,7 +8,7 @@ executed parameters per token, P_lin, are the linear FLOPs of one token divided 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy as sp
 
@@ -154,9 +154,16 @@ SHARED_GATE = Projection("shared_expert_gate", "shared_experts", s.d, sp.Integer
 
 LM_HEAD = Projection("lm_head", "lm_head", s.d, s.V)
 
+# A multi-token-prediction module's input projection (DeepSeek-V3's and GLM's ``eh_proj``, Qwen3-Next's
+# ``mtp.fc``): the main model's last hidden state and the next token's embedding, each normed and
+# concatenated (2d), down to d before the module's decoder block. Charged to the draft it makes.
+EH_PROJ = Projection("eh_proj", "draft", 2 * s.d, s.d)
+
 
 def block(kind: Block) -> tuple[Projection, ...]:
     """The projections of one decoder block of the given kind."""
+    if kind.mtp:
+        return (EH_PROJ,) + block(replace(kind, mtp=False))
     attention = (gqa(kind) if kind.attention in ("gqa", "window", "chunk") else
                  mla(kind.q_lora, kind.form) if kind.attention == "mla" else ())
     if kind.k_eq_v:     # values from the key projection (Gemma 4's attention_k_eq_v): no v_proj

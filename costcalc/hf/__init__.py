@@ -89,8 +89,31 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
     preset["tied_embeddings"] = tied if tied is not None else reader.flag("tie_word_embeddings", TABLES[family].tied)
     if family in STATE_DTYPES and any(parse(layer["arch"]).mixer for layer in layers):
         preset["state_dtype"] = STATE_DTYPES[family]     # what transformers keeps the recurrent state in
+    mtp = _mtp(reader, family, layers)
+    if mtp is not None:   # the last layer's kind: the last group's (the spec's default), or named
+        preset["mtp"] = {"count": mtp["count"]} if groups[-1] == {**layers[-1], "count": groups[-1]["count"]} else mtp
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
     return _flatten(preset)
+
+
+# The key a family's config counts its multi-token-prediction layers with (docs/hf-import.md, "MTP
+# layers"). transformers 5.23 builds none of them (the causal LM drops them on load); costcalc counts
+# them apart and runs them only as a decode step's draft (``--draft mtp``). Absent: none.
+MTP_KEYS = {family: "num_nextn_predict_layers" for family in ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa")}
+MTP_KEYS.update({family: "mtp_num_hidden_layers" for family in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")})
+
+
+def _mtp(reader: Reader, family: str, layers: list[Layer]) -> dict[str, Any] | None:
+    """The ``mtp`` field of a family whose config counts MTP layers: that many modules, each
+    (eh_proj, or Qwen's fc, and) a decoder block of the model's last layer's kind and sizes."""
+    key = MTP_KEYS.get(family)
+    count = reader.count(key, 0) if key is not None else 0
+    if count == 0:
+        return None
+    if key == "mtp_num_hidden_layers" and count > 1:
+        raise reader.error(f"field {quote(key)} is {count}: one MTP module of {count} decoder layers behind one fc "
+                           f"projection is not modelled (costcalc's MTP modules are one layer each, DeepSeek's)")
+    return {"count": count, **layers[-1]}
 
 
 def _reader(config: dict, family: str, where: str) -> Reader:
@@ -135,6 +158,6 @@ def _flatten(preset: dict) -> dict:
         preset["L"] = group.pop("count")
         preset.update(group)
     head = ["name", "title", "arch", "L", "d", "V"]
-    tail = ["layers", "tied_embeddings", "state_dtype", "stated", "source"]
+    tail = ["layers", "mtp", "tied_embeddings", "state_dtype", "stated", "source"]
     middle = [k for k in preset if k not in head and k not in tail]
     return {k: preset[k] for k in head + middle + tail if k in preset}

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from .fields import BASE, DENSE, HEAD_DIM_READ, ROUTER, family, wrapper
 
+# A config's count of multi-token-prediction layers (hf.MTP_KEYS): 5.23 builds none; costcalc reads them
+_MTP_USED = ("the model's multi-token-prediction modules, each a decoder block of its last layer's kind with eh_proj "
+             "(2d -> d): not built by 5.23's causal LM; counted apart (mtp_params) and run by --draft mtp")
 _QWEN_WINDOWS = "layer_types max_window_layers sliding_window use_sliding_window"
 _MLA = ("first_k_dense_replace num_key_value_heads hidden_size intermediate_size kv_lora_rank moe_intermediate_size n_routed_experts "
         "n_shared_experts num_attention_heads num_experts_per_tok num_hidden_layers q_lora_rank qk_nope_head_dim "
@@ -149,11 +152,11 @@ TABLES = {
         extra_used="moe_layer_freq", extra_ignored="aux_loss_alpha ep_size num_nextn_predict_layers scoring_func seq_aux",
         aliases={"num_experts": "n_routed_experts"}, **_DEEPSEEK),
     "deepseek_v3": family(
-        used=_MLA, ignored=BASE + " attention_bias head_dim n_group norm_topk_prob "
-                               "num_nextn_predict_layers pretraining_tp rope_interleave routed_scaling_factor "
-                               "topk_group output_router_logits",
+        used=_MLA + " num_nextn_predict_layers", ignored=BASE + " attention_bias head_dim n_group norm_topk_prob "
+                               "pretraining_tp rope_interleave routed_scaling_factor topk_group output_router_logits",
         extra_used="moe_layer_freq", extra_ignored="aux_loss_alpha ep_size scoring_func seq_aux topk_method",
-        aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"}, **_DEEPSEEK),
+        aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+        **{**_DEEPSEEK, "num_nextn_predict_layers": _MTP_USED}),
     "gpt_oss": family(
         used=DENSE + " head_dim layer_types num_experts_per_tok num_local_experts sliding_window",
         ignored=BASE + " attention_bias swiglu_alpha swiglu_limit " + ROUTER,
@@ -241,14 +244,15 @@ TABLES = {
         used=DENSE + " head_dim", ignored=BASE + " attention_bias",
         intermediate_size="m of the SwiGLU (fused gate_up_proj)"),
     "glm4_moe": family(
-        used=DENSE + " first_k_dense_replace moe_intermediate_size n_routed_experts n_shared_experts num_experts_per_tok",
-        ignored=BASE + " attention_bias n_group norm_topk_prob num_nextn_predict_layers routed_scaling_factor "
+        used=DENSE + " first_k_dense_replace moe_intermediate_size n_routed_experts n_shared_experts num_experts_per_tok "
+                     "num_nextn_predict_layers",
+        ignored=BASE + " attention_bias n_group norm_topk_prob routed_scaling_factor "
                        "topk_group use_qk_norm output_router_logits",
         extra_used="head_dim", aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
         head_dim=HEAD_DIM_READ, intermediate_size="m of the dense layers",
         first_k_dense_replace="layers below it are dense, the rest MoE", n_routed_experts="E",
         n_shared_experts="E_s shared experts of width m_e (one MLP of width m_e * E_s: same FLOPs)",
-        num_nextn_predict_layers="multi-token prediction: not built by the causal LM"),
+        num_nextn_predict_layers=_MTP_USED),
     "ernie4_5_moe": family(
         tied=True,
         used=DENSE + " moe_intermediate_size moe_k moe_layer_end_index moe_layer_interval moe_layer_start_index "
@@ -701,7 +705,7 @@ _GDN_WHY = dict(
     head_dim="d_h of the full-attention layers (the class default is a fixed 256: state it)",
     full_attention_interval="absent layer_types: layer i is full attention iff (i+1) % it == 0 (default 4)",
     attn_output_gate="published key, not read: checked true (q_proj always also gives the output gate)",
-    mtp_num_hidden_layers="multi-token prediction layers: not built by the causal LM",
+    mtp_num_hidden_layers=_MTP_USED + " (one module; more than 1 layer in it is refused)",
     mtp_use_dedicated_embeddings="multi-token prediction: not built by the causal LM")
 _QWEN_MOE = dict(num_experts="E", moe_intermediate_size="m_e",
                  shared_expert_intermediate_size="m_s of the one shared expert (with its d x 1 sigmoid gate)")
@@ -718,23 +722,22 @@ TABLES.update({
         used=DENSE + " decoder_sparse_step head_dim layer_types mlp_only_layers moe_intermediate_size num_experts "
                      "num_experts_per_tok shared_expert_intermediate_size " + _GDN,
         ignored=BASE + " attention_bias norm_topk_prob " + ROUTER,
-        extra_used="full_attention_interval", extra_ignored="mtp_num_hidden_layers mtp_use_dedicated_embeddings",
+        extra_used="full_attention_interval mtp_num_hidden_layers", extra_ignored="mtp_use_dedicated_embeddings",
         intermediate_size="m of the dense layers (mlp_only_layers, decoder_sparse_step)",
         decoder_sparse_step="layer i is MoE iff (i+1) % step == 0 and i not in mlp_only_layers",
         mlp_only_layers="layers forced dense", **_QWEN_MOE, **_GDN_WHY),
     "qwen3_5_text": family(
         used=DENSE + " head_dim layer_types " + _GDN, ignored=BASE + " attention_bias",
-        extra_used="full_attention_interval attn_output_gate",
-        extra_ignored="mtp_num_hidden_layers mtp_use_dedicated_embeddings mrope_section mrope_interleaved",
+        extra_used="full_attention_interval attn_output_gate mtp_num_hidden_layers",
+        extra_ignored="mtp_use_dedicated_embeddings mrope_section mrope_interleaved",
         intermediate_size="m of every layer's dense SwiGLU", mrope_section="multimodal RoPE sections: elementwise",
         mrope_interleaved="multimodal RoPE layout: elementwise", **_GDN_WHY),
     "qwen3_5_moe_text": family(
         used=DENSE.replace("intermediate_size ", "") + " head_dim layer_types moe_intermediate_size num_experts "
              "num_experts_per_tok shared_expert_intermediate_size " + _GDN,
         ignored=BASE + " attention_bias " + ROUTER,
-        extra_used="full_attention_interval attn_output_gate",
-        extra_ignored="mtp_num_hidden_layers mtp_use_dedicated_embeddings mrope_section mrope_interleaved "
-                      "norm_topk_prob",
+        extra_used="full_attention_interval attn_output_gate mtp_num_hidden_layers",
+        extra_ignored="mtp_use_dedicated_embeddings mrope_section mrope_interleaved norm_topk_prob",
         mrope_section="multimodal RoPE sections: elementwise", mrope_interleaved="multimodal RoPE layout: elementwise",
         norm_topk_prob="not read: routing weights, elementwise", **_QWEN_MOE, **_GDN_WHY),
     "qwen3_5": family(**_QWEN3_5_WRAPPER)._replace(decoder="qwen3_5_text"),
@@ -817,8 +820,7 @@ _DSA_USED = ("first_k_dense_replace hidden_size index_head_dim index_n_heads ind
              "qk_rope_head_dim tie_word_embeddings v_head_dim vocab_size")
 _DSA_IGNORED = BASE + " attention_bias head_dim mlp_bias n_group norm_topk_prob routed_scaling_factor topk_group " \
                       "output_router_logits"
-_DSA_EXTRA_IGNORED = "aux_loss_alpha ep_size num_nextn_predict_layers pretraining_tp rope_interleave scoring_func " \
-                     "seq_aux topk_method"
+_DSA_EXTRA_IGNORED = "aux_loss_alpha ep_size pretraining_tp rope_interleave scoring_func seq_aux topk_method"
 _DSA = dict(
     _DEEPSEEK,
     q_lora_rank="r_q: must be a number (5.23's DSA attention always builds the query LoRA, and the indexer's "
@@ -831,16 +833,15 @@ _DSA = dict(
     first_k_dense_replace="absent mlp_layer_types: layers below it (default 3) are dense, the rest MoE",
     pretraining_tp="not read by the modelling code",
     rope_interleave="not read: 5.23's MLA always interleaves its RoPE (elementwise)",
-    num_nextn_predict_layers="multi-token prediction: not built by the causal LM (5.23 drops the checkpoint's "
-                             "extra layer on load)",
+    num_nextn_predict_layers=_MTP_USED + " (5.23 drops the checkpoint's extra layer on load)",
 )
 TABLES.update({
     "deepseek_v32": family(
-        used=_DSA_USED, ignored=_DSA_IGNORED, extra_used="moe_layer_freq", extra_ignored=_DSA_EXTRA_IGNORED,
+        used=_DSA_USED, ignored=_DSA_IGNORED, extra_used="moe_layer_freq num_nextn_predict_layers", extra_ignored=_DSA_EXTRA_IGNORED,
         aliases={"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts"}, **_DSA),
     "glm_moe_dsa": family(
         used=_DSA_USED + " indexer_types", ignored=_DSA_IGNORED,
-        extra_used="moe_layer_freq index_topk_freq index_skip_topk_offset index_topk_pattern",
+        extra_used="moe_layer_freq index_topk_freq index_skip_topk_offset index_topk_pattern num_nextn_predict_layers",
         extra_ignored=_DSA_EXTRA_IGNORED + " indexer_rope_interleave index_share_for_mtp_iteration moe_router_dtype",
         aliases={"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts"},
         indexer_types="checked: every layer full (a shared layer reuses another layer's top-k without an indexer "

@@ -24,8 +24,9 @@ def parameters(spec: ModelSpec) -> dict[str, Any]:
     blocks_total = blocks_active = 0
     for g, recipe in Query(spec, "prefill").recipes("params"):
         got = recipe.evaluate(g.numbers())
-        blocks_total += got["block_total"]
-        blocks_active += got["block_active"]
+        head = got.get("hc_head", 0)          # DeepSeek-V4's hyper-connection head, once (first group)
+        blocks_total += got["block_total"] + head
+        blocks_active += got["block_active"] + head
     embedding = lm_head = spec["d"] * spec["V"]
     return {"total_params": blocks_total + embedding + (0 if spec.tied_embeddings else lm_head),
             "active_params": blocks_active + lm_head,

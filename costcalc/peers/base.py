@@ -260,7 +260,9 @@ KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention", "gdn": "Gated De
          "kda": "Kimi Delta Attention layers", "mamba2": "Mamba-2 layers", "mamba1": "Mamba layers",
          "lightning": "lightning attention layers", "shortconv": "short-convolution layers",
          "gated": "gated attention outputs", "none": "layers without a mixer or an FFN",
-         "sparse": "DeepSeek sparse attention (an indexer and top-k keys)"}
+         "sparse": "DeepSeek sparse attention (an indexer and top-k keys)",
+         "swa": "DeepSeek-V4 sliding-window layers (grouped output, hyper-connections)",
+         "hca": "DeepSeek-V4 heavily compressed attention", "csa": "DeepSeek-V4 compressed sparse attention"}
 
 
 def features(block) -> set[str]:

@@ -14,7 +14,8 @@ def executed_linear_params(spec: ModelSpec, mla: str = "naive") -> int:
 
 
 def _p_lin(query: Query) -> int:
-    return sum(recipe.evaluate(g.numbers())["p_lin"] for g, recipe in query.recipes("p_lin"))
+    """The groups' P_lin, and DeepSeek-V4's hyper-connection head once (its first group's)."""
+    return sum(sum(recipe.evaluate(g.numbers()).values()) for g, recipe in query.recipes("p_lin"))
 
 
 def parameters(spec: ModelSpec) -> dict[str, Any]:

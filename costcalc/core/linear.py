@@ -235,9 +235,16 @@ def lm_head_flops(rows: sp.Expr) -> sp.Expr:
 
 
 def p_lin(kind: Block) -> sp.Expr:
-    """Linear parameters executed per token, summed over layers (the chapter's P_lin)."""
-    one_token = sum(linear_terms(kind, sp.Integer(1)).values())
+    """Linear parameters executed per token, summed over layers (the chapter's P_lin); a product of
+    two activations (the hyper-connections' comb mix) has no parameters and is left out."""
+    one_token = sum(s.L * matmul(p.uses, p.fan_in, p.fan_out) for p in block(kind) if not p.mixes)
     return sp.expand(one_token / FLOPS_PER_MULTIPLY_ADD)
+
+
+def once_params(kind: Block) -> dict[str, sp.Expr]:
+    """Weights a model holds once whatever its groups (``vocab.ONCE``) beside the LM head: DeepSeek-V4's
+    hyper-connection head, which every token runs."""
+    return {HC_HEAD.name: sp.expand(HC_HEAD.fan_in * HC_HEAD.fan_out)} if kind.v4 else {}
 
 
 def block_params(kind: Block) -> dict[str, sp.Expr]:
@@ -251,5 +258,4 @@ def block_params(kind: Block) -> dict[str, sp.Expr]:
     projections = [p for p in block(kind.with_form("naive")) if p.weight]
     total = sum(p.fan_in * p.fan_out * p.instances for p in projections)
     active = sum(p.fan_in * p.fan_out * p.uses for p in projections)
-    head = {HC_HEAD.name: sp.expand(HC_HEAD.fan_in * HC_HEAD.fan_out)} if kind.v4 else {}
-    return {"block_total": sp.expand(s.L * total), "block_active": sp.expand(s.L * active), **head}
+    return {"block_total": sp.expand(s.L * total), "block_active": sp.expand(s.L * active), **once_params(kind)}

@@ -1,7 +1,9 @@
 """DeepSeek-V4 held against what transformers 5.23 builds and runs (modeling_deepseek_v4).
 
 1. The model transformers builds on meta from a small config has the matrices costcalc counts.
-2. FlopCounterMode (eager attention, batched experts) counts what costcalc's ``full`` convention
+2. The import (costcalc.hf, ``deepseek_v4``) maps the published DeepSeek-V4-Flash file and small configs
+   to the layer groups transformers builds; what cannot be expressed is refused in one line.
+3. FlopCounterMode (eager attention, batched experts) counts what costcalc's ``full`` convention
    does -- a prefill (no cache, logits at every position), a decode step and a cached chunk after a
    prefill through transformers' own DynamicCache (its rolling window of W-1 keys, its compressed
    entries) -- in total and module by module: transformers runs the dense rectangle of window keys and
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from costcalc import calc
+from costcalc import calc, hf
+from costcalc.errors import CostcalcError
 from costcalc.spec import from_dict
 
 DATA = Path(__file__).parent / "data"
@@ -29,6 +32,133 @@ SMALL = dict(model_type="deepseek_v4", hidden_size=64, num_attention_heads=4, he
              mlp_layer_types=["hash_moe", "moe", "moe"], max_position_embeddings=256)
 SEQ = 40      # 10 compressed entries in the csa layer (above index_topk 3), 2 in the hca one
 
+
+FLASH = json.loads((DATA / "hf-configs" / "deepseek-v4-flash.json").read_text())
+
+
+def groups(config: dict) -> list[tuple[int, str, dict]]:
+    preset = hf.to_preset(config, "x")
+    top = {k: v for k, v in preset.items() if k not in ("name", "title", "layers", "source", "tied_embeddings",
+                                                        "arch", "L")}
+    if "layers" not in preset:
+        return [(preset["L"], preset["arch"], top)]
+    return [(g["count"], g["arch"], {**top, **{k: v for k, v in g.items() if k not in ("count", "arch")}})
+            for g in preset["layers"]]
+
+
+# --- the import ----------------------------------------------------------------------------------
+
+def test_the_table_holds_the_configuration_class():
+    pytest.importorskip("transformers")
+    import dataclasses
+
+    from transformers import PreTrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING["deepseek_v4"]
+    base = {f.name for f in dataclasses.fields(PreTrainedConfig)}
+    fields = {f.name for f in dataclasses.fields(cls) if f.name not in base}
+    written = set(json.loads(cls().to_json_string(use_diff=True)))
+    table = hf.TABLES["deepseek_v4"]
+    assert set(table.rows) == fields | (written - base - {"model_type", "transformers_version"})
+    assert not set(table.extra) & set(table.rows)
+    assert set(cls.attribute_map) <= set(table.known())
+
+
+def test_deepseek_v4_flash_maps_to_two_window_21_compressed_sparse_and_20_heavily_compressed_layers():
+    attn = dict(d=4096, V=129280, h_q=64, d_h=512, r_q=1024, G_o=8, r_o=1024, W=128, n_hc=4,
+                E=256, k=6, m_e=2048, E_s=1, m_s=2048)
+    assert groups(FLASH) == [(2, "swa.moe_shared", attn),
+                             (21, "csa.moe_shared", {**attn, "R_c": 4, "h_I": 64, "d_I": 128, "k_I": 512}),
+                             (20, "hca.moe_shared", {**attn, "R_c": 128})]
+    assert hf.to_preset(FLASH, "x")["tied_embeddings"] is False
+
+
+def test_the_file_as_transformers_rewrites_it_and_the_small_config_read_the_same():
+    pytest.importorskip("transformers")
+    from hf_models import rewrite
+
+    assert groups(rewrite(FLASH)) == groups(FLASH)
+    assert groups(rewrite(SMALL)) == groups(SMALL)
+    tiny = from_dict(hf.to_preset(SMALL, "v4-tiny"), "v4-tiny")
+    assert [(g.count, g.block, dict(g.sizes)) for g in tiny.groups] == \
+        [(g.count, g.block, dict(g.sizes)) for g in SPEC.groups]
+
+
+def test_the_legacy_keys_and_the_default_schedule_read_as_transformers_reads_them():
+    bare = {k: v for k, v in SMALL.items() if k not in ("layer_types", "compress_rates", "mlp_layer_types")}
+    ratios = {**bare, "compress_ratios": [0, 4, 128, 0, 0], "compress_rate_hca": 16, "num_hash_layers": 1}
+    assert [(c, a) for c, a, _ in groups(ratios)] == [(1, "swa.moe_shared"), (1, "csa.moe_shared"),
+                                                       (1, "hca.moe_shared")]
+    assert groups(ratios)[2][2]["R_c"] == 16 and groups(ratios)[1][2]["R_c"] == 4
+    # neither layer_types nor compress_ratios: two heavily compressed, then hca and csa alternating
+    default = groups({**bare, "num_hidden_layers": 5})
+    assert [(c, a) for c, a, _ in default] == [(4, "hca.moe_shared"), (1, "csa.moe_shared")]
+    assert default[0][2]["R_c"] == 128
+    pytest.importorskip("transformers")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    built = CONFIG_MAPPING["deepseek_v4"](**{k: v for k, v in {**bare, "num_hidden_layers": 5}.items()
+                                            if k != "model_type"})
+    assert built.layer_types.count("compressed_sparse_attention") == 1
+
+
+def refused(config: dict, *fragments: str) -> None:
+    with pytest.raises(CostcalcError) as err:
+        hf.to_preset(config, "x")
+    message = str(err.value)
+    assert "\n" not in message and all(f in message for f in fragments), message
+
+
+def test_what_cannot_be_expressed_is_refused_in_one_line():
+    refused({**FLASH, "compress_ratios": [0, 0, 64] + [4] * 43}, "compress_ratios", "0, 4 or 128")
+    refused({**FLASH, "compress_ratios": [0, 0, 4]}, "compress_ratios")
+    refused({**SMALL, "layer_types": ["full_attention"] * 3}, "layer_types")
+    refused({**SMALL, "mlp_layer_types": ["dense"] * 3}, "mlp_layer_types")
+    refused({**FLASH, "num_key_value_heads": 8}, "num_key_value_heads", "one K=V head")
+    refused({**FLASH, "o_groups": 7}, "o_groups (7) must divide")
+    refused({k: v for k, v in FLASH.items() if k != "index_topk"}, "needs field 'index_topk'")
+    refused({k: v for k, v in FLASH.items() if k != "hc_mult"}, "needs field 'hc_mult'")
+    refused({**FLASH, "compress_rates": {"full_attention": 4}}, "compress_rates")
+    refused({**FLASH, "dspark_layers": 3}, "dspark_layers")
+    # a model without compressed sparse layers needs no indexer sizes
+    hca = {k: v for k, v in SMALL.items() if not k.startswith("index_")}
+    assert [a for _, a, _ in groups({**hca, "layer_types": ["sliding_attention"] * 3})] == ["swa.moe_shared"]
+
+
+def test_mtp_dspark_and_the_storage_keys_are_ignored_with_their_reasons():
+    bare = {k: v for k, v in FLASH.items() if not k.startswith("dspark") and k not in (
+        "num_nextn_predict_layers", "quantization_config", "expert_dtype", "n_shared_experts")}
+    assert groups(bare) == groups(FLASH) == groups({**FLASH, "n_shared_experts": 2})
+    known = hf.TABLES["deepseek_v4"].known()
+    for key in ("num_nextn_predict_layers", "dspark_target_layer_ids", "expert_dtype", "quantization_config",
+                "n_shared_experts"):
+        assert known[key].role == "ignored", key
+
+
+def test_the_preset_is_the_imported_file():
+    from costcalc import presets
+
+    try:
+        spec = presets.load("deepseek-v4-flash")
+    except CostcalcError:
+        pytest.skip("presets of this tree are not installed (costcalc.preset_data maps elsewhere)")
+    preset = hf.to_preset(FLASH, "deepseek-v4-flash")
+    imported = from_dict(preset, "x")
+    assert [(g.count, g.block, dict(g.sizes)) for g in spec.groups] == \
+        [(g.count, g.block, dict(g.sizes)) for g in imported.groups]
+
+
+@pytest.mark.slow
+def test_transformers_builds_deepseek_v4_flash_with_the_matrices_costcalc_counts():
+    pytest.importorskip("transformers")
+    from hf_models import build, matrix_params
+
+    built, family = build(FLASH, experts=True)
+    assert calc.parameters(from_dict(hf.to_preset(FLASH, "x"), "x"))["total_params"] == matrix_params(built, family)
+
+
+# --- what transformers builds and runs -------------------------------------------------------------
 
 def model():
     pytest.importorskip("torch")

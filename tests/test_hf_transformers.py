@@ -160,6 +160,8 @@ SEQ = 24   # longer than every window and chunk above
 ON_CPU = {"jamba", "lfm2", "lfm2_moe"} | {linear.TEXT.get(family, family) for family in linear.SMALL}
 # The sparse-attention families: small configs, parameters and FLOPs, in tests/test_hf_sparse_families.py (CPU).
 ON_CPU |= {"deepseek_v32", "glm_moe_dsa"}
+# DeepSeek-V4: its small config, parameters and FLOPs (module by module, cached steps too) in tests/test_hf_deepseek_v4.py.
+ON_CPU |= {"deepseek_v4"}
 
 
 def test_every_family_has_a_small_config():

@@ -34,6 +34,7 @@ SEQ = 40      # 10 compressed entries in the csa layer (above index_topk 3), 2 i
 
 
 FLASH = json.loads((DATA / "hf-configs" / "deepseek-v4-flash.json").read_text())
+PRO = json.loads((DATA / "hf-configs" / "deepseek-v4-pro.json").read_text())
 
 
 def groups(config: dict) -> list[tuple[int, str, dict]]:
@@ -74,11 +75,19 @@ def test_deepseek_v4_flash_maps_to_two_window_21_compressed_sparse_and_20_heavil
     assert hf.to_preset(FLASH, "x")["tied_embeddings"] is False
 
 
+def test_deepseek_v4_pro_maps_to_31_heavily_compressed_and_30_compressed_sparse_layers():
+    attn = dict(d=7168, V=129280, h_q=128, d_h=512, r_q=1536, G_o=16, r_o=1024, W=128, n_hc=4,
+                E=384, k=6, m_e=3072, E_s=1, m_s=3072)
+    assert groups(PRO) == [(31, "hca.moe_shared", {**attn, "R_c": 128}),
+                           (30, "csa.moe_shared", {**attn, "R_c": 4, "h_I": 64, "d_I": 128, "k_I": 1024})]
+
+
 def test_the_file_as_transformers_rewrites_it_and_the_small_config_read_the_same():
     pytest.importorskip("transformers")
     from hf_models import rewrite
 
     assert groups(rewrite(FLASH)) == groups(FLASH)
+    assert groups(rewrite(PRO)) == groups(PRO)
     assert groups(rewrite(SMALL)) == groups(SMALL)
     tiny = from_dict(hf.to_preset(SMALL, "v4-tiny"), "v4-tiny")
     assert [(g.count, g.block, dict(g.sizes)) for g in tiny.groups] == \
@@ -136,26 +145,27 @@ def test_mtp_dspark_and_the_storage_keys_are_ignored_with_their_reasons():
         assert known[key].role == "ignored", key
 
 
-def test_the_preset_is_the_imported_file():
+@pytest.mark.parametrize("name, config", [("deepseek-v4-flash", FLASH), ("deepseek-v4-pro", PRO)])
+def test_the_preset_is_the_imported_file(name, config):
     from costcalc import presets
 
     try:
-        spec = presets.load("deepseek-v4-flash")
+        spec = presets.load(name)
     except CostcalcError:
         pytest.skip("presets of this tree are not installed (costcalc.preset_data maps elsewhere)")
-    preset = hf.to_preset(FLASH, "deepseek-v4-flash")
-    imported = from_dict(preset, "x")
+    imported = from_dict(hf.to_preset(config, name), "x")
     assert [(g.count, g.block, dict(g.sizes)) for g in spec.groups] == \
         [(g.count, g.block, dict(g.sizes)) for g in imported.groups]
 
 
 @pytest.mark.slow
-def test_transformers_builds_deepseek_v4_flash_with_the_matrices_costcalc_counts():
+@pytest.mark.parametrize("config", [FLASH, PRO], ids=["flash", "pro"])
+def test_transformers_builds_the_published_models_with_the_matrices_costcalc_counts(config):
     pytest.importorskip("transformers")
     from hf_models import build, matrix_params
 
-    built, family = build(FLASH, experts=True)
-    assert calc.parameters(from_dict(hf.to_preset(FLASH, "x"), "x"))["total_params"] == matrix_params(built, family)
+    built, family = build(config, experts=True)
+    assert calc.parameters(from_dict(hf.to_preset(config, "x"), "x"))["total_params"] == matrix_params(built, family)
 
 
 # --- what transformers builds and runs -------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import sympy as sp
 
+from cli_run import run
 from costcalc import calc, symbols as s
 from costcalc.blocks import Block, parse
 from costcalc.core import linear, traffic, workloads
@@ -220,6 +221,15 @@ def test_memory_holds_the_window_and_one_entry_per_r_c_tokens(context):
         assert fit(query, 3, context)["kv_cache_bytes"] == 3 * elements * 2
 
 
+def test_the_cli_refuses_tiled_and_crossover_in_one_line(capsys):
+    from cli_run import one_error
+
+    code, _, err = run(capsys, "prefill", "--preset-file", str(PRESET), "--seq", "1k", "--convention", "tiled")
+    assert code == 2 and one_error(err, "compressed entries are not key tiles")
+    code, _, err = run(capsys, "crossover", "--preset-file", str(PRESET))
+    assert code == 2 and one_error(err, "DeepSeek-V4")
+
+
 def test_crossover_verify_and_the_peers_refuse_v4_by_name():
     from costcalc.peers.base import KINDS, features
     from costcalc.verify.run import verify
@@ -229,3 +239,13 @@ def test_crossover_verify_and_the_peers_refuse_v4_by_name():
             call()
         assert "\n" not in str(err.value) and "DeepSeek-V4" in str(err.value)
     assert {k for g in SPEC.groups for k in features(g.block)} == {"swa", "csa", "hca"} <= set(KINDS)
+
+
+def test_a_figure_draws_without_crossover_markers(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from costcalc.plot import _markers
+
+    assert _markers(SPEC, "prefill", "causal", [64, 128], 1) == []
+    out = tmp_path / "v4.png"
+    assert run(capsys, "plot", "prefill", "--preset-file", str(PRESET), "--seq", "64:256:x2", "-o", str(out))[0] == 0
+    assert out.stat().st_size > 0

@@ -19,6 +19,13 @@ A block is an attention kind and an FFN kind:
   for DeepSeek-V2/V3); ``sparse`` (DeepSeek Sparse Attention, DeepSeek-V3.2 and GLM-5: key
   ``mla-sparse``): a lightning indexer of h_I heads of d_I scores every legal key of each query
   and the MLA reads only the k_I keys it selects (docs/cost-model.md, "DeepSeek Sparse Attention");
+- attention ``swa``, ``hca``, ``csa``: DeepSeek-V4's layers as transformers 5.23 runs them
+  (docs/cost-model.md, "DeepSeek-V4"): h_q query heads of d_h through a rank-r_q LoRA, one
+  shared K=V head of d_h, a grouped low-rank output (G_o groups each to r_o, then to d), a
+  rolling window of W keys; ``hca`` adds one compressed entry per R_c tokens (every legal one
+  read), ``csa`` entries of two overlapping windows per R_c tokens of which a lightning indexer
+  (h_I heads of d_I over compressed index keys) keeps k_I per query. Each layer also mixes its
+  n_hc hyper-connection streams around the attention and the FFN;
 - FFN ``dense`` (SwiGLU of width m), ``mlp`` (a non-gated MLP of width m: up d x m, down
   m x d -- GPT-NeoX, StarCoder2, Apertus) or ``moe`` (router over E experts of width m_e, k per
   token), optionally with E_s always-on ``shared`` experts of width m_s, and optionally
@@ -65,7 +72,8 @@ from dataclasses import dataclass, replace
 from .errors import quote
 from .vocab import ARCHS
 
-SOFTMAX = ("gqa", "window", "mla", "chunk")                 # attention over a KV cache
+V4 = ("swa", "hca", "csa")                                 # DeepSeek-V4: window, + compressed, + indexed compressed
+SOFTMAX = ("gqa", "window", "mla", "chunk") + V4            # attention over a KV cache
 MIXERS = ("gdn", "kda", "mamba2", "mamba1", "lightning", "shortconv")   # a fixed-size state instead
 ATTENTIONS = SOFTMAX + MIXERS + ("none",)
 FFNS = ("dense", "moe", "mlp", "none")
@@ -74,6 +82,8 @@ CACHES = ("whole", "rolling")
 ALIASES = {"dense": "gqa.dense", "moe": "gqa.moe"}
 SPARSE_TILED = ("the tiled convention does not apply to sparse attention (DeepSeek Sparse Attention): "
                 "the keys its indexer selects are not tiles; use causal or full")
+V4_TILED = ("the tiled convention does not apply to DeepSeek-V4's compressed attention: its compressed "
+            "entries are not key tiles; use causal or full")
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,8 @@ class Block:
         if self.beside and (self.beside not in MIXERS or self.attention not in SOFTMAX):
             raise ValueError(f"a mixer beside attention must be one of {', '.join(MIXERS)}, "
                              f"beside a softmax attention ({', '.join(SOFTMAX)})")
+        if self.beside and self.v4:
+            raise ValueError("a mixer beside attention does not apply to DeepSeek-V4's layers")
         if (self.gated or self.head_gate) and self.attention not in ("gqa", "window", "chunk"):
             raise ValueError("an output gate applies to gqa, window and chunk attention only")
         if self.k_eq_v and self.attention not in ("gqa", "window", "chunk"):
@@ -141,6 +153,21 @@ class Block:
         """Whether the block keeps a recurrent state (a mixer other than the short convolution,
         whose only state is its window)."""
         return self.mixer not in ("", "shortconv")
+
+    @property
+    def v4(self) -> bool:
+        """Whether the block is one of DeepSeek-V4's (hyper-connections, compressed attention)."""
+        return self.attention in V4
+
+    @property
+    def compressed(self) -> bool:
+        """Whether its attention also reads compressed entries (V4's ``hca`` and ``csa``)."""
+        return self.attention in ("hca", "csa")
+
+    @property
+    def indexed(self) -> bool:
+        """Whether a lightning indexer selects keys (DeepSeek Sparse Attention, V4's ``csa``)."""
+        return self.sparse or self.attention == "csa"
 
     @property
     def mixer(self) -> str:
@@ -188,6 +215,9 @@ class Block:
         elif self.attention == "mla":
             out += ["h_q"] + (["r_q"] if self.q_lora else []) + ["r_kv", "d_nope", "d_rope", "d_v"]
             out += ["h_I", "d_I", "k_I"] if self.sparse else []
+        elif self.v4:
+            out += ["h_q", "d_h", "r_q", "G_o", "r_o", "W", "n_hc"] + (["R_c"] if self.compressed else [])
+            out += ["h_I", "d_I", "k_I"] if self.attention == "csa" else []
         out += [x for x in MIXER_SIZES.get(self.mixer, ()) if x not in out]
         if self.ffn in ("dense", "mlp"):
             out += ["m"]

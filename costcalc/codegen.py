@@ -29,7 +29,7 @@ from .vocab import Convention, Logits, ident
 from .blocks import Block
 from .core.breakdown import Breakdown
 from .core import traffic
-from .core.linear import block_params, p_lin
+from .core.linear import block_params, once_params, p_lin
 from .core.mixers import Cached
 from .core.registry import WORKLOADS
 
@@ -46,7 +46,7 @@ RECIPES: dict[str, Callable[[Block, str, str], "Breakdown | dict"]] = {
     **{name: w.build for name, w in WORKLOADS.items() if w.compiled},
     **{f"{name}.bytes": (lambda n: lambda b, c, l: traffic.build(n, b, c, l))(name)
        for name, w in WORKLOADS.items() if w.traffic},
-    "p_lin": lambda b, c, l: {"p_lin": p_lin(b)},
+    "p_lin": lambda b, c, l: {"p_lin": p_lin(b), **once_params(b)},
     "params": lambda b, c, l: block_params(b),
 }
 CONSTANTS: dict[str, Callable[[Block, str, str], dict[str, str]]] = {"crossover": _crossover_formulas}

@@ -41,6 +41,9 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
     with the linear layers the answer is ``never``. With ``precision`` (dtypes), the decode
     row also gives ``t_equal_time``: the keys at which a step of ``batch`` sequences reads as
     many K/V bytes as weight bytes (``time_root``)."""
+    if any(g.block.v4 for g in spec.groups):
+        raise CostcalcError(f"crossover: {spec.name} has DeepSeek-V4 compressed attention, whose keys grow by one "
+                            f"entry every R_c tokens (floor(T / R_c)): no polynomial pieces to solve; not solved")
     rows = [_row(Query(spec, "decode", Options("causal", mla=mla)), "decode_t_equal")]
     if precision is not None:
         root = time_root(Query(spec, "decode", Options(mla=mla), precision), batch)

@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from . import compiled
-from .blocks import SPARSE_TILED, Block
+from .blocks import SPARSE_TILED, V4_TILED, Block
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .spec import Group, ModelSpec
-from .vocab import DEFAULT_TILE, SCAN, SUMS, TERM_ORDER, Convention, Draft, Logits, MlaForm, WindowCache
+from .vocab import DEFAULT_TILE, ONCE, SCAN, SUMS, TERM_ORDER, Convention, Draft, Logits, MlaForm, WindowCache
 
 if TYPE_CHECKING:   # bytes and time: the layer above (the types only)
     from .roofline import Machine, Precision
@@ -89,6 +89,8 @@ class Query:
                 raise CostcalcError(str(exc)) from None
         if self.options.convention == Convention.tiled and any(g.block.sparse for g in self.spec.groups):
             raise CostcalcError(f"{self.spec.name}: {SPARSE_TILED}")
+        if self.options.convention == Convention.tiled and any(g.block.v4 for g in self.spec.groups):
+            raise CostcalcError(f"{self.spec.name}: {V4_TILED}")
         if self.options.draft == Draft.mtp:
             if self.spec.mtp is None:
                 raise CostcalcError(f"{self.spec.name} has no multi-token-prediction layers (num_nextn_predict_layers, "
@@ -181,13 +183,13 @@ DRAFTED = ("prefill", "decode", "decode_phase", "generate")
 
 class Recipe:
     """A layer group's compiled recipe as a query charges it: the LM head's outputs
-    (``lm_head``, ``lm_head.<kind>``), and the ``total`` that holds it, in the first group
-    only -- a model has one LM head, whatever its groups (a model's total is its groups'
+    (``lm_head``, ``lm_head.<kind>``; so DeepSeek-V4's hyper-connection head, ``vocab.ONCE``), and the
+    ``total`` that holds it, in the first group only -- a model has one LM head, whatever its groups (a model's total is its groups'
     terms added: ``evaluate.columns``)."""
 
     def __init__(self, code: Any, head: bool) -> None:
         self.code, self.head = code, head
-        self.outputs = [n for n in code.outputs if head or (n.split(".")[0] != "lm_head" and n != "total")]
+        self.outputs = [n for n in code.outputs if head or (n.split(".")[0] not in ONCE and n != "total")]
         self._kept = set(self.outputs)
         self.operators = [n for n in self.outputs if n in code.term_of]
         self.term_of: dict[str, str] = code.term_of

@@ -12,6 +12,10 @@
   the KV dtype; a sparse MLA layer (DeepSeek Sparse Attention) also keeps its index key of
   ``d_I`` per token, in the KV dtype too (the reference's fp8 with an fp32 scale per 128 is not
   modelled).
+- DeepSeek-V4's layers keep their window, ``min(T, W)`` keys of ``d_h`` (their own cache rolls,
+  whatever ``--window-cache``), and one compressed entry per R_c tokens, ``floor(T / R_c)`` of them,
+  of ``d_h`` (and a ``csa`` layer's index key of ``d_I``): what a decode step completing an entry
+  writes. The compressors' buffers of the last R_c - 1 tokens are not counted.
 - Recurrent states of B sequences: a linear-attention or state-space layer keeps a state of
   fixed size per sequence whatever the context (in the model's ``state_dtype`` or
   ``--state-dtype``) and its convolution window (in the KV dtype): ``state_bytes``; only the
@@ -55,39 +59,55 @@ def weight_bytes(query: Query) -> int:
 PER_TOKEN, PER_SEQUENCE = ("attention.kv_write", "indexer.kv_write"), {"scan.state_write": "state", "conv.kv_write": "kv"}
 
 
+# A DeepSeek-V4 layer's compressed entry (and its index key): what the step completing one writes.
+PER_ENTRY = ("compressor.kv_proj.kv_write", "indexer.kv_write")
+
+
 def cache_per_token(query: Query) -> list[tuple[int, Fraction]]:
     """Per layer group: (tokens its cache keeps at most, or 0 for all; bytes per token) --
-    the K/V a decode step writes per token, in the block the step runs (``Query.block``)."""
-    return [(keep, per) for keep, per, _ in _caches(query)]
+    the K/V a decode step writes per token, in the block the step runs (``Query.block``).
+    (A DeepSeek-V4 layer's compressed entries, one per R_c tokens, are ``_caches``' second row.)"""
+    return [(keep, per) for keep, per, _, every in _caches(query) if every == 1]
 
 
 def state_bytes(query: Query, batch: int) -> int:
     """Bytes of the recurrent states and convolution windows of ``batch`` sequences."""
-    return round(batch * sum(state for _, _, state in _caches(query)))
+    return round(batch * sum(state for _, _, state, _ in _caches(query)))
 
 
-def _caches(query: Query) -> list[tuple[int, Fraction, Fraction]]:
-    """Per layer group: (tokens its KV cache keeps at most, or 0 for all; KV bytes per token;
-    state bytes per sequence)."""
+def _caches(query: Query) -> list[tuple[int, Fraction, Fraction, int]]:
+    """Per layer group: (tokens its KV cache keeps at most, or 0 for all; KV bytes per ``every``
+    tokens; state bytes per sequence; ``every``: 1, or R_c for a DeepSeek-V4 layer's compressed
+    entries, its second row)."""
     out = []
     rolling = query.options.window_cache == WindowCache.rolling
+    kv = query.precision.bits("kv") / 8
     for group, recipe in query.but(workload="decode").recipes("bytes"):
         present = [k for k in PER_TOKEN + tuple(PER_SEQUENCE) if recipe.name(k) in recipe.outputs]
-        got = recipe.evaluate({**group.numbers(), "B": 1, "T": 1}, [recipe.name(k) for k in present]) if present else {}
+        numbers = {**group.numbers(), "B": 1}
+        got = recipe.evaluate({**numbers, "T": 1}, [recipe.name(k) for k in present]) if present else {}
         elements = {k: got[recipe.name(k)] for k in present}
+        if group.block.v4:           # its own cache rolls: the window's keys, then the entries
+            out.append((group.sizes["W"], elements["attention.kv_write"] * kv, Fraction(0), 1))
+            entry = [recipe.name(k) for k in PER_ENTRY if recipe.name(k) in recipe.outputs]
+            if entry:                # the step at position R_c completes the first entry
+                one = recipe.evaluate({**numbers, "T": group.sizes["R_c"] - 1}, entry)
+                out.append((0, sum(one.values()) * kv, Fraction(0), group.sizes["R_c"]))
+            continue
         keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
-        per_token = sum(elements.get(k, 0) for k in PER_TOKEN) * query.precision.bits("kv") / 8
+        per_token = sum(elements.get(k, 0) for k in PER_TOKEN) * kv
         state = sum(elements.get(k, 0) * query.precision.bits(kind, query.spec) / 8 for k, kind in PER_SEQUENCE.items())
-        out.append((keep if rolling else 0, per_token, state))
+        out.append((keep if rolling else 0, per_token, state, 1))
     return out
 
 
 def kv_cache_bytes(query: Query, batch: int, context: int) -> int:
-    return _cache_bytes(cache_per_token(query), batch, context)
+    return _cache_bytes(_caches(query), batch, context)
 
 
-def _cache_bytes(per_token: list[tuple[int, Fraction]], batch: int, context: int) -> int:
-    return round(sum(batch * (min(context, keep) if keep else context) * per for keep, per in per_token))
+def _cache_bytes(caches: list[tuple[int, Fraction, Fraction, int]], batch: int, context: int) -> int:
+    return round(sum(batch * ((min(context, keep) if keep else context) // every) * per
+                     for keep, per, _, every in caches))
 
 
 def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE) -> dict[str, Any]:
@@ -100,7 +120,7 @@ def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE
     if not 0 <= reserve < 1:
         raise CostcalcError(f"reserve must be a fraction in [0, 1), got {reserve}")
     weights = weight_bytes(query)
-    per_token = cache_per_token(query)
+    per_token = _caches(query)
     states = state_bytes(query, batch)
     cache = _cache_bytes(per_token, batch, context)
     usable = math.floor(device.mem_bytes * (1 - reserve))
@@ -125,10 +145,10 @@ def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE
 
 def _bounded(spec: ModelSpec) -> bool:
     """Whether a rolling cache would keep fewer tokens in some layer (windows or chunks)."""
-    return any(g.block.attention in ("window", "chunk") for g in spec.groups)
+    return any(g.block.attention in ("window", "chunk") for g in spec.groups)   # V4's windows roll whatever it says
 
 
-def _max_context(per_token: list[tuple[int, Fraction]], batch: int, room: int):
+def _max_context(per_token: list[tuple[int, Fraction, Fraction, int]], batch: int, room: int):
     """The longest context whose cache for ``batch`` sequences fits in ``room`` bytes; every
     context if windows bound the cache below it ("unbounded"), 0 if not even one token fits."""
     if room <= 0 or _cache_bytes(per_token, batch, 1) > room:

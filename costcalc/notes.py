@@ -38,8 +38,11 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
     lines += [CONVENTIONS[c] for c in sorted(conventions) if c in CONVENTIONS]
     if "scan" in columns or "scan_flops" in columns:
         lines.append(SCAN)
-    if "indexer" in columns or "indexer_flops" in columns:
+    v4 = "hyper" in columns or "hyper_flops" in columns        # DeepSeek-V4's layers
+    if ("indexer" in columns or "indexer_flops" in columns) and not v4:
         lines.append(INDEXER)
+    if v4:
+        lines.append(V4)
     lines += [LOGITS[x] for x in sorted(logits) if x in LOGITS]
     if any(c.endswith("_bytes") for c in columns):
         lines.append(TRAFFIC)
@@ -55,6 +58,11 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
 TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
           "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
           "model needs), peak_fraction against the GEMM peak measured in the same run.")
+V4 = ("DeepSeek-V4: attention reads a window and compressed entries, one per R_c tokens (causal: min(p, W) "
+      "and floor(p / R_c), at most k_I in a compressed sparse layer; full: what transformers multiplies, the "
+      "window cache of W - 1 plus the new tokens and every entry); indexer = its scores over compressed index "
+      "keys, 2 h_I d_I a pair (causal: floor(p / R_c) a query; full: every entry); hyper = the hyper-connections' "
+      "fn projections and comb mixes; hc_head = the hyper-connection head, once per model.")
 INDEXER = ("indexer = DeepSeek sparse attention's lightning indexer scores, 2 h_I (d_I + 1) per query-key pair it "
            "scores (causal: every legal key; full: the rectangle); attention then reads min(p, k_I) keys a query "
            "under causal, every key under full; indexer_proj = its projections (wq_b, wk, weights_proj).")

@@ -14,7 +14,8 @@ def executed_linear_params(spec: ModelSpec, mla: str = "naive") -> int:
 
 
 def _p_lin(query: Query) -> int:
-    return sum(recipe.evaluate(g.numbers())["p_lin"] for g, recipe in query.recipes("p_lin"))
+    """The groups' P_lin, and DeepSeek-V4's hyper-connection head once (its first group's)."""
+    return sum(sum(recipe.evaluate(g.numbers()).values()) for g, recipe in query.recipes("p_lin"))
 
 
 def parameters(spec: ModelSpec) -> dict[str, Any]:
@@ -24,8 +25,9 @@ def parameters(spec: ModelSpec) -> dict[str, Any]:
     blocks_total = blocks_active = 0
     for g, recipe in Query(spec, "prefill").recipes("params"):
         got = recipe.evaluate(g.numbers())
-        blocks_total += got["block_total"]
-        blocks_active += got["block_active"]
+        head = got.get("hc_head", 0)          # DeepSeek-V4's hyper-connection head, once (first group)
+        blocks_total += got["block_total"] + head
+        blocks_active += got["block_active"] + head
     embedding = lm_head = spec["d"] * spec["V"]
     out = {"total_params": blocks_total + embedding + (0 if spec.tied_embeddings else lm_head),
            "active_params": blocks_active + lm_head,

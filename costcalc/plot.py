@@ -114,8 +114,9 @@ def _series(spec: ModelSpec, request: Figure, convention: str) -> tuple[dict[str
 
 
 def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt: int) -> list[dict]:
-    """The crossovers that fall inside the plotted range."""
-    if convention == "tiled":
+    """The crossovers that fall inside the plotted range (none for DeepSeek-V4, whose crossovers are not
+    solved: its keys grow by one compressed entry every R_c tokens)."""
+    if convention == "tiled" or any(g.block.v4 for g in spec.groups):
         return []
     rows = {r["quantity"]: r for r in calc.crossover(spec, [convention])}
     out = []

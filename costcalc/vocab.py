@@ -55,6 +55,10 @@ MODEL = (
     Name("h_I", "h_I", "sparse attention: lightning indexer heads (index_n_heads)"),
     Name("d_I", "d_I", "sparse attention: indexer head dim, the index key per token (index_head_dim)"),
     Name("k_I", "k_I", "sparse attention: keys each query selects (index_topk)"),
+    Name("R_c", "R_c", "compressed attention: tokens per compressed KV entry (DeepSeek-V4's compress rate)"),
+    Name("G_o", "G_o", "grouped output projection: head groups (o_groups)"),
+    Name("r_o", "r_o", "grouped output projection: rank per group (o_lora_rank)"),
+    Name("n_hc", "n_hc", "hyper-connections: residual streams per token (hc_mult)"),
 )
 
 DERIVED = (
@@ -171,6 +175,7 @@ TERMS = (
     Term("attn_proj", "attention projections", True, "#4C72B0"),
     Term("mixer_proj", "linear-attention / SSM projections", True, "#2A9D8F"),
     Term("indexer_proj", "sparse-attention indexer projections", True, "#6A4C93"),
+    Term("hyper", "hyper-connection mixing", True, "#9C6644"),
     Term("ffn", "FFN (SwiGLU or MLP)", True, "#55A868"),
     Term("router", "router", True, "#8172B2"),
     Term("experts", "routed experts", True, "#64B5CD"),
@@ -179,9 +184,12 @@ TERMS = (
     Term("indexer", "sparse-attention indexer scores", False, "#B5179E"),
     Term("scan", "linear-attention / SSM scan", False, "#E76F51"),
     Term("conv", "short convolution", False, "#F4A261"),
+    Term("hc_head", "hyper-connection head (once per model)", False, "#7F5539"),
     Term("lm_head", "LM head", False, "#CCB974"),
     Term("draft", "MTP draft (eh_proj, the MTP block, its logits)", False, "#8C8C8C"),
 )
+# Operators a model runs once, whatever its layer groups: charged in its first group only.
+ONCE = ("hc_head", "lm_head")
 LINEAR_PARTS = tuple(t.name for t in TERMS if t.linear)
 # Columns in order: the linear parts, their sum ``linear``, the other terms, ``total``.
 TERM_ORDER = LINEAR_PARTS + ("linear",) + tuple(t.name for t in TERMS if not t.linear) + ("total",)

@@ -185,6 +185,8 @@ ON_CPU |= {"deepseek_v32", "glm_moe_dsa"}
 # Step-3.7's experts always run their own loop over the routed experts (no batched_mm), which reads values:
 # small configs on CPU in tests/test_hf_head_families.py.
 ON_CPU |= {"step3p5"}
+# DeepSeek-V4: its small config, parameters and FLOPs (module by module, cached steps too) in tests/test_hf_deepseek_v4.py.
+ON_CPU |= {"deepseek_v4"}
 
 
 def test_every_family_has_a_small_config():

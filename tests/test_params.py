@@ -26,8 +26,8 @@ SLACK = 0.001
 def stated_value(text: str) -> tuple[float, float]:
     """``"46.7B"`` -> (46.7e9, 0.05e9): the value and half a unit of its last digit
     (``"6857302016"``, an exact count: half a parameter)."""
-    number, unit = re.fullmatch(r"([\d.]+)([BM]?)", text).groups()
-    scale = {"B": 1e9, "M": 1e6, "": 1}[unit]
+    number, unit = re.fullmatch(r"([\d.]+)([TBM]?)", text).groups()
+    scale = {"T": 1e12, "B": 1e9, "M": 1e6, "": 1}[unit]
     decimals = len(number.split(".")[1]) if "." in number else 0
     return float(number) * scale, 0.5 * 10**-decimals * scale
 

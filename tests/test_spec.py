@@ -39,7 +39,7 @@ def test_missing_field_is_named():
     ("ssm", "field 'arch' must be one of dense, moe or a block kind ATTENTION.FFN: block 'ssm' is not "
              "ATTENTION.FFN (e.g. gqa.dense, window.moe)"),
     ("x.dense", "field 'arch' must be one of dense, moe or a block kind ATTENTION.FFN: unknown attention kind 'x'; "
-                "expected one of gqa, window, mla, chunk, gdn, kda, mamba2, mamba1, lightning, shortconv, none"),
+                "expected one of gqa, window, mla, chunk, swa, hca, csa, gdn, kda, mamba2, mamba1, lightning, shortconv, none"),
     (None, "field 'arch' must be one of dense, moe or a block kind like window.dense, got null"),
     (3, "field 'arch' must be one of dense, moe or a block kind like window.dense, got 3"),
 ])

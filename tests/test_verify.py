@@ -402,6 +402,9 @@ def test_every_preset_runs_the_verify_defaults(name, capsys):
     code = main(["verify", "--preset", name, "--device", "cpu", "--layers", "1", "--vocab", "64",
                  "--repeats", "0", "-f", "json", *half])
     out, err = capsys.readouterr()
+    if any(g.block.v4 for g in spec.groups):         # no torch model of DeepSeek-V4's layers yet: one line
+        assert code == 2 and one_error(err, "DeepSeek-V4 layers") and out == ""
+        return
     assert code == 0
     doc = json.loads(out)                       # one JSON document
     assert set(doc) == {"checks", "timings", "attention", "notes", "summary"}

@@ -59,6 +59,10 @@ def verify(spec: ModelSpec, device: str = "auto", dtype: str = "float32", layers
            window_cache: str = "whole") -> Outcome:
     """Every check that can be made from sizes comes first (the workloads, the positions and
     memory the longest of them needs): a run that cannot finish stops before any weight is built."""
+    if any(g.block.v4 for g in spec.groups):
+        raise CostcalcError(f"verify: {spec.name} has DeepSeek-V4 layers; the verifier has no torch model of their "
+                            f"compressors, indexer over compressed keys, grouped output or hyper-connections yet "
+                            f"(tests/test_hf_deepseek_v4.py holds them to transformers' own model)")
     calc.mla_form("prefill", mla)      # a bad --mla (or window cache) is an error before any weight is built
     calc.Options(window_cache=window_cache)
     if not workloads:

@@ -251,6 +251,10 @@ def train(
 
 
 def _decode_note(specs, cache: str = "whole") -> str:
+    if any(g.block.v4 for spec in specs for g in spec.groups):
+        return ("A DeepSeek-V4 layer's decode step reads min(T+1, W) window keys (its own included) and "
+                "floor((T+1) / R_c) compressed entries, at most k_I of them under causal in a compressed sparse "
+                "layer (every one under full, and its indexer scores every one under both).")
     note = "A decode step reads T+1 keys (its own included)"
     chunks = any(g.block.attention == "chunk" for spec in specs for g in spec.groups)
     chunk_note = "; in a chunked layer causal counts those of its own chunk, (T mod W_c) + 1" if chunks else ""

@@ -24,6 +24,7 @@ import sympy as sp
 from .. import symbols as s
 from ..blocks import SPARSE_TILED, Block
 from ..vocab import Convention
+from . import compressed
 from .matmul import matmul
 
 
@@ -31,6 +32,8 @@ def head_dims(block: Block) -> tuple[sp.Expr, sp.Expr]:
     """(score width, value width) per query head and key."""
     if block.attention in ("gqa", "window", "chunk"):
         return s.d_h, (s.d_v if block.dv else s.d_h)
+    if block.v4:                                        # V4: one K=V head of d_h
+        return s.d_h, s.d_h
     if block.form != "absorbed":                        # naive and expanded: per-head K and V
         return s.d_nope + s.d_rope, s.d_v
     return s.r_kv + s.d_rope, s.r_kv
@@ -39,7 +42,7 @@ def head_dims(block: Block) -> tuple[sp.Expr, sp.Expr]:
 def query_heads(block: Block) -> sp.Expr:
     """Query heads per layer: ``h_q`` for MLA; ``d_q / d_h`` otherwise (h_q heads of width d_h
     make up the query width d_q, the size GQA's formulas are written in)."""
-    return s.h_q if block.attention == "mla" or block.dv else s.d_q / s.d_h
+    return s.h_q if block.attention == "mla" or block.dv or block.v4 else s.d_q / s.d_h
 
 
 def per_query_flops(keys: sp.Expr, block: Block) -> sp.Expr:
@@ -64,7 +67,10 @@ def keys_read(convention: Convention, block: Block, p: sp.Expr, past: sp.Expr, n
       own key -- ``ceil(q_last / b_k) b_k`` clipped to ``past + new``, minus
       ``floor(max(q_first - W, 0) / b_k) b_k`` (``tile_keys``). One query is one tile. Refused
       for a sparse layer (``refuse_tiled``).
+    DeepSeek-V4's layers: ``core.compressed``.
     """
+    if block.v4:
+        return compressed.keys_read(convention, block, p, past, new)
     refuse_tiled(convention, block)
     if convention == Convention.full:
         if block.attention == "window" and block.cache == "rolling":
@@ -116,8 +122,11 @@ def attention_sum(convention: Convention, block: Block, past: sp.Expr, new: sp.E
     In closed form: causal ``new*past + new(new+1)/2`` (split at p = W in a window, where the
     keys stop growing); full ``new (past + new)`` (``new (min(past, W-1) + new)`` in a window
     with a rolling cache); tiled the same sum grouped by query tile
-    (every row of a tile reads the tile's keys), left as a sum over tiles.
+    (every row of a tile reads the tile's keys), left as a sum over tiles. DeepSeek-V4's layers:
+    ``core.compressed``.
     """
+    if block.v4:
+        return sp.expand(compressed.attention_sum(convention, block, past, new))
     refuse_tiled(convention, block)
     if new == 1:
         return keys_read(convention, block, past + 1, past, new)
@@ -160,7 +169,9 @@ def steps_sum(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) ->
     """Keys read by single-query steps (decode) at positions lo..hi: the query at p runs over
     ``p - 1`` cached tokens, ``sum(keys_read(p, past=p-1, new=1) for p in lo..hi)``. (Under
     ``full`` with a rolling window cache a step reads ``min(p - 1, W - 1) + 1 = min(p, W)``:
-    the causal window sum.)"""
+    the causal window sum.) DeepSeek-V4's layers: ``core.compressed``."""
+    if block.v4:
+        return sp.expand(compressed.steps_sum(convention, block, lo, hi))
     p = s.p
     if convention == Convention.causal and block.attention == "chunk":
         return position_sum(block, lo, hi)                # a step reads what the same query of a prefill does
@@ -202,7 +213,9 @@ def keys_loaded(convention: Convention, block: Block, past: sp.Expr, new: sp.Exp
     step) loads exactly its ``min(T + 1, k_I)``; an uncached prefill every key (each query
     selects at least one, so the bound is ``new``). Under full it loads every key (the dense
     masked kernel transformers runs). The indexer's own reads of the index keys are
-    ``core.traffic``'s."""
+    ``core.traffic``'s. DeepSeek-V4's layers: ``core.compressed``."""
+    if block.v4:
+        return compressed.keys_loaded(convention, block, past, new)
     refuse_tiled(convention, block)
     if convention == Convention.full:
         return keys_read(convention, block, past + 1, past, new)      # a rolling window cache holds fewer

@@ -52,7 +52,7 @@ def prefill_crossover(block: Block, convention: Convention) -> sp.Expr:
 def formulas(block: Block) -> dict[str, str]:
     """The crossovers of a block kind without a window, as text (a window, a chunk or a sparse
     layer's top-k makes them piecewise; a block without softmax attention has none)."""
-    if block.attention in ("window", "chunk") or block.sparse or not block.attends:
+    if block.attention in ("window", "chunk") or block.sparse or block.v4 or not block.attends:
         return {}
     return {"decode_t_equal": str(decode_t_equal(block)),
             **{f"prefill_{c.value}": str(prefill_crossover(block, c)) for c in (Convention.causal, Convention.full)}}

@@ -24,12 +24,17 @@ import sympy as sp
 from .. import symbols as s
 from ..blocks import Block
 from ..vocab import Convention
+from . import compressed
 from .attention import refuse_tiled
 from .matmul import matmul
 
 
-def pair_flops() -> sp.Expr:
-    """FLOPs of one (query, key) pair in one layer: the h_I dot products of d_I and the weighted sum."""
+def pair_flops(block: Block) -> sp.Expr:
+    """FLOPs of one (query, key) pair in one layer: the h_I dot products of d_I and the weighted sum.
+    DeepSeek-V4's indexer (``csa``) weights its heads elementwise (a product, then a sum over the
+    heads: no matmul, like the ReLU): the dot products only."""
+    if block.v4:
+        return sp.expand(s.h_I * matmul(1, s.d_I, 1))
     return sp.expand(s.h_I * matmul(1, s.d_I, 1) + matmul(1, s.h_I, 1))
 
 
@@ -52,5 +57,16 @@ def steps_pairs(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) 
 
 
 def indexer_flops(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr) -> sp.Expr:
-    """The indexer's scores of one sequence in all L layers: ``new`` queries after ``past`` cached."""
-    return sp.expand(s.L * pair_flops() * pairs(convention, block, sp.sympify(past), sp.sympify(new)))
+    """The indexer's scores of one sequence in all L layers: ``new`` queries after ``past`` cached
+    (DeepSeek-V4's over compressed index keys: ``core.compressed.index_pairs``)."""
+    past, new = sp.sympify(past), sp.sympify(new)
+    if block.v4:
+        return sp.expand(s.L * pair_flops(block) * compressed.index_pairs(convention, block, past, new))
+    return sp.expand(s.L * pair_flops(block) * pairs(convention, block, past, new))
+
+
+def indexer_steps_flops(convention: Convention, block: Block, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
+    """The indexer's scores of single-query steps at positions lo..hi, all L layers."""
+    if block.v4:
+        return sp.expand(s.L * pair_flops(block) * compressed.index_steps(convention, block, lo, hi))
+    return sp.expand(s.L * pair_flops(block) * steps_pairs(convention, block, lo, hi))

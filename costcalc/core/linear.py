@@ -27,6 +27,7 @@ class Projection:
     instances: sp.Expr = sp.Integer(1)  # copies of the weight in the model (E routed experts)
     weight: bool = True                 # False: a product with another module's weight slice
     over_cache: bool = False            # runs over every cached token too, not only the new ones
+    mixes: bool = False                 # a product of two activations (no weight read): hyper-connections' comb
 
 
 GQA = (
@@ -85,6 +86,49 @@ def indexer(q_lora: bool) -> tuple[Projection, ...]:
     return (Projection("indexer.wq_b", "indexer_proj", s.r_q if q_lora else s.d, s.h_I * s.d_I),
             Projection("indexer.wk", "indexer_proj", s.d, s.d_I),
             Projection("indexer.weights_proj", "indexer_proj", s.d, s.h_I))
+
+
+def v4(kind: Block) -> tuple[Projection, ...]:
+    """A DeepSeek-V4 layer's products per token, by transformers 5.23's module names (docs/cost-model.md,
+    "DeepSeek-V4"):
+
+    - the query through a rank-r_q LoRA (``q_a_proj``, ``q_b_proj``: h_q heads of d_h), one K=V head
+      (``kv_proj``: d -> d_h), the grouped output: ``o_a_proj`` a block-diagonal bmm, G_o groups of
+      h_q d_h / G_o each to r_o (G_o weights of that shape, each token through all of them), then
+      ``o_b_proj`` G_o r_o -> d;
+    - ``hca``: the compressor's ``kv_proj`` and ``gate_proj`` (d -> d_h each: the softmax-gated
+      pooling of R_c tokens into one entry is elementwise); ``csa``: the same at 2 d_h (two
+      overlapping series), and the indexer's own compressor (``indexer.kv_proj``,
+      ``indexer.gate_proj``: d -> 2 d_I), its query (``indexer.q_b_proj``: r_q -> h_I d_I, from the
+      query latent) and head weights (``indexer.weights_proj``: d -> h_I); its scores are
+      ``core.indexer``'s;
+    - the two hyper-connections, around the attention and around the FFN: ``fn`` projects the
+      n_hc streams (n_hc d) to the n_hc (2 + n_hc) pre, post and comb weights; ``comb`` mixes the
+      streams, per token an [n_hc, n_hc] x [n_hc, d] product of activations (no weight).
+    """
+    compressor, index = (), ()
+    if kind.compressed:
+        width = (2 if kind.attention == "csa" else 1) * s.d_h
+        compressor = (Projection("compressor.kv_proj", "attn_proj", s.d, width),
+                      Projection("compressor.gate_proj", "attn_proj", s.d, width))
+    if kind.attention == "csa":
+        index = (Projection("indexer.kv_proj", "indexer_proj", s.d, 2 * s.d_I),
+                 Projection("indexer.gate_proj", "indexer_proj", s.d, 2 * s.d_I),
+                 Projection("indexer.q_b_proj", "indexer_proj", s.r_q, s.h_I * s.d_I),
+                 Projection("indexer.weights_proj", "indexer_proj", s.d, s.h_I))
+    hyper = tuple(x for side in ("attn_hc", "ffn_hc") for x in (
+        Projection(f"{side}.fn", "hyper", s.n_hc * s.d, s.n_hc * (2 + s.n_hc)),
+        Projection(f"{side}.comb", "hyper", s.n_hc, s.n_hc, s.d, weight=False, mixes=True)))
+    return (Projection("q_a_proj", "attn_proj", s.d, s.r_q),
+            Projection("q_b_proj", "attn_proj", s.r_q, s.h_q * s.d_h),
+            Projection("kv_proj", "attn_proj", s.d, s.d_h),
+            Projection("o_a_proj", "attn_proj", s.h_q * s.d_h / s.G_o, s.r_o, s.G_o, s.G_o),
+            Projection("o_b_proj", "attn_proj", s.G_o * s.r_o, s.d)) + compressor + index + hyper
+
+
+# The hyper-connection head (DeepSeek-V4): once per model, before the final norm, the n_hc streams of
+# every new token (n_hc d) to n_hc collapse weights.
+HC_HEAD = Projection("hc_head", "hc_head", s.n_hc * s.d, s.n_hc)
 
 
 # The projections of each linear-attention / state-space mixer (docs/cost-model.md), by the
@@ -165,7 +209,7 @@ def block(kind: Block) -> tuple[Projection, ...]:
     if kind.mtp:
         return (EH_PROJ,) + block(replace(kind, mtp=False))
     attention = (gqa(kind) if kind.attention in ("gqa", "window", "chunk") else
-                 mla(kind.q_lora, kind.form) if kind.attention == "mla" else ())
+                 mla(kind.q_lora, kind.form) if kind.attention == "mla" else v4(kind) if kind.v4 else ())
     if kind.k_eq_v:     # values from the key projection (Gemma 4's attention_k_eq_v): no v_proj
         attention = tuple(p for p in attention if p.name != "v_proj")
     attention += indexer(kind.q_lora) if kind.sparse else ()
@@ -185,7 +229,8 @@ def operators(kind: Block, n: sp.Expr, past: sp.Expr = sp.Integer(0)) -> dict[st
 
 def term_of(kind: Block) -> dict[str, str]:
     """The breakdown term of each operator of a block (and of the LM head)."""
-    return {**{p.name: p.term for p in block(kind)}, LM_HEAD.name: LM_HEAD.term}
+    heads = {LM_HEAD.name: LM_HEAD.term, **({HC_HEAD.name: HC_HEAD.term} if kind.v4 else {})}
+    return {**{p.name: p.term for p in block(kind)}, **heads}
 
 
 def linear_terms(kind: Block, n: sp.Expr) -> dict[str, sp.Expr]:
@@ -211,9 +256,16 @@ def lm_head_flops(rows: sp.Expr) -> sp.Expr:
 
 
 def p_lin(kind: Block) -> sp.Expr:
-    """Linear parameters executed per token, summed over layers (the chapter's P_lin)."""
-    one_token = sum(linear_terms(kind, sp.Integer(1)).values())
+    """Linear parameters executed per token, summed over layers (the chapter's P_lin); a product of
+    two activations (the hyper-connections' comb mix) has no parameters and is left out."""
+    one_token = sum(s.L * matmul(p.uses, p.fan_in, p.fan_out) for p in block(kind) if not p.mixes)
     return sp.expand(one_token / FLOPS_PER_MULTIPLY_ADD)
+
+
+def once_params(kind: Block) -> dict[str, sp.Expr]:
+    """Weights a model holds once whatever its groups (``vocab.ONCE``) beside the LM head: DeepSeek-V4's
+    hyper-connection head, which every token runs."""
+    return {HC_HEAD.name: sp.expand(HC_HEAD.fan_in * HC_HEAD.fan_out)} if kind.v4 else {}
 
 
 def block_params(kind: Block) -> dict[str, sp.Expr]:
@@ -221,8 +273,10 @@ def block_params(kind: Block) -> dict[str, sp.Expr]:
 
     Counted from the same projection shapes as the FLOPs, in the naive form (the absorbed
     MLA form reuses the naive weights); matrices only -- norms and biases are not counted.
+    DeepSeek-V4's hyper-connection head (``hc_head``, once per model whatever its groups: ``vocab.ONCE``)
+    is given beside them.
     """
     projections = [p for p in block(kind.with_form("naive")) if p.weight]
     total = sum(p.fan_in * p.fan_out * p.instances for p in projections)
     active = sum(p.fan_in * p.fan_out * p.uses for p in projections)
-    return {"block_total": sp.expand(s.L * total), "block_active": sp.expand(s.L * active)}
+    return {"block_total": sp.expand(s.L * total), "block_active": sp.expand(s.L * active), **once_params(kind)}

@@ -24,6 +24,14 @@ A sparse MLA layer (DeepSeek Sparse Attention) also keeps an index key of ``d_I`
 activations; the main attention loads only the latent rows selected (``attention.keys_loaded``).
 The scores and the selected indices are not counted as traffic.
 
+A DeepSeek-V4 layer (``core.compressed``) reads one K=V vector of ``d_h`` per key (window and
+compressed entries alike) and writes the new tokens' window keys (``attention.kv_write``); its
+compressor writes the entries the forward completes, ``floor((past + new) / R_c) - floor(past / R_c)``
+of ``d_h`` (``compressor.kv_proj.kv_write``); a ``csa`` indexer as many index keys of ``d_I``
+(``indexer.kv_write``) and reads every index key there is (``indexer.kv_read``). The hyper-
+connections' ``comb`` mixes activations: no weight read. The R_c-token buffers the compressors keep
+between forwards are not counted.
+
 A linear-attention or state-space mixer (``core.mixers``) has no KV cache: its ``scan``
 reads the recurrent state once per forward when a token is cached and writes it once
 (``state_read``, ``state_write``: fixed in the context), and its ``conv`` reads and writes
@@ -38,13 +46,16 @@ from .. import symbols as s
 from ..blocks import Block
 from ..vocab import Convention, Logits
 from .attention import expand, head_dims, keys_loaded, query_heads
-from .linear import LM_HEAD, block as projections, lm_head_rows
+from . import compressed
+from .linear import HC_HEAD, LM_HEAD, block as projections, lm_head_rows
 from .mixers import Cached, conv_channels, conv_state_size, state_size, scan_io
 
 def kv_width(block: Block) -> sp.Expr:
     """Elements a KV cache holds per token and layer (and attention reads per key)."""
     if block.attention in ("gqa", "window", "chunk"):
         return s.d_kv + s.h_kv * s.d_v if block.dv else 2 * s.d_kv
+    if block.v4:                        # one vector, read as both key and value
+        return s.d_h
     if block.form == "naive":
         return s.h_q * (s.d_nope + s.d_rope + s.d_v)
     return s.r_kv + s.d_rope
@@ -59,6 +70,7 @@ def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr,
         # one routed expert (roofline multiplies by the experts touched); MLA absorbed: the slices of
         # kv_b_proj it multiplies, once per head
         weight = p.fan_in * p.fan_out * (p.uses if not p.weight else 1 if p.instances == s.E else p.instances)
+        weight = 0 if p.mixes else weight
         out[f"{p.name}.weight"] = s.L * weight
         out[f"{p.name}.activation"] = s.L * rows * (p.fan_in + p.fan_out)
     if block.attends:
@@ -70,6 +82,8 @@ def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr,
         out["attention.kv_write"] = s.L * batch * new * kv_width(block)
     if block.sparse:
         out.update(indexer(convention, block, past, new, batch))
+    if block.v4:
+        out.update(v4(convention, block, past, new, batch))
     if block.mixer:
         out.update(mixer(convention, block, past, new, batch))
     if logits != "none":          # a chunk that is not the prompt's last runs no LM head
@@ -88,6 +102,23 @@ def indexer(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr, b
     return {"indexer.activation": sp.expand(s.L * batch * new * (s.h_I * s.d_I + s.h_I)),
             "indexer.kv_read": sp.expand(s.L * batch * (past + new) * s.d_I),
             "indexer.kv_write": sp.expand(s.L * batch * new * s.d_I)}
+
+
+def v4(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr, batch: sp.Expr) -> dict[str, sp.Expr]:
+    """A DeepSeek-V4 layer's compressed entries written (and a csa indexer's index keys read, its
+    queries and head weights in), and the hyper-connection head's matrix and rows."""
+    compressed.refuse_tiled(convention, block)
+    done = compressed.entries(past + new) - compressed.entries(past)      # entries this forward completes
+    out: dict[str, sp.Expr] = {}
+    if block.compressed:
+        out["compressor.kv_proj.kv_write"] = s.L * batch * done * s.d_h
+    if block.attention == "csa":
+        out["indexer.activation"] = sp.expand(s.L * batch * new * (s.h_I * s.d_I + s.h_I))
+        out["indexer.kv_read"] = s.L * batch * compressed.entries(past + new) * s.d_I
+        out["indexer.kv_write"] = s.L * batch * done * s.d_I
+    out[f"{HC_HEAD.name}.weight"] = HC_HEAD.fan_in * HC_HEAD.fan_out
+    out[f"{HC_HEAD.name}.activation"] = batch * new * (HC_HEAD.fan_in + HC_HEAD.fan_out)
+    return out
 
 
 def mixer(convention: Convention, block: Block, past: sp.Expr, new: sp.Expr, batch: sp.Expr) -> dict[str, sp.Expr]:
@@ -129,4 +160,11 @@ def build(workload: str, block: Block, convention: Convention = Convention.causa
         # keys loaded by one step's one query = the keys it reads (tests/test_roofline.py holds this)
         keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
         out["attention.kv_read"] = s.L * s.B * kv_width(block) * keys
+    if block.v4:    # the entries the steps complete telescope; the index keys read are a floor sum
+        done = compressed.entries(s.S + s.N - 1) - compressed.entries(s.S)
+        out.update({k: s.L * s.B * done * w for k, w in (("compressor.kv_proj.kv_write", s.d_h), ("indexer.kv_write", s.d_I))
+                    if k in step})
+        if "indexer.kv_read" in step:
+            reads = compressed.floor_prefix(s.S + s.N - 1) - compressed.floor_prefix(s.S)
+            out["indexer.kv_read"] = sp.expand(s.L * s.B * s.d_I * reads)
     return {k: out[k] for k in step}

@@ -29,8 +29,9 @@ from ..blocks import Block
 from ..vocab import Convention, Logits
 from .attention import attention_flops, per_query_flops, steps_sum
 from .breakdown import Breakdown
-from .indexer import indexer_flops
-from .linear import LM_HEAD, lm_head_flops, lm_head_rows, operators, term_of
+from .indexer import indexer_flops, indexer_steps_flops
+from .linear import HC_HEAD, LM_HEAD, lm_head_flops, lm_head_rows, operators, term_of
+from .matmul import matmul
 from .mixers import conv_channels, conv_flops, scan_flops
 
 TRAIN_FACTOR = 3  # forward + backward ~ 3 x forward (weight and input gradients)
@@ -43,12 +44,14 @@ def forward(block: Block, convention: Convention, logits: Logits, past: sp.Expr,
     ops = {name: batch * e for name, e in operators(block, new, past).items()}
     if block.attends:
         ops["attention"] = batch * attention_flops(convention, past, new, block)
-    if block.sparse:            # DeepSeek Sparse Attention: the indexer scores the keys (core.indexer)
+    if block.indexed:           # DeepSeek Sparse Attention, V4's csa: the indexer scores the keys (core.indexer)
         ops["indexer"] = batch * indexer_flops(convention, block, past, new)
     if block.mixer:
         ops["scan"] = batch * scan_flops(convention, block, past, new)
         if conv_channels(block.mixer) != 0:
             ops["conv"] = batch * conv_flops(convention, block, past, new)
+    if block.v4:                # the hyper-connection head: every new token's streams, once per model
+        ops[HC_HEAD.name] = matmul(batch * new, HC_HEAD.fan_in, HC_HEAD.fan_out)
     ops[LM_HEAD.name] = lm_head_flops(batch * rows)
     # a stateful mixer's scan stays a column where it counts nothing (transformers' Gated DeltaNet step)
     kept = (LM_HEAD.name, "scan") if block.stateful else (LM_HEAD.name,)
@@ -81,10 +84,12 @@ def decode_phase(block: Block, convention: Convention = Convention.causal, logit
     """
     step = decode(block, convention)
     ops = {op: sp.summation(e.subs(s.T, s.S + s.j - 1), (s.j, 1, s.N - 1))
-           for op, e in step.operators.items() if op != "attention"}
+           for op, e in step.operators.items() if op not in ("attention", "indexer")}
     if block.attends:
         keys = steps_sum(convention, block, s.S + 1, s.S + s.N - 1)
         ops["attention"] = s.B * per_query_flops(sp.Integer(1), block) * keys
+    if block.indexed:
+        ops["indexer"] = s.B * indexer_steps_flops(convention, block, s.S + 1, s.S + s.N - 1)
     return Breakdown({op: ops[op] for op in step.operators}, step.term_of).expanded()
 
 
@@ -100,9 +105,9 @@ def chunked(block: Block, convention: Convention = Convention.causal, logits: Lo
 
     Chunk j (0-based) runs C tokens over T + j*C cached tokens.
     """
-    if block.attention in ("window", "chunk") or block.sparse:
-        raise ValueError("a uniform chunk schedule over a sliding window, attention chunks or sparse attention has no "
-                         "single closed form; evaluate the chunks one by one")
+    if block.attention in ("window", "chunk") or block.indexed or block.v4:
+        raise ValueError("a uniform chunk schedule over a sliding window, attention chunks, sparse attention or compressed "
+                         "entries has no single closed form; evaluate the chunks one by one")
     step = forward(block, convention, "none", past=s.T + s.j * s.C, new=s.C)
     chunks = step.map(lambda e: sp.summation(e, (s.j, 0, n_chunks - 1)))
     return chunks + Breakdown({LM_HEAD.name: lm_head_flops(s.B)})

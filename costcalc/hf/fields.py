@@ -121,7 +121,8 @@ def family(used: str, ignored: str, extra_used: str = "", extra_ignored: str = "
     rows = {**_rows(used, USED, why), **_rows(ignored, IGNORED, why)}
     extra = {**_rows(extra_used, USED, why), **_rows(extra_ignored, IGNORED, why)}
     for name in _ACCEPTED_BY_ALL:
-        extra.setdefault(name, Row(IGNORED, SHARED[name]))
+        if name not in rows:           # DeepSeek-V4's class still defines rope_theta, partial_rotary_factor
+            extra.setdefault(name, Row(IGNORED, SHARED[name]))
     for alias, target in aliases.items():
         extra[alias] = Row(rows.get(target, Row(IGNORED, "")).role, f"alias of {target}")
     return Table(rows, extra, dict(aliases), tied)

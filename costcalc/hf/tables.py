@@ -1073,3 +1073,50 @@ TABLES.update({
         merged_hidden_size="the vision projector's input width (derived): not part of the text decoder")._replace(
         decoder="minimax_m3_vl_text"),
 })
+# --- DeepSeek-V4 (issue #19): sliding-window, heavily compressed and compressed sparse attention with one
+# K=V head, a grouped output LoRA, hyper-connections, hash-routed first layers. Mapper: hf/families/v4.py.
+_V4_USED = ("compress_rates hc_mult head_dim hidden_size index_head_dim index_n_heads index_topk layer_types "
+            "mlp_layer_types moe_intermediate_size n_routed_experts num_attention_heads num_experts_per_tok "
+            "num_hidden_layers num_key_value_heads o_groups o_lora_rank q_lora_rank sliding_window "
+            "tie_word_embeddings vocab_size")
+_V4_IGNORED = (BASE + " attention_bias compress_rope_theta hc_eps hc_sinkhorn_iters mlp_bias n_shared_experts "
+               "norm_topk_prob num_nextn_predict_layers partial_rotary_factor qk_rope_head_dim rope_theta "
+               "routed_scaling_factor scoring_func swiglu_limit " + ROUTER + " router_jitter_noise")
+TABLES["deepseek_v4"] = family(
+    used=_V4_USED, ignored=_V4_IGNORED,
+    extra_used="compress_ratios compress_rate_csa compress_rate_hca num_hash_layers",
+    extra_ignored="expert_dtype topk_method dspark_block_size dspark_noise_token_id dspark_target_layer_ids "
+                  "dspark_markov_rank",
+    aliases={"num_local_experts": "n_routed_experts", "intermediate_size": "moe_intermediate_size"},
+    compress_rates="R_c of each compressed kind (default 4 for compressed_sparse_attention, 128 for "
+                   "heavily_compressed_attention)",
+    hc_mult="n_hc, the hyper-connection streams (the fn projections, the comb mix, the head)",
+    head_dim="d_h, every query head's and the one K=V head's width", q_lora_rank="r_q (q_a_proj, q_b_proj, the indexer's q_b_proj)",
+    index_head_dim="d_I, the indexer's head width and its compressed index keys",
+    index_n_heads="h_I, the indexer's query heads", index_topk="k_I, the compressed entries each query keeps",
+    layer_types="each layer's attention: sliding_attention, heavily_compressed_attention or "
+                "compressed_sparse_attention (the source of truth)",
+    mlp_layer_types="checked: hash_moe or moe per layer (hash layers run the router matmul too: the same cost)",
+    n_routed_experts="E", num_key_value_heads="checked: 1 (5.23 builds one K=V head whatever it says)",
+    o_groups="G_o, the grouped output projection's head groups", o_lora_rank="r_o, each group's rank",
+    sliding_window="W, every layer's window",
+    moe_intermediate_size="m_e, and the one shared expert's width (5.23's DeepseekV4MLP reads it)",
+    n_shared_experts="not read: 5.23 builds one shared SwiGLU of moe_intermediate_size",
+    compress_rope_theta="RoPE base of the compressed layers: elementwise", hc_eps="Sinkhorn floor: elementwise",
+    hc_sinkhorn_iters="Sinkhorn iterations of the comb weights: elementwise",
+    num_nextn_predict_layers="multi-token prediction: not built by 5.23's causal LM",
+    partial_rotary_factor="RoPE fraction: elementwise", qk_rope_head_dim="RoPE width (legacy, read as "
+                                                                         "partial_rotary_factor): elementwise",
+    rope_theta="RoPE base of the sliding layers: elementwise", scoring_func="routing score: elementwise",
+    swiglu_limit="SwiGLU clamp: elementwise",
+    compress_ratios="legacy per-layer kinds (0 sliding, 4 compressed sparse, 128 heavily compressed; "
+                    "entries past num_hidden_layers dropped), read where layer_types is absent",
+    compress_rate_csa="legacy rate of compressed_sparse_attention (folded into compress_rates)",
+    compress_rate_hca="legacy rate of heavily_compressed_attention (folded into compress_rates)",
+    num_hash_layers="checked: the first layers hash-routed (absent mlp_layer_types; same cost as routed)",
+    expert_dtype="FP4 experts: weight storage (moved into quantization_config), not matmul shapes",
+    topk_method="expert selection: no matmul",
+    dspark_block_size="DSpark speculative module: not built by 5.23's causal LM",
+    dspark_noise_token_id="DSpark speculative module: not built by 5.23's causal LM",
+    dspark_target_layer_ids="DSpark speculative module: not built by 5.23's causal LM",
+    dspark_markov_rank="DSpark speculative module: not built by 5.23's causal LM")

@@ -262,7 +262,9 @@ KINDS = {"mlp": "non-gated MLPs", "chunk": "chunked attention", "gdn": "Gated De
          "gated": "gated attention outputs", "none": "layers without a mixer or an FFN",
          "sparse": "DeepSeek sparse attention (an indexer and top-k keys)",
          "keqv": "attention whose values are its keys (no v_proj)",
-         "hgated": "per-head attention output gates (g_proj)", "dv": "value heads of their own width (d_v != d_h)"}
+         "hgated": "per-head attention output gates (g_proj)", "dv": "value heads of their own width (d_v != d_h)",
+         "swa": "DeepSeek-V4 sliding-window layers (grouped output, hyper-connections)",
+         "hca": "DeepSeek-V4 heavily compressed attention", "csa": "DeepSeek-V4 compressed sparse attention"}
 
 
 def features(block) -> set[str]:

@@ -120,8 +120,12 @@ TABLES = {
     "qwen3_moe": family(
         used=DENSE + " decoder_sparse_step mlp_only_layers moe_intermediate_size num_experts_per_tok "
                      "num_local_experts sliding_window use_sliding_window",
-        ignored=BASE + " attention_bias norm_topk_prob " + ROUTER, extra_used="head_dim",
-        extra_ignored="max_window_layers qkv_bias", aliases={"num_experts": "num_local_experts"}, head_dim=HEAD_DIM_READ,
+        ignored=BASE + " attention_bias norm_topk_prob " + ROUTER, extra_used="head_dim shared_expert_intermediate_size",
+        extra_ignored="max_window_layers qkv_bias use_qk_norm", aliases={"num_experts": "num_local_experts"},
+        head_dim=HEAD_DIM_READ,
+        shared_expert_intermediate_size="published by Qwen3-Coder-480B-A35B, not read by 5.23: checked 0 (qwen3_moe "
+                                        "builds no shared expert)",
+        use_qk_norm="published by Qwen3-Coder-480B-A35B, not read: Qwen3's per-head QK norms are always built (vectors)",
         intermediate_size="m of the dense layers", num_local_experts="E (written for the field num_experts)",
         decoder_sparse_step="layer i is MoE iff (i+1) % step == 0 and i not in mlp_only_layers",
         mlp_only_layers="layers forced dense", use_sliding_window="true: every layer windowed (5.23)",

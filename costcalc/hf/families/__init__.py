@@ -4,17 +4,18 @@ Each mapper returns one dict per layer (``{"arch": ..., sizes}``), grouped by th
 build: ``dense`` (every layer full attention, a dense FFN), ``windows`` (sliding-window layers,
 a dense FFN), ``moe`` (MoE layers, with MLA, windows or chunks where the family has them),
 ``linear`` (linear-attention mixers beside softmax attention), ``conv`` (Mamba-1 and short-convolution
-mixers, beside attention or alone) and ``ssm`` (Mamba-2 state-space mixers, alone, beside or in
-parallel with attention) and ``sparse`` (MLA with a lightning indexer: DeepSeek Sparse Attention);
+mixers, beside attention or alone), ``ssm`` (Mamba-2 state-space mixers, alone, beside or in
+parallel with attention), ``sparse`` (MLA with a lightning indexer: DeepSeek Sparse Attention) and
+``frontier`` (MiniMax-M2 and the text decoders of Qwen3-VL);
 ``common`` has the rules they share. Where the current modelling code and older reference code
 disagree, the current code is followed (docs/hf-import.md). Biases are never counted.
 """
 from __future__ import annotations
 
-from . import conv, dense, linear, moe, sparse, ssm, windows
+from . import conv, dense, frontier, linear, moe, sparse, ssm, windows
 from .common import Mapper
 
-_MODULES = (dense, windows, moe, linear, conv, ssm, sparse)
+_MODULES = (dense, windows, moe, linear, conv, ssm, sparse, frontier)
 MAPPERS: dict[str, Mapper] = {family: mapper for module in _MODULES for family, mapper in module.MAPPERS.items()}
 assert len(MAPPERS) == sum(len(m.MAPPERS) for m in _MODULES), "a family mapped twice"
 # The dtype a family's mixers keep their recurrent state in, where it is not the model's (preset ``state_dtype``).

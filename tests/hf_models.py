@@ -7,7 +7,7 @@ torch's FlopCounterMode counts (the optional HF test group; needs the ``hf`` ext
   tables ([positions, d], a lookup), and Mamba-1's ``A_log`` [d_in, N_s] (an elementwise decay) and the
   depthwise convolution taps of the Mamba and LFM2 mixers ([channels, 1, K_c]: K_c weights per channel,
   not a matrix; costcalc counts their FLOPs, ``conv``, but no parameters) are not counted by costcalc:
-  they are left out by name (``NOT_MATMUL``).
+  they are left out by name (``NOT_MATMUL``); so is a multimodal model's vision tower (``VISION``).
   torch is imported by the functions that build or run a model: the configuration checks run
   with transformers alone.
 - FLOPs: one forward of ``seq`` tokens, batch 1, logits at every position, eager attention (every
@@ -41,19 +41,26 @@ NOT_MATMUL = {"cohere": ("q_norm.weight", "k_norm.weight"),   # per-head LayerNo
 # Remote-code families transformers 5.23 does not ship: the transformers family their code subclasses
 # and builds, and the keys their own configuration class adds (MiMo-7B: MiMoConfig(Qwen2Config) adds
 # num_nextn_predict_layers; its MiMoModel is Qwen2Model plus MTP layers its forward does not run).
-REMOTE = {"mimo": ("qwen2", {"num_nextn_predict_layers"})}
+REMOTE = {"mimo": ("qwen2", {"num_nextn_predict_layers"}),
+          # Kimi-K2: remote code whose keys describe DeepSeek-V3 (costcalc.hf.REMOTE_CODE), built as it
+          "kimi_k2": ("deepseek_v3", set())}
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
             "qwen3_5_moe": "qwen3_5_moe_text", "gemma4": "gemma4_text", "step3p7": "step3p5"}
 # Families with no configuration or modelling code in transformers 5.23 at all (not even a class their
 # remote code subclasses): held to their own format's rules instead (tests/test_hf_nas.py).
 UNSHIPPED = {"nemotron-nas"}
+# Multimodal wrappers built whole (their text decoders have no causal-LM class of their own, or the
+# wrapper's flag ties the head): the image-text model transformers builds, less its vision tower and
+# projector, named by these parameter-name prefixes (the decoder and the LM head are what costcalc costs).
+VISION = {"qwen3_vl": ("model.visual.",), "qwen3_vl_moe": ("model.visual.",),
+          "kimi_k25": ("model.vision_tower.", "model.mm_projector.")}
 
 
 def rewrite(config: dict) -> dict:
     """The config as transformers writes it: ``AutoConfig.for_model(...).save_pretrained``."""
     fields = {k: v for k, v in config.items() if k != "model_type"}
     with tempfile.TemporaryDirectory() as tmp:
-        AutoConfig.for_model(config["model_type"], **fields).save_pretrained(tmp)
+        AutoConfig.for_model(REMOTE.get(config["model_type"], (config["model_type"],))[0], **fields).save_pretrained(tmp)
         return json.loads((Path(tmp) / "config.json").read_text())
 
 
@@ -82,6 +89,10 @@ def build(config: dict, experts: bool):
 
             outer = CONFIG_MAPPING[INSIDE[family][0]](text_config=fields)
             model = AutoModelForImageTextToText.from_config(outer, **kwargs)
+        elif family in VISION:
+            from transformers import AutoModelForImageTextToText
+
+            model = AutoModelForImageTextToText.from_config(CONFIG_MAPPING[family](**fields), **kwargs)
         else:
             model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[family](**fields), **kwargs)
     return model.eval(), family
@@ -89,7 +100,7 @@ def build(config: dict, experts: bool):
 
 def matrix_params(model, family: str) -> int:
     skip = NOT_MATMUL.get(family, ())
-    outside = INSIDE.get(family, ("", ()))[1]
+    outside = INSIDE.get(family, ("", ()))[1] + VISION.get(family, ())
     total = 0
     for name, p in model.named_parameters():          # a tied tensor once
         if p.ndim >= 2 and "bias" not in name.rsplit(".", 1)[-1] and not name.endswith(skip) \

@@ -76,6 +76,9 @@ def test_a_config_rewritten_by_transformers_reads_the_same(name):
     assert a.tied_embeddings == b.tied_embeddings
 
 
+_MROPE_SMALL = {"mrope_interleaved": True, "mrope_section": [4, 4, 4], "rope_type": "default"}
+_VISION_SMALL = dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2, out_hidden_size=64,
+                     deepstack_visual_indexes=[0])
 BASE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96, vocab_size=128,
             max_position_embeddings=256)
 MOE = dict(num_experts_per_tok=2)
@@ -174,6 +177,15 @@ SMALL = {
                         attention_k_eq_v=True, sliding_window=8, hidden_size_per_layer_input=0, enable_moe_block=True,
                         num_experts=4, top_k_experts=2, moe_intermediate_size=32,
                         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
+    # frontier families (issue #19): MiniMax-M2, and Qwen3-VL's text decoders under their wrappers (built whole,
+    # the vision tower left out: hf_models.VISION; tests/test_hf_frontier_families.py has Kimi-K2 and Kimi-K2.5)
+    "minimax_m2": dict(BASE, **MOE, num_hidden_layers=2, head_dim=24, intermediate_size=32, num_local_experts=4,
+                       rotary_dim=12, attn_type_list=[1, 1], shared_intermediate_size=0, use_qk_norm=True),
+    "qwen3_vl_text": dict(model_type="qwen3_vl", tie_word_embeddings=True, text_config=dict(
+        BASE, num_hidden_layers=2, head_dim=24, rope_scaling=_MROPE_SMALL), vision_config=_VISION_SMALL),
+    "qwen3_vl_moe_text": dict(model_type="qwen3_vl_moe", text_config=dict(
+        BASE, **MOE, num_hidden_layers=3, moe_intermediate_size=32, num_experts=4, mlp_only_layers=[1],
+        decoder_sparse_step=1, rope_scaling=_MROPE_SMALL), vision_config=_VISION_SMALL),
 }
 SEQ = 24   # longer than every window and chunk above
 # Families whose forward reads tensor values (.item()), which the meta device cannot: their FLOPs are
@@ -212,8 +224,8 @@ def test_parameters_and_prefill_flops_equal_what_transformers_builds_and_counts(
     config = {"model_type": family, **SMALL[family]}
     spec = from_dict(hf.to_preset(config, "small"), "small")
     moe = any(g.block.ffn == "moe" for g in spec.groups)
-    model, _ = hf_models.build(config, experts=moe and family != "llama4_text")
-    assert calc.parameters(spec)["total_params"] == hf_models.matrix_params(model, family)
+    model, built = hf_models.build(config, experts=moe and family != "llama4_text")
+    assert calc.parameters(spec)["total_params"] == hf_models.matrix_params(model, built)
     row = calc.prefill(spec, SEQ, 1, "full", logits="all")
     extra = all_experts_adjustment(spec, row) if family == "llama4_text" else 0
     assert row["total_flops"] + extra == hf_models.prefill_flops(model, SEQ)

@@ -23,17 +23,20 @@ CONFIGS = Path(__file__).resolve().parent / "data" / "hf-configs"
 SLACK = 0.001
 
 
-def stated_value(text: str) -> tuple[float, float]:
+def stated_value(text: str, significant: bool = False) -> tuple[float, float]:
     """``"46.7B"`` -> (46.7e9, 0.05e9): the value and half a unit of its last digit
-    (``"6857302016"``, an exact count: half a parameter)."""
+    (``"6857302016"``, an exact count: half a parameter). ``significant``: the figure is rounded to
+    its significant digits, so trailing zeros are not (``"230B"`` -> half of 10B; ``"1T"`` -> 0.5T)."""
     number, unit = re.fullmatch(r"([\d.]+)([TBM]?)", text).groups()
     scale = {"T": 1e12, "B": 1e9, "M": 1e6, "": 1}[unit]
     decimals = len(number.split(".")[1]) if "." in number else 0
+    if significant and not decimals:
+        decimals = -(len(number) - len(number.rstrip("0")))
     return float(number) * scale, 0.5 * 10**-decimals * scale
 
 
 def close(ours: int, text: str, rounded: str = "nearest", bound: bool = False) -> bool:
-    value, half = stated_value(text)
+    value, half = stated_value(text, significant=rounded == "significant")
     if bound:               # the figure includes parts costcalc does not model
         return ours <= value + half + SLACK * value
     if rounded == "down":
@@ -134,7 +137,8 @@ def test_every_family_is_covered_by_a_real_config():
             "starcoder2", "gemma", "cohere", "gpt_neox", "glm4", "glm4_moe", "ernie4_5_moe", "exaone4", "smollm3",
             "seed_oss", "apertus", "llama4", "gptj", "phi", "stablelm", "nemotron", "ministral", "ernie4_5", "helium",
             "olmo", "gpt_bigcode", "opt", "bloom", "mpt", "cohere2", "glm", "hunyuan_v1_dense", "dots1",
-            "hunyuan_v1_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "kimi_linear", "minimax"} <= families
+            "hunyuan_v1_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "kimi_linear", "minimax",
+            "kimi_k2", "kimi_k25", "minimax_m2", "qwen3_vl_moe"} <= families
 
 
 def structure(name):

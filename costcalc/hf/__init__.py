@@ -22,7 +22,12 @@ from .families import MAPPERS, STATE_DTYPES
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
 
-FAMILIES = tuple(MAPPERS) + tuple(name for name, table in TABLES.items() if table.decoder)   # wrappers too
+# Remote-code model types whose keys describe a structure transformers 5.23 ships, read as that family:
+# family -> (the family read, keys whose remote-code default differs from that family's, so must be stated).
+# Kimi-K2's config is DeepSeek-V3's remote-code DeepseekV3Config (its first_k_dense_replace defaults to 0,
+# transformers' to 3).
+REMOTE_CODE = {"kimi_k2": ("deepseek_v3", ("first_k_dense_replace",))}
+FAMILIES = tuple(MAPPERS) + tuple(name for name, table in TABLES.items() if table.decoder) + tuple(REMOTE_CODE)
 OUT_OF_REACH = {
     "bailing_hybrid": "Kimi Delta Attention with full-rank forget and output gates (f_proj, g_proj) and MLA with a "
                       "per-head output gate (g_proj), which the kda and mla kinds do not have",
@@ -34,6 +39,9 @@ OUT_OF_REACH = {
     "rwkv": "RWKV time mixing (no attention)",
     "recurrent_gemma": "RG-LRU recurrent blocks beside local attention",
     "xlstm": "mLSTM matrix-memory blocks (no attention)",
+    "kimi_k3": "Kimi Delta Attention with full-rank gates (use_full_rank_gate), MLA with an output gate "
+               "(mla_use_output_gate), routed experts in a latent width (routed_expert_hidden_size) and block "
+               "attention residuals (attn_res_block_size), in remote code transformers 5.23 does not ship",
 }
 
 # Wrappers whose __post_init__ ties when either their own flag or their text config's is true.
@@ -65,6 +73,13 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
     if family in OUT_OF_REACH:
         raise CostcalcError(f"{where}: model_type {quote(family)} is not supported: its layers use "
                             f"{OUT_OF_REACH[family]}, a block kind costcalc does not model")
+    if family in REMOTE_CODE:
+        remote, (family, stated) = family, REMOTE_CODE[family]
+        where = f"{where} ({remote}, read as {family})"
+        for key in stated:
+            if key not in config:
+                raise CostcalcError(f"{where}: needs field {quote(key)} (its remote-code default differs from "
+                                    f"transformers' {family}: state it)")
     if family not in TABLES:
         raise CostcalcError(f"{where}: model_type {quote(family)} is not supported; supported: "
                             f"{', '.join(FAMILIES)}")

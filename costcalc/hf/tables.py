@@ -133,8 +133,12 @@ TABLES = {
     "qwen3_moe": family(
         used=DENSE + " decoder_sparse_step mlp_only_layers moe_intermediate_size num_experts_per_tok "
                      "num_local_experts sliding_window use_sliding_window",
-        ignored=BASE + " attention_bias norm_topk_prob " + ROUTER, extra_used="head_dim",
-        extra_ignored="max_window_layers qkv_bias", aliases={"num_experts": "num_local_experts"}, head_dim=HEAD_DIM_READ,
+        ignored=BASE + " attention_bias norm_topk_prob " + ROUTER, extra_used="head_dim shared_expert_intermediate_size",
+        extra_ignored="max_window_layers qkv_bias use_qk_norm", aliases={"num_experts": "num_local_experts"},
+        head_dim=HEAD_DIM_READ,
+        shared_expert_intermediate_size="published by Qwen3-Coder-480B-A35B, not read by 5.23: checked 0 (qwen3_moe "
+                                        "builds no shared expert)",
+        use_qk_norm="published by Qwen3-Coder-480B-A35B, not read: Qwen3's per-head QK norms are always built (vectors)",
         intermediate_size="m of the dense layers", num_local_experts="E (written for the field num_experts)",
         decoder_sparse_step="layer i is MoE iff (i+1) % step == 0 and i not in mlp_only_layers",
         mlp_only_layers="layers forced dense", use_sliding_window="true: every layer windowed (5.23)",
@@ -1120,3 +1124,75 @@ TABLES["deepseek_v4"] = family(
     dspark_noise_token_id="DSpark speculative module: not built by 5.23's causal LM",
     dspark_target_layer_ids="DSpark speculative module: not built by 5.23's causal LM",
     dspark_markov_rank="DSpark speculative module: not built by 5.23's causal LM")
+# --- Frontier MoE families and multimodal text decoders (issue #19): minimax_m2 (MiniMax-M2/M2.5/M2.7),
+# the Qwen3-VL wrappers and their text decoders, and the Kimi-K2.5 wrapper (its text_config is read as
+# deepseek_v3, whose table above also reads the remote-code kimi_k2 configs: hf.REMOTE_CODE). Mappers:
+# hf/families/frontier.py.
+_MINIMAX_M2 = dict(
+    head_dim="d_h: must be a number (the class default 128 is the example model's; 5.23 cannot build with null)",
+    num_key_value_heads="h_kv (the class default 8 is the example model's: state it)",
+    intermediate_size="m_e, the expert width (every layer MoE, no shared expert, no dense layer)",
+    num_local_experts="E", router_jitter_noise="training noise",
+    attn_type_list="remote-code layer kinds, not read by 5.23: checked all 1 (softmax attention on every layer)",
+    shared_intermediate_size="remote-code shared expert width, not read by 5.23: checked 0 (none is built)",
+    mlp_intermediate_size="not read by 5.23 nor by the remote code's layers: no dense MLP is built",
+    rotary_dim="legacy RoPE width (the class folds it into partial_rotary_factor): elementwise",
+    use_qk_norm="QK RMSNorm over all heads: vectors, no product (5.23 always builds it)",
+    qk_norm_type="QK norm layout (per_layer): vectors, no product", scoring_func="routing score: elementwise",
+    use_routing_bias="expert selection bias (a buffer): elementwise", shared_moe_mode="shared-expert gate kind "
+    "(none is built: shared_intermediate_size is 0)",
+    use_mtp="multi-token prediction: not built by the causal LM",
+    num_mtp_modules="multi-token prediction: not built by the causal LM",
+    mtp_transformer_layers="multi-token prediction: not built by the causal LM",
+    sliding_window="remote-code window, not read by 5.23's minimax_m2 (null in the published files)",
+    swa_rope_theta="RoPE base of windowed layers: elementwise",
+    **{k: "residual scaling: elementwise" for k in ("layernorm_full_attention_beta", "layernorm_linear_attention_beta",
+                                                    "layernorm_mlp_beta")})
+_MROPE = dict(mrope_section="multimodal RoPE sections: elementwise", mrope_interleaved="multimodal RoPE layout: elementwise")
+_VL_TEXT_EXTRA = dict(
+    tie_word_embeddings="not read from the text_config: the wrapper's flag ties the LM head",
+    head_dim="d_h: must be a number (the class default 128 is the example model's)",
+    num_key_value_heads="h_kv (the class default is a fixed number: state it; null: num_attention_heads)")
+TABLES.update({
+    "minimax_m2": family(
+        used=DENSE + " head_dim num_experts_per_tok num_local_experts",
+        ignored=BASE + " router_jitter_noise " + ROUTER,
+        extra_used="attn_type_list shared_intermediate_size",
+        extra_ignored="mlp_intermediate_size rotary_dim use_qk_norm qk_norm_type scoring_func use_routing_bias "
+                      "shared_moe_mode use_mtp num_mtp_modules mtp_transformer_layers sliding_window swa_rope_theta "
+                      "layernorm_full_attention_beta layernorm_linear_attention_beta layernorm_mlp_beta",
+        aliases={"num_experts": "num_local_experts"}, **_MINIMAX_M2),
+    "qwen3_vl_text": family(
+        used=DENSE.replace(" tie_word_embeddings", "") + " head_dim",
+        ignored=BASE.replace("bos_token_id ", "").replace("eos_token_id ", "") + " attention_bias",
+        extra_ignored="bos_token_id eos_token_id tie_word_embeddings " + " ".join(_MROPE),
+        intermediate_size="m of every layer's SwiGLU", **_MROPE, **_VL_TEXT_EXTRA),
+    "qwen3_vl_moe_text": family(
+        tied=True,
+        used=DENSE + " decoder_sparse_step head_dim mlp_only_layers moe_intermediate_size num_experts_per_tok "
+                     "num_local_experts",
+        ignored=BASE + " attention_bias sliding_window " + ROUTER,
+        extra_ignored="norm_topk_prob " + " ".join(_MROPE), aliases={"num_experts": "num_local_experts"},
+        intermediate_size="m of the dense layers (mlp_only_layers, decoder_sparse_step)",
+        num_local_experts="E (written for the field num_experts)", norm_topk_prob="not read: routing weights, elementwise",
+        decoder_sparse_step="layer i is MoE iff (i+1) % step == 0 and i not in mlp_only_layers",
+        mlp_only_layers="layers forced dense", sliding_window="set to null by __post_init__: no window",
+        **_MROPE, **{**_VL_TEXT_EXTRA, "head_dim": "d_h (null: hidden_size // heads)",
+                     "tie_word_embeddings": "not read from the text_config: the wrapper's flag ties the LM head"}),
+    "qwen3_vl": family(**_QWEN3_5_WRAPPER)._replace(decoder="qwen3_vl_text"),
+    "qwen3_vl_moe": family(**_QWEN3_5_WRAPPER)._replace(decoder="qwen3_vl_moe_text"),
+    "kimi_k25": family(
+        tied=True,
+        used="text_config tie_word_embeddings",
+        ignored="image_token_id projection_hidden_size projection_layer_norm_eps video_token_id vision_config "
+                "vision_end_token_id vision_start_token_id",
+        extra_ignored="bos_token_id eos_token_id pad_token_id ignore_index media_placeholder_token_id "
+                      "use_unified_vision_chunk video_placeholder",
+        text_config="the decoder that is costed (read as deepseek_v3, as Kimi_K25Config reads a kimi_k2 text_config)",
+        tie_word_embeddings="whether the LM head is tied (the wrapper's flag decides; default true)",
+        vision_config="the vision tower (MoonViT): not part of the text decoder costed here",
+        projection_hidden_size="the vision projector's width: not part of the text decoder",
+        projection_layer_norm_eps="the vision projector's norm: not part of the text decoder",
+        ignore_index="training label", media_placeholder_token_id="token id", video_placeholder="token text",
+        use_unified_vision_chunk="vision preprocessing switch", **_WRAPPER_IDS)._replace(decoder="deepseek_v3"),
+})

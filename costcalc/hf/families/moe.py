@@ -38,6 +38,7 @@ def _qwen3_moe(r: Reader) -> list[Layer]:
     is_moe = _sparse_steps(r, experts)
     expert = {"E": experts, "k": r.need("num_experts_per_tok"), "m_e": r.need("moe_intermediate_size")} \
         if any(is_moe) else {}
+    r.same("shared_expert_intermediate_size", 0, "transformers 5.23's qwen3_moe builds no shared expert")
     local = [r.flag("use_sliding_window", False)] * r.layer_count()
     return moe_layers(r, r.heads("derive", kv="stated"), local, is_moe, expert)
 

@@ -29,7 +29,7 @@ from .vocab import Convention, Logits, ident
 from .blocks import Block
 from .core.breakdown import Breakdown
 from .core import traffic
-from .core.linear import block_params, p_lin
+from .core.linear import block_params, matrices, p_lin
 from .core.mixers import Cached
 from .core.registry import WORKLOADS
 
@@ -48,6 +48,7 @@ RECIPES: dict[str, Callable[[Block, str, str], "Breakdown | dict"]] = {
        for name, w in WORKLOADS.items() if w.traffic},
     "p_lin": lambda b, c, l: {"p_lin": p_lin(b)},
     "params": lambda b, c, l: block_params(b),
+    "matrices": lambda b, c, l: matrices(b),
 }
 CONSTANTS: dict[str, Callable[[Block, str, str], dict[str, str]]] = {"crossover": _crossover_formulas}
 

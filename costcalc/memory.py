@@ -1,7 +1,8 @@
 """Does it fit: the bytes a model and its KV cache hold on a device.
 
-- Resident weights: every matrix (all experts, the embedding, an untied LM head) in the
-  weight dtype, integer weights with their fp16 scales.
+- Resident weights: every matrix (all experts, the embedding, an untied LM head) in its weight
+  format (``costcalc.weights``: the model's ``dtypes`` or ``--weight-dtype``), with the scales and
+  zero points the format stores.
 - KV cache of B sequences of T tokens: per layer group, the tokens its cache keeps -- with
   a ``rolling`` window cache (the default here: what serving caches keep, vLLM's hybrid
   cache and Hugging Face's sliding and chunked cache layers) ``min(T, W)`` in a
@@ -29,7 +30,6 @@ from typing import Any
 
 from .errors import CostcalcError
 from .evaluate import Options, Query, positive
-from .params import parameters
 from .ranges import MAX_VALUE
 from .spec import ModelSpec
 from .vocab import WindowCache
@@ -39,8 +39,9 @@ SERVING = Options(window_cache="rolling")   # what a serving cache keeps: window
 
 
 def weight_bytes(query: Query) -> int:
-    """Every matrix resident (all experts, the embedding, an untied LM head): ``total_params``."""
-    return round(parameters(query.spec)["total_params"] * query.precision.bits("weight") / 8)
+    """Every matrix resident (all experts, the embedding, an untied LM head), each in its format
+    (``weights.Plan.resident``: exact per matrix, scales and zero points included)."""
+    return round(query.precision.weights(query.spec).resident())
 
 
 # What a decode step writes of each cache, by traffic key: the K/V per token; per sequence
@@ -107,7 +108,8 @@ def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE
               **({"state_dtype": precision.state_dtype(spec).value} if spec.has_states else {})}
     held = weights + cache + states
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,
-           "weight_dtype": precision.weight.value, "kv_dtype": precision.kv.value, "reserve": reserve,
+           **{k: v for k, v in precision.labels(spec).items() if k in ("weight_dtype", "weight_dtype_source")},
+           "kv_dtype": precision.kv.value, "reserve": reserve,
            "weight_bytes_resident": weights, "kv_cache_bytes": cache,
            **({"state_bytes": states} if spec.has_mixers else {}), "total_bytes": held,
            "device_bytes": device.mem_bytes, "usable_bytes": usable, "fits": held <= usable,

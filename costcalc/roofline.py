@@ -27,7 +27,9 @@ from .devices import Device
 from .errors import CostcalcError
 from .evaluate import Query, positive
 from .spec import Group, ModelSpec
-from .vocab import SCALE_BITS, TERMS, TRAFFIC, Dtype, Routing
+from . import weights
+from .vocab import TERMS, TRAFFIC, Dtype, Routing
+from .weights import Format
 
 EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays below this many bits
 
@@ -35,9 +37,11 @@ EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays b
 @dataclass(frozen=True)
 class Precision:
     """Dtypes of weights, KV cache and activations (compute runs in the activation dtype),
-    the group size of integer weights' fp16 scales, how MoE routing touches experts, and the
-    dtype of a mixer's recurrent state (None: the model's ``state_dtype``, else the KV dtype)."""
-    weight: Dtype = Dtype.bf16
+    the group size of the generic integer weights' fp16 scales, how MoE routing touches experts,
+    and the dtype of a mixer's recurrent state (None: the model's ``state_dtype``, else the KV dtype).
+    ``weight``: a weight format (``costcalc.weights``) for every module (``--weight-dtype``), or None:
+    the formats the model ships in (its ``dtypes``; bf16 where they say nothing)."""
+    weight: Optional[Format] = None
     kv: Dtype = Dtype.bf16
     act: Dtype = Dtype.bf16
     group_size: int = 128
@@ -46,13 +50,15 @@ class Precision:
 
     def __post_init__(self) -> None:
         try:
-            for key, what in (("weight", "weight dtype"), ("kv", "kv dtype"), ("act", "act dtype")):
+            for key, what in (("kv", "kv dtype"), ("act", "act dtype")):
                 object.__setattr__(self, key, Dtype.parse(getattr(self, key), what))
             object.__setattr__(self, "routing", Routing.parse(self.routing, "routing"))
             if self.state is not None:
                 object.__setattr__(self, "state", Dtype.parse(self.state, "state dtype"))
         except ValueError as exc:
             raise CostcalcError(str(exc)) from None
+        if self.weight is not None and not isinstance(self.weight, Format):
+            object.__setattr__(self, "weight", weights.parse(self.weight))
         if self.act == Dtype.int4:
             raise CostcalcError("act dtype int4 is not a compute dtype; use one of "
                                 + ", ".join(d.value for d in Dtype if d != Dtype.int4))
@@ -62,20 +68,28 @@ class Precision:
         """The dtype a model's recurrent states are kept in: the one asked for, else the model's."""
         return self.state or Dtype(spec.state_dtype or self.kv.value)
 
+    def weights(self, spec: ModelSpec) -> weights.Plan:
+        """Every matrix of the model with the format it is read in (``weights.plan``), worked out
+        once per model (a sweep asks at every point)."""
+        cache = self.__dict__.setdefault("_plans", {})
+        if id(spec) not in cache or cache[id(spec)][0] is not spec:
+            cache[id(spec)] = (spec, weights.plan(spec, self.weight, self.group_size))
+        return cache[id(spec)][1]
+
     def bits(self, kind: str, spec: Optional[ModelSpec] = None) -> Fraction:
-        """Bits per element moved of a traffic kind (weights with their scales; a state in
-        ``state_dtype``)."""
+        """Bits per element moved of a traffic kind other than weights (whose bytes are per matrix:
+        ``weights``): a state in ``state_dtype``, the KV cache, activations."""
         if kind.startswith("state"):
             return Fraction(self.state.bits if spec is None else self.state_dtype(spec).bits)
         if kind == "weight":
-            extra = Fraction(SCALE_BITS, self.group_size) if self.weight.grouped else 0
-            return self.weight.bits + extra
+            raise ValueError("weights have a rate per matrix: Precision.weights(spec).rate")
         return Fraction((self.kv if kind.startswith("kv") else self.act).bits)
 
     def labels(self, spec: ModelSpec) -> dict[str, Any]:
-        out: dict[str, Any] = {"weight_dtype": self.weight.value, "kv_dtype": self.kv.value,
-                               "act_dtype": self.act.value}
-        if self.weight.grouped:
+        plan = self.weights(spec)
+        out: dict[str, Any] = {"weight_dtype": plan.label, "weight_dtype_source": plan.source,
+                               "kv_dtype": self.kv.value, "act_dtype": self.act.value}
+        if self.weight is not None and self.weight.name in ("int8", "int4"):
             out["group_size"] = self.group_size
         if any(g.block.ffn == "moe" for g in spec.groups):
             out["routing"] = self.routing.value
@@ -134,8 +148,9 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: Fraction(0) for t in TERMS}
-    per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC}   # bytes, exact
-    for (group, recipe), (_, flops_recipe) in zip(query.recipes("bytes"), query.recipes()):
+    per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC if kind != "weight"}   # bytes, exact
+    plan = precision.weights(query.spec)
+    for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
         elements = recipe.evaluate(base)
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
@@ -148,9 +163,10 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
                 count = elements.get(f"{op}.{kind}", 0)
                 if not count:        # nothing moved: exact sums, so skipping a zero changes no number
                     continue
-                if kind == "weight" and op.startswith("experts."):
-                    count = count * touched
-                part = count * per_element[kind]
+                if kind == "weight":    # each matrix in its own format: bytes exact per matrix
+                    part = count * (touched if op.startswith("experts.") else 1) * plan.rate(index, op)
+                else:
+                    part = count * per_element[kind]
                 kinds[kind] += part
                 moved += part
             # an operator that moves bytes but runs no counted product (Gated DeltaNet's chunked

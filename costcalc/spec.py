@@ -8,8 +8,10 @@ depth in ``L``. A model whose layers differ lists ``layers``: groups of ``count`
 identical layers, each with its ``arch`` and the sizes it sets for itself (the rest come
 from the top level). The order of the groups does not change any FLOPs count.
 
-Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), and ``stated``
-(the parameter counts the publisher states, checked by the tests).
+Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), ``stated``
+(the parameter counts the publisher states, checked by the tests), and ``dtypes``: the weight
+format each module ships in (``costcalc.weights``: ``{"default": "fp8-block128", "router": "bf16"}``;
+a key is ``default``, a term, an operator, ``lm_head`` or ``embedding``; absent: bf16).
 
 Limits, checked before any work: every size at most ``MAX_SIZE`` (2^40, as lengths and batches),
 at most ``MAX_LAYERS`` layers and ``MAX_GROUPS`` groups, no control character in any text. At
@@ -29,7 +31,7 @@ from .vocab import ARCHS
 MAX_SIZE = 2**40        # any one size (d, V, a head count, an expert width ...): larger is a typo
 MAX_LAYERS = 2**16      # layers in a model (L, a group's count, their sum): published models have a few hundred
 MAX_GROUPS = 1024       # layer groups in a preset or a config's distinct layer kinds, checked before any work
-META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated", "state_dtype")
+META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated", "state_dtype", "dtypes")
 SIZE_KEYS = tuple(n.name for n in vocab.MODEL)
 MODEL_KEYS = ("d", "V")          # one value for the whole model
 
@@ -62,6 +64,8 @@ class ModelSpec:
     tied_embeddings: bool = False
     stated: Mapping[str, Any] = field(default_factory=dict)
     state_dtype: str = ""        # the dtype its mixers keep their recurrent state in ("": the KV dtype)
+    dtypes: Mapping[str, str] = field(default_factory=dict)   # weight format by module (costcalc.weights)
+    dtypes_from: str = "preset"  # where ``dtypes`` came from: preset | quantization_config (not written out)
 
     def __getitem__(self, key: str) -> int:
         return self.sizes[key]
@@ -137,6 +141,8 @@ class ModelSpec:
             out["stated"] = dict(self.stated)
         if self.state_dtype:
             out["state_dtype"] = self.state_dtype
+        if self.dtypes:
+            out["dtypes"] = dict(self.dtypes)
         if self.source:
             out["source"] = dict(self.source)
         return out
@@ -260,8 +266,23 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
     if state_dtype and not any(g.block.stateful for g in groups):
         raise CostcalcError(f"{origin}: field 'state_dtype' applies to models whose layers keep a recurrent state "
                             f"(linear attention, state-space mixers)")
+    dtypes = _dtypes(origin, data.get("dtypes", {}))
     return ModelSpec(name=name, arch=arch, sizes=sizes, title=title, source=source, groups=tuple(groups),
-                     tied_embeddings=tied, stated=stated, state_dtype=state_dtype)
+                     tied_embeddings=tied, stated=stated, state_dtype=state_dtype, dtypes=dtypes)
+
+
+def _dtypes(origin: str, value: Any) -> dict[str, str]:
+    """A model's weight formats by module: names ``costcalc.weights`` parses (which keys name a
+    module of the model is checked where the bytes are worked out: ``weights.plan``)."""
+    from . import weights
+
+    if not isinstance(value, dict):
+        raise CostcalcError(f"{origin}: field 'dtypes' must be an object (module -> weight format)")
+    for key, fmt in value.items():
+        if not NAME.fullmatch(key):
+            raise CostcalcError(f"{origin}: field 'dtypes': {quote(key)} is not a module name")
+        weights.parse(fmt, f"{origin}: field 'dtypes.{key}'")
+    return dict(value)
 
 
 def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:

@@ -195,6 +195,19 @@ def p_lin(kind: Block) -> sp.Expr:
     return sp.expand(one_token / FLOPS_PER_MULTIPLY_ADD)
 
 
+def matrices(kind: Block) -> dict[str, sp.Expr]:
+    """Each weight matrix of one layer by operator (the naive form: the absorbed MLA products use
+    kv_b_proj's slices): ``<op>.fan_in``, ``<op>.fan_out`` and ``<op>.instances`` (E routed experts).
+    A weight format's bytes are per matrix (``costcalc.weights``), so memory and the roofline take
+    the shapes, not only their product."""
+    out: dict[str, sp.Expr] = {}
+    for p in block(kind.with_form("naive")):
+        if p.weight:
+            out.update({f"{p.name}.fan_in": p.fan_in, f"{p.name}.fan_out": p.fan_out,
+                        f"{p.name}.instances": p.instances})
+    return out
+
+
 def block_params(kind: Block) -> dict[str, sp.Expr]:
     """Weights of the L blocks: ``total`` (every expert) and ``active`` (what a token runs).
 

@@ -24,14 +24,84 @@ from fractions import Fraction
 from typing import Any, Optional
 
 from .devices import Device
-from .errors import CostcalcError
-from .evaluate import Query, positive
+from .errors import CostcalcError, quote
+from .evaluate import Options, Query, positive
 from .spec import Group, ModelSpec
 from . import weights
 from .vocab import TERMS, TRAFFIC, Dtype, Routing
 from .weights import Format
 
 EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays below this many bits
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every matrix of a model with its format: per layer group ``{op: (fan_in, fan_out, instances, Format)}``
+    (one layer), the LM head's and the embedding's format, the ``label`` a row shows and its ``source``."""
+    groups: tuple
+    layers: tuple            # layers per group
+    lm_head: tuple           # (d, V, Format)
+    embedding: tuple         # (V, d, Format)
+    tied: bool
+    label: str
+    source: str              # quantization_config | preset | --weight-dtype | default
+    group_size: int = 128
+
+    def rate(self, index: int, op: str) -> Fraction:
+        """Bytes per weight element of operator ``op`` in layer group ``index`` (its matrix's bytes over
+        its elements; an absorbed MLA slice at kv_b_proj's rate): exact for every format."""
+        if op == "lm_head":
+            fan_in, fan_out, fmt = self.lm_head
+        else:
+            fan_in, fan_out, _, fmt = self.groups[index][weights.SLICES.get(op, op)]
+        return fmt.bytes(fan_in, fan_out, self.group_size) / (fan_in * fan_out)
+
+    def resident(self) -> Fraction:
+        """Bytes of every matrix held (all experts, the embedding, an untied LM head)."""
+        total = sum(count * sum(n * fmt.bytes(i, o, self.group_size) for i, o, n, fmt in ops.values())
+                    for count, ops in zip(self.layers, self.groups))
+        rows, width, fmt = self.embedding
+        total += fmt.bytes(width, rows, self.group_size)
+        if not self.tied:
+            fan_in, fan_out, head = self.lm_head
+            total += head.bytes(fan_in, fan_out, self.group_size)
+        return total
+
+
+def weight_plan(spec: ModelSpec, override: Optional[Format] = None, group_size: int = 128) -> Plan:
+    """Each matrix of ``spec`` with its format: ``override`` (``--weight-dtype``) for every module,
+    else the model's ``dtypes`` (bf16 where they say nothing). A ``dtypes`` key that names no module
+    of the model is an error."""
+    terms: dict[str, str] = {}
+    for _, recipe in Query(spec, "prefill", Options(mla="naive")).recipes():
+        terms.update(recipe.term_of)
+    dtypes = {} if override is not None else dict(spec.dtypes)
+    known = {"default", "lm_head", weights.EMBEDDING} | set(terms) | set(terms.values())
+    for key in dtypes:
+        if key not in known:
+            raise CostcalcError(f"{spec.name}: field 'dtypes' names {quote(key)}, which is no module of this model "
+                                f"(its operators and terms: {', '.join(sorted(known - {'default'}))})")
+
+    def fmt(op: str, term: str) -> Format:
+        return override if override is not None else weights.parse(weights.resolve(dtypes, op, term))
+
+    groups = []
+    for group, recipe in Query(spec, "prefill").recipes("matrices"):
+        got = recipe.evaluate(group.numbers())
+        ops = dict.fromkeys(k.rsplit(".", 1)[0] for k in got)
+        groups.append({op: (got[f"{op}.fan_in"], got[f"{op}.fan_out"], got[f"{op}.instances"], fmt(op, terms[op]))
+                       for op in ops})
+    d, V = spec["d"], spec["V"]
+    if override is not None:
+        label, source = override.name, "--weight-dtype"
+    elif dtypes:
+        label, source = weights.summary(dtypes), spec.dtypes_from
+    else:
+        label, source = weights.DEFAULT, "default"
+    table = fmt(weights.EMBEDDING, weights.EMBEDDING)
+    head = table if spec.tied_embeddings else fmt("lm_head", "lm_head")     # a tied LM head is the table itself
+    return Plan(tuple(groups), tuple(g.count for g in spec.groups), (d, V, head), (V, d, table),
+                spec.tied_embeddings, label, source, group_size)
 
 
 @dataclass(frozen=True)
@@ -68,12 +138,12 @@ class Precision:
         """The dtype a model's recurrent states are kept in: the one asked for, else the model's."""
         return self.state or Dtype(spec.state_dtype or self.kv.value)
 
-    def weights(self, spec: ModelSpec) -> weights.Plan:
-        """Every matrix of the model with the format it is read in (``weights.plan``), worked out
+    def weights(self, spec: ModelSpec) -> "Plan":
+        """Every matrix of the model with the format it is read in (``weight_plan``), worked out
         once per model (a sweep asks at every point)."""
         cache = self.__dict__.setdefault("_plans", {})
         if id(spec) not in cache or cache[id(spec)][0] is not spec:
-            cache[id(spec)] = (spec, weights.plan(spec, self.weight, self.group_size))
+            cache[id(spec)] = (spec, weight_plan(spec, self.weight, self.group_size))
         return cache[id(spec)][1]
 
     def bits(self, kind: str, spec: Optional[ModelSpec] = None) -> Fraction:

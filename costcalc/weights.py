@@ -102,13 +102,13 @@ class Format:
 
 _PATTERNS = (
     (re.compile(r"fp8-tensor"), lambda m: dict(kind="fp8-tensor", bits=8)),
-    (re.compile(r"fp8-block(\d+)(?:x(\d+))?(-ue8m0)?"),
+    (re.compile(r"fp8-block([1-9][0-9]*)(?:x([1-9][0-9]*))?(-ue8m0)?"),
      lambda m: dict(kind="fp8-block", bits=8, block=(int(m[1]), int(m[2] or m[1])), scale_bytes=1 if m[3] else 4)),
     (re.compile(r"nvfp4"), lambda m: dict(kind="nvfp4", bits=4)),
     (re.compile(r"mxfp4"), lambda m: dict(kind="mxfp4", bits=4)),
-    (re.compile(r"gptq-int([48])-g(\d+|channel)"), lambda m: dict(kind="gptq", bits=int(m[1]), group=_group(m[2]))),
-    (re.compile(r"awq-int4-g(\d+)"), lambda m: dict(kind="awq", bits=4, group=int(m[1]))),
-    (re.compile(r"ct-int([48])-g(\d+|channel)(-asym)?"),
+    (re.compile(r"gptq-int([48])-g([1-9][0-9]*|channel)"), lambda m: dict(kind="gptq", bits=int(m[1]), group=_group(m[2]))),
+    (re.compile(r"awq-int4-g([1-9][0-9]*)"), lambda m: dict(kind="awq", bits=4, group=int(m[1]))),
+    (re.compile(r"ct-int([48])-g([1-9][0-9]*|channel)(-asym)?"),
      lambda m: dict(kind="ct", bits=int(m[1]), group=_group(m[2]), asym=bool(m[3]))),
 )
 EXAMPLES = "bf16, fp16, fp32, fp8, int8, int4, fp8-tensor, fp8-block128, nvfp4, mxfp4, gptq-int4-g128, awq-int4-g128, ct-int4-g32"
@@ -130,8 +130,7 @@ def parse(name: object, what: str = "weight dtype") -> Format:
             m = pattern.fullmatch(text)
             if m:
                 got = Format(text, **fields(m))
-                sizes = got.block if got.kind == "fp8-block" else (got.group,) if got.kind == "awq" else ()
-                if all(0 < n <= 2**40 for n in sizes) and got.group <= 2**40:
+                if max(got.block + (got.group,)) <= 2**40:     # a block or group of 10^200 is a typo
                     return got
                 break
     raise CostcalcError(f"{what} must be a weight format ({EXAMPLES}; docs/hf-import.md), got {quote(text)}")
@@ -165,76 +164,4 @@ def summary(dtypes: dict) -> str:
     return "; ".join([base] + [f"{fmt}: {','.join(keys)}" for fmt, keys in others.items()])
 
 
-# --- the plan of one model: each matrix's format and bytes -------------------------------------------
-
 SLICES = {"q_absorb": "kv_b_proj", "v_absorb": "kv_b_proj"}   # MLA absorbed: slices of kv_b_proj, in its format
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Every matrix of a model with its format: per layer group ``{op: (fan_in, fan_out, instances, Format)}``
-    (one layer), the LM head's and the embedding's format, the ``label`` a row shows and its ``source``."""
-    groups: tuple
-    layers: tuple            # layers per group
-    lm_head: tuple           # (d, V, Format)
-    embedding: tuple         # (V, d, Format)
-    tied: bool
-    label: str
-    source: str              # quantization_config | preset | --weight-dtype | default
-    group_size: int = 128
-
-    def rate(self, index: int, op: str) -> Fraction:
-        """Bytes per weight element of operator ``op`` in layer group ``index`` (its matrix's bytes over
-        its elements; an absorbed MLA slice at kv_b_proj's rate): exact for every format."""
-        if op == "lm_head":
-            fan_in, fan_out, fmt = self.lm_head
-        else:
-            fan_in, fan_out, _, fmt = self.groups[index][SLICES.get(op, op)]
-        return fmt.bytes(fan_in, fan_out, self.group_size) / (fan_in * fan_out)
-
-    def resident(self) -> Fraction:
-        """Bytes of every matrix held (all experts, the embedding, an untied LM head)."""
-        total = sum(count * sum(n * fmt.bytes(i, o, self.group_size) for i, o, n, fmt in ops.values())
-                    for count, ops in zip(self.layers, self.groups))
-        rows, width, fmt = self.embedding
-        total += fmt.bytes(width, rows, self.group_size)
-        if not self.tied:
-            fan_in, fan_out, head = self.lm_head
-            total += head.bytes(fan_in, fan_out, self.group_size)
-        return total
-
-
-def plan(spec, override: "Format | None" = None, group_size: int = 128) -> Plan:
-    """Each matrix of ``spec`` with its format: ``override`` (``--weight-dtype``) for every module,
-    else the model's ``dtypes`` (bf16 where they say nothing). A ``dtypes`` key that names no module
-    of the model is an error."""
-    from .evaluate import Options, Query
-
-    terms: dict[str, str] = {}
-    for _, recipe in Query(spec, "prefill", Options(mla="naive")).recipes():
-        terms.update(recipe.term_of)
-    dtypes = {} if override is not None else dict(spec.dtypes)
-    known = {"default", "lm_head", EMBEDDING} | set(terms) | set(terms.values())
-    for key in dtypes:
-        if key not in known:
-            raise CostcalcError(f"{spec.name}: field 'dtypes' names {quote(key)}, which is no module of this model "
-                                f"(its operators and terms: {', '.join(sorted(known - {'default'}))})")
-
-    def fmt(op: str, term: str) -> Format:
-        return override if override is not None else parse(resolve(dtypes, op, term))
-
-    groups = []
-    for group, recipe in Query(spec, "prefill").recipes("matrices"):
-        got = recipe.evaluate(group.numbers())
-        ops = dict.fromkeys(k.rsplit(".", 1)[0] for k in got)
-        groups.append({op: (got[f"{op}.fan_in"], got[f"{op}.fan_out"], got[f"{op}.instances"], fmt(op, terms[op]))
-                       for op in ops})
-    d, V = spec["d"], spec["V"]
-    if override is not None:
-        label, source = override.name, "--weight-dtype"
-    elif dtypes:
-        label, source = summary(dtypes), spec.dtypes_from
-    else:
-        label, source = DEFAULT, "default"
-    return Plan(tuple(groups), tuple(g.count for g in spec.groups), (d, V, fmt("lm_head", "lm_head")),
-                (V, d, fmt(EMBEDDING, EMBEDDING)), spec.tied_embeddings, label, source, group_size)

@@ -96,10 +96,27 @@ def test_the_generic_dtypes_keep_their_rates():
     assert weights.parse("int4").bytes(256, 128, group_size=64) == 256 * 128 * (4 + 16 / 64) / 8
 
 
-@pytest.mark.parametrize("name", ["fp7", "fp8-block0", "gptq-int3-g128", "awq-int4-g0", "nvfp4x", "", "BF16"])
+@pytest.mark.parametrize("name", ["fp7", "fp8-block0", "gptq-int3-g128", "gptq-int4-g0", "awq-int4-g0", "nvfp4x", "",
+                                  "BF16", "fp8-block128x0", "ct-int4-g" + "9" * 30, None, 4])
 def test_a_bad_format_name_is_one_error(name):
     with pytest.raises(CostcalcError, match="weight format"):
         weights.parse(name)
+
+
+def _kinds():
+    from costcalc.blocks import parse
+
+    keys = {g.arch for spec in presets.load_all() for g in spec.groups}
+    keys |= {"mla.moe", "mla_q.moe_shared_gate", "gqa.moe_plain_shared", "gqa+mamba2.dense", "kda.moe_shared",
+             "mamba1.none", "shortconv.dense", "lightning.moe", "gqa-gated.moe_shared_gate", "none.moe"}
+    return [parse(k) for k in sorted(keys)]
+
+
+def test_a_block_names_its_matrices_as_the_core_builds_them():
+    from costcalc.core.linear import block
+
+    for kind in _kinds():
+        assert kind.matrices() == tuple(p.name for p in block(kind.with_form("naive")) if p.weight), kind.key
 
 
 # --- whole models: shrunken configs built by transformers ----------------------------------------------

@@ -219,13 +219,9 @@ def _wildcard(pattern: str, name: str) -> bool:
 
 def _operators(layers: list[dict]) -> list[str]:
     """Every weight operator of the model's layers (the naive form), then ``lm_head`` and ``embedding``."""
-    from .. import compiled
-
     ops: dict[str, None] = {}
     for layer in layers:
-        block = parse_block(layer["arch"])
-        for name in compiled.get("matrices", block).outputs:
-            ops[name.rsplit(".", 1)[0]] = None
+        ops.update(dict.fromkeys(parse_block(layer["arch"]).matrices()))
     return list(ops) + ["lm_head", EMBEDDING]
 
 
@@ -269,12 +265,8 @@ def _excluded(patterns: list[str], matcher, layers: list[dict], ops: list[str], 
 
     for op, names in (("lm_head", ["lm_head"]), (EMBEDDING, [p + "embed_tokens" for p in PREFIXES])):
         covered[op] = {hit(names)}
-    from .. import compiled
-
     for index, layer in enumerate(layers):
-        block = parse_block(layer["arch"])
-        own = dict.fromkeys(n.rsplit(".", 1)[0] for n in compiled.get("matrices", block).outputs)
-        for op in own:
+        for op in parse_block(layer["arch"]).matrices():
             for variant in _paths(op, layer):
                 names = [f"{p}layers.{index}.{v}" for p in PREFIXES for v in variant]
                 covered.setdefault(op, set()).add(hit(names))

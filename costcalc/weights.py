@@ -154,14 +154,14 @@ def resolve(dtypes: dict, op: str, term: str) -> str:
 
 
 def summary(dtypes: dict) -> str:
-    """A model's formats in one cell: the default, then each other format with its selectors
-    (``fp8-block128; bf16: router,lm_head,embedding``)."""
+    """A model's formats in one cell, without a comma (a CSV cell that ``cut -d,`` keeps whole): the
+    default, then each other format with its selectors (``fp8-block128; bf16: router lm_head embedding``)."""
     base = dtypes.get("default", DEFAULT)
     others: dict[str, list[str]] = {}
     for key, value in dtypes.items():
         if key != "default" and value != base:
             others.setdefault(value, []).append(key)
-    return "; ".join([base] + [f"{fmt}: {','.join(keys)}" for fmt, keys in others.items()])
+    return "; ".join([base] + [f"{fmt}: {' '.join(keys)}" for fmt, keys in others.items()])
 
 
 SLICES = {"q_absorb": "kv_b_proj", "v_absorb": "kv_b_proj"}   # MLA absorbed: slices of kv_b_proj, in its format

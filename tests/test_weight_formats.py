@@ -267,7 +267,7 @@ def _memory_row(capsys, *extra):
 
 def test_deepseek_v3_answers_in_its_shipped_fp8_and_says_so(capsys):
     row = _memory_row(capsys)
-    assert row["weight_dtype"] == "fp8-block128; bf16: router,lm_head,embedding"
+    assert row["weight_dtype"] == "fp8-block128; bf16: router lm_head embedding"
     assert row["weight_dtype_source"] == "preset"
     assert row["devices_needed"] == 6                    # 11 in bf16
     bf16 = _memory_row(capsys, "--weight-dtype", "bf16")

@@ -226,6 +226,47 @@ class Block:
         return tuple(out)
 
 
+    def matrices(self) -> tuple[str, ...]:
+        """The operator names of this block's weight matrices (the naive MLA form: absorbed products use
+        kv_b_proj's slices), as ``core.linear.block`` names them (``tests/test_weight_formats.py`` holds the
+        two equal): what a weight format's exclusions are matched to (``hf/quant.py``), below the core."""
+        out: list[str] = ["eh_proj"] if self.mtp else []
+        if self.attention in ("gqa", "window", "chunk"):
+            out += ["q_proj", "k_proj"] + ([] if self.k_eq_v else ["v_proj"]) + ["o_proj"]
+            out += ["g_proj"] if self.head_gate else []
+        elif self.v4:
+            out += ["q_a_proj", "q_b_proj", "kv_proj", "o_a_proj", "o_b_proj"]
+            out += ["compressor.kv_proj", "compressor.gate_proj"] if self.compressed else []
+            out += ["indexer.kv_proj", "indexer.gate_proj", "indexer.q_b_proj",
+                    "indexer.weights_proj"] if self.attention == "csa" else []
+            out += ["attn_hc.fn", "ffn_hc.fn"]
+        elif self.attention == "mla":
+            out += (["q_a_proj", "q_b_proj"] if self.q_lora else ["q_proj"]) + ["kv_a_proj_with_mqa", "kv_b_proj",
+                                                                                 "o_proj"]
+            out += ["indexer.wq_b", "indexer.wk", "indexer.weights_proj"] if self.sparse else []
+        out += list(MIXER_MATRICES.get(self.mixer, ()))
+        if self.ffn == "dense":
+            out += ["gate_proj", "up_proj", "down_proj"]
+        elif self.ffn == "mlp":
+            out += ["up_proj", "down_proj"]
+        elif self.ffn == "moe":
+            gated = [] if self.plain else ["gate_proj"]
+            out += ["router"] + [f"experts.{p}" for p in gated + ["up_proj", "down_proj"]]
+            out += [f"shared_experts.{p}" for p in gated + ["up_proj", "down_proj"]] if self.shared else []
+            out += ["shared_expert_gate"] if self.shared_gate else []
+        return tuple(out)
+
+
+# The weight matrices of each mixer, by transformers' names (``core.linear.MIXER`` gives their shapes).
+MIXER_MATRICES = {
+    "gdn": ("in_proj_qkvz", "in_proj_ba", "out_proj"),
+    "kda": ("q_proj", "k_proj", "v_proj", "f_a_proj", "f_b_proj", "b_proj", "g_a_proj", "g_b_proj", "o_proj"),
+    "mamba2": ("in_proj", "out_proj"),
+    "mamba1": ("in_proj", "x_proj", "dt_proj", "out_proj"),
+    "lightning": ("qkv_proj", "output_gate", "out_proj"),
+    "shortconv": ("in_proj", "out_proj"),
+}
+
 # The sizes each mixer's formulas use (docs/cost-model.md, "Linear attention and state-space mixers").
 MIXER_SIZES = {
     "gdn": ("h_lk", "h_lv", "d_lk", "d_lv", "K_c", "Q_c"),

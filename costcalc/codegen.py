@@ -29,7 +29,7 @@ from .vocab import Convention, Logits, ident
 from .blocks import Block
 from .core.breakdown import Breakdown
 from .core import traffic
-from .core.linear import block_params, once_params, p_lin
+from .core.linear import block_params, matrices, once_params, p_lin
 from .core.mixers import Cached
 from .core.registry import WORKLOADS
 
@@ -48,6 +48,7 @@ RECIPES: dict[str, Callable[[Block, str, str], "Breakdown | dict"]] = {
        for name, w in WORKLOADS.items() if w.traffic},
     "p_lin": lambda b, c, l: {"p_lin": p_lin(b), **once_params(b)},
     "params": lambda b, c, l: block_params(b),
+    "matrices": lambda b, c, l: matrices(b),
 }
 CONSTANTS: dict[str, Callable[[Block, str, str], dict[str, str]]] = {"crossover": _crossover_formulas}
 
@@ -100,6 +101,8 @@ class ExactPrinter(PythonCodePrinter):
             return self._print(expr)
         num, den = _fraction(expr)
         text = self._print(num)
+        if den.free_symbols:     # a size over a size (DeepSeek-V4's o_a_proj: h_q d_h / G_o per group)
+            return f"(({text}) // ({self._print(den)}))"
         return text if den == 1 else f"(({text}) // {int(den)})"
 
 

@@ -169,6 +169,7 @@ def time_root(query: Query, batch: int) -> Optional["Root"]:
     from .roofline import group_experts_touched
 
     precision = query.precision
+    plan = precision.weights(query.spec)
     recipes = [recipe for _, recipe in query.recipes("bytes")]
 
     def gap_of(index: int, group: Group):
@@ -176,8 +177,8 @@ def time_root(query: Query, batch: int) -> Optional["Root"]:
         names = [n for n in recipe.outputs if n.endswith(".weight")]
         base = {**group.numbers(), "B": batch}
         touched = group_experts_touched(group, batch, precision)
-        weights = sum(v * (touched if n.startswith("experts.") else 1)
-                      for n, v in recipe.evaluate({**base, "T": 0}, names).items()) * precision.bits("weight")
+        weights = sum(v * (touched if n.startswith("experts.") else 1) * plan.rate(index, n.rsplit(".", 1)[0])
+                      for n, v in recipe.evaluate({**base, "T": 0}, names).items()) * 8
 
         def gap(keys: int) -> Fraction:
             kv = recipe.evaluate({**base, "T": keys - 1}, ["attention.kv_read"]).get("attention.kv_read", 0)

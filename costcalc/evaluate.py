@@ -155,7 +155,7 @@ class Query:
         output of it charged to ``draft`` (``DraftRecipe``)."""
         fetched: dict[Block, Any] = {}     # groups of one block kind share its recipe
         for index, group in enumerate(self.spec.groups):
-            block = group.block if kind == "params" else self.block(group)
+            block = group.block if kind in ("params", "matrices") else self.block(group)
             if block not in fetched:
                 if kind in ("flops", "bytes"):
                     name = self.workload.name + ("" if kind == "flops" else ".bytes")

@@ -1,7 +1,8 @@
 """Does it fit: the bytes a model and its KV cache hold on a device.
 
-- Resident weights: every matrix (all experts, the embedding, an untied LM head) in the
-  weight dtype, integer weights with their fp16 scales.
+- Resident weights: every matrix (all experts, the embedding, an untied LM head) in its weight
+  format (``costcalc.weights``: the model's ``dtypes`` or ``--weight-dtype``), with the scales and
+  zero points the format stores.
 - KV cache of B sequences of T tokens: per layer group, the tokens its cache keeps -- with
   a ``rolling`` window cache (the default here: what serving caches keep, vLLM's hybrid
   cache and Hugging Face's sliding and chunked cache layers) ``min(T, W)`` in a
@@ -35,7 +36,6 @@ from typing import Any
 
 from .errors import CostcalcError
 from .evaluate import Options, Query, positive
-from .params import parameters
 from .ranges import MAX_VALUE
 from .spec import ModelSpec
 from .vocab import WindowCache
@@ -45,11 +45,11 @@ SERVING = Options(window_cache="rolling")   # what a serving cache keeps: window
 
 
 def weight_bytes(query: Query) -> int:
-    """Every matrix resident (all experts, the embedding, an untied LM head): ``total_params``;
-    with ``--draft mtp`` the MTP modules too (``mtp_params``: they share the embedding and head)."""
-    got = parameters(query.spec)
-    held = got["total_params"] + (got["mtp_params"] if query.draft is not None else 0)
-    return round(held * query.precision.bits("weight") / 8)
+    """Every matrix resident (all experts, the embedding, an untied LM head), each in its format
+    (``weights.Plan.resident``: exact per matrix, scales and zero points included); with ``--draft mtp``
+    the MTP modules too (``Plan.drafts``: they share the embedding and head)."""
+    plan = query.precision.weights(query.spec)
+    return round(plan.resident() + (plan.drafts() if query.draft is not None else 0))
 
 
 # What a decode step writes of each cache, by traffic key: the K/V per token; per sequence
@@ -134,7 +134,8 @@ def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE
               **({"draft": query.options.draft.value} if query.draft is not None else {})}
     held = weights + cache + states
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,
-           "weight_dtype": precision.weight.value, "kv_dtype": precision.kv.value, "reserve": reserve,
+           **{k: v for k, v in precision.labels(spec).items() if k in ("weight_dtype", "weight_dtype_source")},
+           "kv_dtype": precision.kv.value, "reserve": reserve,
            "weight_bytes_resident": weights, "kv_cache_bytes": cache,
            **({"state_bytes": states} if spec.has_mixers else {}), "total_bytes": held,
            "device_bytes": device.mem_bytes, "usable_bytes": usable, "fits": held <= usable,

@@ -73,8 +73,9 @@ SPARSE_CROSSOVER = ("sparse_decode_cheaper = keys read by a causal decode step (
 TIME_CROSSOVER = ("t_equal_time = keys read by a decode step of the given batch at which reading the K/V cache "
                   "moves as many bytes as reading the weights (LM head included): where a memory-bound step's "
                   "time turns from weights to cache. t_equal = the FLOPs crossover, beside it.")
-TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expert touched; integer weights "
-           "with an fp16 scale per group), activations in and out of each matmul, K/V loaded by a fused attention "
+TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expert touched; each matrix in its "
+           "weight format, weight_dtype, with the scales and zero points it stores; generic int8/int4 with an fp16 "
+           "scale per group), activations in and out of each matmul, K/V loaded by a fused attention "
            "kernel and written for new tokens (an integer KV cache without scales); time = sum over operators of "
            "max(FLOPs / peak, bytes / bandwidth), dense peaks -- a roofline floor. GB = 10^9 bytes (token counts "
            "use k = 1024).")
@@ -91,7 +92,9 @@ EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the devic
 STATE = ("state_bytes: each linear-attention or state-space layer keeps, per sequence and whatever the context, "
          "its recurrent state (in state_dtype) and its convolution window (K_c - 1 positions; in the KV dtype); "
          "only softmax-attention layers have a KV cache that grows with the context.")
-MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM head) in the weight dtype. KV "
+MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM head) in its weight format "
+          "(weight_dtype: the model's shipped formats, or --weight-dtype for every module; weight_dtype_source says "
+          "which), scales and zero points included. KV "
           "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W, a chunked one "
           "W_c, as serving caches keep them; every token with --window-cache whole) x K/V width (MLA absorbed: latent + RoPE key) x "
           "batch, in the KV dtype. fits leaves --reserve of the device free; devices_needed splits weights and "

@@ -24,20 +24,119 @@ from fractions import Fraction
 from typing import Any, Optional
 
 from .devices import Device
-from .errors import CostcalcError
-from .evaluate import Query, positive
+from .errors import CostcalcError, quote
+from .evaluate import Options, Query, positive
 from .spec import Group, ModelSpec
-from .vocab import SCALE_BITS, TERMS, TRAFFIC, Dtype, Routing
+from . import weights
+from .vocab import ONCE, TERMS, TRAFFIC, Dtype, Routing
+from .weights import Format
 
 EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays below this many bits
 
 
 @dataclass(frozen=True)
+class Plan:
+    """Every matrix of a model with its format: per layer group ``{op: (fan_in, fan_out, instances, Format)}``
+    (one layer); the matrices a model holds once (``vocab.ONCE``: the LM head, DeepSeek-V4's ``hc_head``)
+    ``{op: (fan_in, fan_out, Format)}``; the embedding's; one MTP module's matrices (``draft``, as a
+    group's; empty without MTP modules) and their count; the ``label`` a row shows and its ``source``."""
+    groups: tuple
+    layers: tuple            # layers per group
+    once: dict               # op -> (fan_in, fan_out, Format): lm_head, hc_head
+    embedding: tuple         # (V, d, Format)
+    tied: bool
+    label: str
+    source: str              # quantization_config | preset | --weight-dtype | default
+    group_size: int = 128
+    draft: Optional[dict] = None   # one MTP module: op -> (fan_in, fan_out, instances, Format)
+    modules: int = 0               # MTP modules the model holds
+
+    def rate(self, index: int, op: str) -> Fraction:
+        """Bytes per weight element of operator ``op`` in layer group ``index`` (its matrix's bytes over
+        its elements; an absorbed MLA slice at kv_b_proj's rate; index ``len(groups)``: the MTP draft's
+        ``mtp.<op>``, its LM head the model's): exact for every format."""
+        if index == len(self.groups):
+            op = op.removeprefix("mtp.")
+        if op in self.once:
+            fan_in, fan_out, fmt = self.once[op]
+        else:
+            ops = self.draft if index == len(self.groups) else self.groups[index]
+            fan_in, fan_out, _, fmt = ops[weights.SLICES.get(op, op)]
+        return fmt.bytes(fan_in, fan_out, self.group_size) / (fan_in * fan_out)
+
+    def resident(self) -> Fraction:
+        """Bytes of every matrix held (all experts, the embedding, an untied LM head, hc_head)."""
+        total = sum(count * self._layer(ops) for count, ops in zip(self.layers, self.groups))
+        rows, width, fmt = self.embedding
+        total += fmt.bytes(width, rows, self.group_size)
+        for op, (fan_in, fan_out, fmt) in self.once.items():
+            if op != "lm_head" or not self.tied:
+                total += fmt.bytes(fan_in, fan_out, self.group_size)
+        return total
+
+    def drafts(self) -> Fraction:
+        """Bytes of the MTP modules' matrices (they share the embedding and the LM head)."""
+        return self.modules * self._layer(self.draft or {})
+
+    def _layer(self, ops: dict) -> Fraction:
+        return sum(n * fmt.bytes(i, o, self.group_size) for i, o, n, fmt in ops.values())
+
+
+def weight_plan(spec: ModelSpec, override: Optional[Format] = None, group_size: int = 128) -> Plan:
+    """Each matrix of ``spec`` with its format: ``override`` (``--weight-dtype``) for every module,
+    else the model's ``dtypes`` (bf16 where they say nothing). A ``dtypes`` key that names no module
+    of the model is an error."""
+    terms: dict[str, str] = {}
+    for _, recipe in Query(spec, "prefill", Options(mla="naive")).recipes():
+        terms.update(recipe.term_of)
+    dtypes = {} if override is not None else dict(spec.dtypes)
+    known = {"default", "lm_head", weights.EMBEDDING} | set(terms) | set(terms.values())
+    for key in dtypes:
+        if key not in known:
+            raise CostcalcError(f"{spec.name}: field 'dtypes' names {quote(key)}, which is no module of this model "
+                                f"(its operators and terms: {', '.join(sorted(known - {'default'}))})")
+
+    def fmt(op: str, term: str) -> Format:
+        return override if override is not None else weights.parse(weights.resolve(dtypes, op, term))
+
+    def shapes(group: Group, recipe) -> dict:
+        got = recipe.evaluate(group.numbers())
+        return {op: (got[f"{op}.fan_in"], got[f"{op}.fan_out"], got[f"{op}.instances"],
+                     fmt(op, terms.get(op, "draft")))       # an MTP module's eh_proj: the term draft
+                for op in dict.fromkeys(k.rsplit(".", 1)[0] for k in got)}
+
+    d, V = spec["d"], spec["V"]
+    table = fmt(weights.EMBEDDING, weights.EMBEDDING)
+    once = {"lm_head": (d, V, table if spec.tied_embeddings else fmt("lm_head", "lm_head"))}  # tied: the table itself
+    groups = []
+    for group, recipe in Query(spec, "prefill").recipes("matrices"):
+        ops = shapes(group, recipe)
+        for op in ONCE:          # a matrix the model holds once, whatever its groups
+            if op in ops:
+                fan_in, fan_out, _, kind = ops.pop(op)
+                once.setdefault(op, (fan_in, fan_out, kind))
+        groups.append(ops)
+    draft = {op: m for module, recipe in Query(spec, "prefill").modules("matrices")
+             for op, m in shapes(module, recipe).items() if op not in ONCE}
+    if override is not None:
+        label, source = override.name, "--weight-dtype"
+    elif dtypes:
+        label, source = weights.summary(dtypes), spec.dtypes_from
+    else:
+        label, source = weights.DEFAULT, "default"
+    return Plan(tuple(groups), tuple(g.count for g in spec.groups), once, (V, d, table),
+                spec.tied_embeddings, label, source, group_size, draft or None,
+                spec.mtp.count if spec.mtp is not None else 0)
+
+
+@dataclass(frozen=True)
 class Precision:
     """Dtypes of weights, KV cache and activations (compute runs in the activation dtype),
-    the group size of integer weights' fp16 scales, how MoE routing touches experts, and the
-    dtype of a mixer's recurrent state (None: the model's ``state_dtype``, else the KV dtype)."""
-    weight: Dtype = Dtype.bf16
+    the group size of the generic integer weights' fp16 scales, how MoE routing touches experts,
+    and the dtype of a mixer's recurrent state (None: the model's ``state_dtype``, else the KV dtype).
+    ``weight``: a weight format (``costcalc.weights``) for every module (``--weight-dtype``), or None:
+    the formats the model ships in (its ``dtypes``; bf16 where they say nothing)."""
+    weight: Optional[Format] = None
     kv: Dtype = Dtype.bf16
     act: Dtype = Dtype.bf16
     group_size: int = 128
@@ -46,13 +145,15 @@ class Precision:
 
     def __post_init__(self) -> None:
         try:
-            for key, what in (("weight", "weight dtype"), ("kv", "kv dtype"), ("act", "act dtype")):
+            for key, what in (("kv", "kv dtype"), ("act", "act dtype")):
                 object.__setattr__(self, key, Dtype.parse(getattr(self, key), what))
             object.__setattr__(self, "routing", Routing.parse(self.routing, "routing"))
             if self.state is not None:
                 object.__setattr__(self, "state", Dtype.parse(self.state, "state dtype"))
         except ValueError as exc:
             raise CostcalcError(str(exc)) from None
+        if self.weight is not None and not isinstance(self.weight, Format):
+            object.__setattr__(self, "weight", weights.parse(self.weight))
         if self.act == Dtype.int4:
             raise CostcalcError("act dtype int4 is not a compute dtype; use one of "
                                 + ", ".join(d.value for d in Dtype if d != Dtype.int4))
@@ -62,20 +163,28 @@ class Precision:
         """The dtype a model's recurrent states are kept in: the one asked for, else the model's."""
         return self.state or Dtype(spec.state_dtype or self.kv.value)
 
+    def weights(self, spec: ModelSpec) -> "Plan":
+        """Every matrix of the model with the format it is read in (``weight_plan``), worked out
+        once per model (a sweep asks at every point)."""
+        cache = self.__dict__.setdefault("_plans", {})
+        if id(spec) not in cache or cache[id(spec)][0] is not spec:
+            cache[id(spec)] = (spec, weight_plan(spec, self.weight, self.group_size))
+        return cache[id(spec)][1]
+
     def bits(self, kind: str, spec: Optional[ModelSpec] = None) -> Fraction:
-        """Bits per element moved of a traffic kind (weights with their scales; a state in
-        ``state_dtype``)."""
+        """Bits per element moved of a traffic kind other than weights (whose bytes are per matrix:
+        ``weights``): a state in ``state_dtype``, the KV cache, activations."""
         if kind.startswith("state"):
             return Fraction(self.state.bits if spec is None else self.state_dtype(spec).bits)
         if kind == "weight":
-            extra = Fraction(SCALE_BITS, self.group_size) if self.weight.grouped else 0
-            return self.weight.bits + extra
+            raise ValueError("weights have a rate per matrix: Precision.weights(spec).rate")
         return Fraction((self.kv if kind.startswith("kv") else self.act).bits)
 
     def labels(self, spec: ModelSpec) -> dict[str, Any]:
-        out: dict[str, Any] = {"weight_dtype": self.weight.value, "kv_dtype": self.kv.value,
-                               "act_dtype": self.act.value}
-        if self.weight.grouped:
+        plan = self.weights(spec)
+        out: dict[str, Any] = {"weight_dtype": plan.label, "weight_dtype_source": plan.source,
+                               "kv_dtype": self.kv.value, "act_dtype": self.act.value}
+        if self.weight is not None and self.weight.name in ("int8", "int4"):
             out["group_size"] = self.group_size
         if any(g.block.ffn == "moe" for g in spec.groups):
             out["routing"] = self.routing.value
@@ -134,8 +243,9 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: Fraction(0) for t in TERMS}
-    per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC}   # bytes, exact
-    for (group, recipe), (_, flops_recipe) in zip(query.recipes("bytes"), query.recipes()):
+    per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC if kind != "weight"}   # bytes, exact
+    plan = precision.weights(query.spec)
+    for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
         elements = recipe.evaluate(base)
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
@@ -148,9 +258,10 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
                 count = elements.get(f"{op}.{kind}", 0)
                 if not count:        # nothing moved: exact sums, so skipping a zero changes no number
                     continue
-                if kind == "weight" and op.startswith("experts."):
-                    count = count * touched
-                part = count * per_element[kind]
+                if kind == "weight":    # each matrix in its own format: bytes exact per matrix
+                    part = count * (touched if op.startswith("experts.") else 1) * plan.rate(index, op)
+                else:
+                    part = count * per_element[kind]
                 kinds[kind] += part
                 moved += part
             # an operator that moves bytes but runs no counted product (Gated DeltaNet's chunked

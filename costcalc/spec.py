@@ -9,11 +9,13 @@ identical layers, each with its ``arch`` and the sizes it sets for itself (the r
 from the top level). The order of the groups does not change any FLOPs count.
 
 Optional: ``tied_embeddings`` (the LM head shares the embedding matrix), ``stated``
-(the parameter counts the publisher states, checked by the tests), and ``mtp``: the model's
+(the parameter counts the publisher states, checked by the tests), ``mtp``: the model's
 multi-token-prediction modules (DeepSeek-V3's ``num_nextn_predict_layers``), ``{"count": n}``,
 each the block of the last layer group with its sizes unless the object gives its own ``arch``
 and sizes as a group does; they are not decoder layers (``L`` leaves them out), counted apart
-(``mtp_params``) and run only by a decode step's draft (``--draft mtp``).
+(``mtp_params``) and run only by a decode step's draft (``--draft mtp``); and ``dtypes``: the
+weight format each module ships in (``costcalc.weights``: ``{"default": "fp8-block128", "router": "bf16"}``;
+a key is ``default``, a term, an operator, ``lm_head`` or ``embedding``; absent: bf16).
 
 Limits, checked before any work: every size at most ``MAX_SIZE`` (2^40, as lengths and batches),
 at most ``MAX_LAYERS`` layers and ``MAX_GROUPS`` groups, no control character in any text. At
@@ -33,7 +35,8 @@ from .vocab import ARCHS
 MAX_SIZE = 2**40        # any one size (d, V, a head count, an expert width ...): larger is a typo
 MAX_LAYERS = 2**16      # layers in a model (L, a group's count, their sum): published models have a few hundred
 MAX_GROUPS = 1024       # layer groups in a preset or a config's distinct layer kinds, checked before any work
-META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated", "state_dtype", "mtp")
+META_KEYS = ("name", "arch", "title", "source", "layers", "tied_embeddings", "stated", "state_dtype", "mtp",
+             "dtypes")
 SIZE_KEYS = tuple(n.name for n in vocab.MODEL)
 MODEL_KEYS = ("d", "V")          # one value for the whole model
 
@@ -67,6 +70,8 @@ class ModelSpec:
     stated: Mapping[str, Any] = field(default_factory=dict)
     state_dtype: str = ""        # the dtype its mixers keep their recurrent state in ("": the KV dtype)
     mtp: Optional[Group] = None  # its multi-token-prediction modules (count, an ``mtp`` block, sizes), or none
+    dtypes: Mapping[str, str] = field(default_factory=dict)   # weight format by module (costcalc.weights)
+    dtypes_from: str = "preset"  # where ``dtypes`` came from: preset | quantization_config (not written out)
 
     def __getitem__(self, key: str) -> int:
         return self.sizes[key]
@@ -147,6 +152,8 @@ class ModelSpec:
             own = {k: v for k, v in self.mtp.sizes.items() if k not in MODEL_KEYS and last.sizes.get(k) != v}
             arch = self.mtp.block.key.removeprefix("mtp:")
             out["mtp"] = {"count": self.mtp.count, **({"arch": arch} if arch != last.arch or own else {}), **own}
+        if self.dtypes:
+            out["dtypes"] = dict(self.dtypes)
         if self.source:
             out["source"] = dict(self.source)
         return out
@@ -275,8 +282,9 @@ def from_dict(data: Any, origin: str) -> ModelSpec:
         raise CostcalcError(f"{origin}: field 'state_dtype' applies to models whose layers keep a recurrent state "
                             f"(linear attention, state-space mixers)")
     mtp = _mtp(origin, data["mtp"], top, groups[-1]) if "mtp" in data else None
+    dtypes = _dtypes(origin, data.get("dtypes", {}))
     return ModelSpec(name=name, arch=arch, sizes=sizes, title=title, source=source, groups=tuple(groups),
-                     tied_embeddings=tied, stated=stated, state_dtype=state_dtype, mtp=mtp)
+                     tied_embeddings=tied, stated=stated, state_dtype=state_dtype, mtp=mtp, dtypes=dtypes)
 
 
 def _mtp(origin: str, value: Any, top: dict[str, int], last: Group) -> Group:
@@ -299,6 +307,20 @@ def _mtp(origin: str, value: Any, top: dict[str, int], last: Group) -> Group:
     sizes = {**top, **(last.sizes if "arch" not in value else {}), **own}
     _check_group(origin, where, block, sizes)
     return Group(count, block.with_mtp(), {k: sizes[k] for k in MODEL_KEYS + block.sizes()})
+
+
+def _dtypes(origin: str, value: Any) -> dict[str, str]:
+    """A model's weight formats by module: names ``costcalc.weights`` parses (which keys name a
+    module of the model is checked where the bytes are worked out: ``weights.plan``)."""
+    from . import weights
+
+    if not isinstance(value, dict):
+        raise CostcalcError(f"{origin}: field 'dtypes' must be an object (module -> weight format)")
+    for key, fmt in value.items():
+        if not NAME.fullmatch(key):
+            raise CostcalcError(f"{origin}: field 'dtypes': {quote(key)} is not a module name")
+        weights.parse(fmt, f"{origin}: field 'dtypes.{key}'")
+    return dict(value)
 
 
 def _groups(origin: str, layers: Any, top: dict[str, int]) -> tuple[Group, ...]:

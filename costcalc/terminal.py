@@ -74,7 +74,7 @@ _NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_
              "kv_write_bytes", "state_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "intensity",
              "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
              "total_flops_per_token", "tile", "mla", "scan", "logits", "attention_flops", "kv_read_bytes",
-             "state_read_bytes", "weight_dtype", "kv_dtype", "state_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
+             "state_read_bytes", "weight_dtype", "weight_dtype_source", "kv_dtype", "state_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
              "context", "batch")
 # The workloads' inputs (batch, seq, context, ...): dropped only when constant.
 _AXES = tuple(dict.fromkeys(i.column for w in WORKLOADS.values() for i in w.inputs))

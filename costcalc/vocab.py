@@ -227,4 +227,3 @@ class Routing(Choice):
 # Bytes a forward moves, by kind: the columns <kind>_bytes, summed into total_bytes. ``state``: a
 # mixer's recurrent state (in the state dtype); its convolution window moves as ``kv`` (the KV dtype).
 TRAFFIC = ("weight", "kv_read", "kv_write", "state_read", "state_write", "activation")
-SCALE_BITS = 16   # an fp16 scale per group of integer weights

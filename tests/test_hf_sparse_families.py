@@ -45,7 +45,7 @@ def groups(config: dict) -> list[tuple[int, str, dict]]:
     """(count, arch, every size) of each group the import writes, shared sizes folded back in."""
     preset = hf.to_preset(config, "x")
     top = {k: v for k, v in preset.items() if k not in ("name", "title", "layers", "arch", "L", "tied_embeddings",
-                                                        "source", "V", "d", "mtp")}
+                                                        "source", "V", "d", "mtp", "dtypes")}
     if "layers" not in preset:
         return [(preset["L"], preset["arch"], top)]
     return [(g["count"], g["arch"], {**top, **{k: v for k, v in g.items() if k not in ("count", "arch")}})
@@ -144,16 +144,17 @@ def test_what_cannot_be_expressed_is_refused_in_one_line():
     refused({**v32, "num_key_value_heads": 1}, "num_key_value_heads")
 
 
-def test_mtp_layers_are_apart_from_the_decoder_and_quantization_is_ignored():
+def test_mtp_layers_are_apart_from_the_decoder_and_quantization_sets_only_the_weight_formats():
     v32 = json.loads((CONFIGS / "deepseek-v3.2.json").read_text())
     bare = {k: v for k, v in v32.items() if k not in ("num_nextn_predict_layers", "quantization_config")}
     assert groups(bare) == groups({**v32, "num_nextn_predict_layers": 3})     # the decoder's layers: unchanged
     assert "mtp" not in hf.to_preset(bare, "x")
     assert hf.to_preset({**v32, "num_nextn_predict_layers": 3}, "x")["mtp"] == {"count": 3}   # the last layer's kind
+    assert "dtypes" not in hf.to_preset(bare, "x") and hf.to_preset(v32, "x")["dtypes"]["default"] == "fp8-block128"
     for family in FAMILIES:
         known = hf.TABLES[family].known()
         assert known["num_nextn_predict_layers"].role == "used" and "not built" in known["num_nextn_predict_layers"].reason
-        assert known["quantization_config"].role == "ignored"
+        assert known["quantization_config"].role == "used"     # weight formats (docs/hf-import.md): bytes, not FLOPs
 
 
 # --- 3. parameters of what transformers builds -----------------------------------------------------

@@ -105,13 +105,19 @@ def test_a_drafting_generation_runs_the_module_over_the_prompt_and_every_step():
 def test_draft_bytes_and_memory_hold_the_module_and_its_cache():
     spec = presets.load("deepseek-v3")
     bigger = with_one_more_layer(spec)
-    machine, precision = Machine(device("h200")), Precision()
+    machine, precision = Machine(device("h200")), Precision("bf16")
     plain = fit(Query(spec, "decode", Options(window_cache="rolling"), precision, machine), 4, 32768)
     drafted = fit(Query(spec, "decode", Options(window_cache="rolling", draft="mtp"), precision, machine), 4, 32768)
     more = fit(Query(bigger, "decode", Options(window_cache="rolling"), precision, machine), 4, 32768)
     assert drafted["kv_cache_bytes"] == more["kv_cache_bytes"]          # its own latent cache: one more layer's
     eh_proj = 2 * spec["d"] * spec["d"] * 2                             # bf16 bytes
     assert drafted["weight_bytes_resident"] == more["weight_bytes_resident"] + eh_proj
+    # in the shipped fp8 (e4m3 and an fp32 scale per 128 x 128 block), the module is fp8 too
+    native = Precision()
+    drafted = fit(Query(spec, "decode", Options(window_cache="rolling", draft="mtp"), native, machine), 4, 32768)
+    more = fit(Query(bigger, "decode", Options(window_cache="rolling"), native, machine), 4, 32768)
+    d = spec["d"]
+    assert drafted["weight_bytes_resident"] == more["weight_bytes_resident"] + 2 * d * d + (d // 128) * (2 * d // 128) * 4
     assert drafted["draft"] == "mtp" and "draft" not in plain
     row = calc.answer(Query(spec, "decode", Options(draft="mtp"), precision, machine), batch=[1], context=[4096])
     assert row["draft_bytes"][0] > 0 and row["draft_time_s"][0] > 0

@@ -124,6 +124,7 @@ def test_importing_a_config_gives_the_preset(name):
     assert [(g.count, g.arch, dict(g.sizes)) for g in imported.groups] == \
            [(g.count, g.arch, dict(g.sizes)) for g in preset.groups]
     assert imported.tied_embeddings == preset.tied_embeddings
+    assert imported.dtypes == preset.dtypes          # the weight formats its quantization_config gives
     for seq in (1, 4096, 131072):
         assert calc.prefill(imported, seq, 2)["total_flops"] == calc.prefill(preset, seq, 2)["total_flops"]
     assert calc.decode(imported, 70000)["total_flops"] == calc.decode(preset, 70000)["total_flops"]

@@ -11,7 +11,7 @@ from costcalc.roofline import Machine, Precision, experts_touched
 from costcalc.vocab import Routing
 
 H100 = Machine(devices.load("h100"))
-BF16 = Precision()
+BF16 = Precision("bf16")   # every module in bf16 (--weight-dtype bf16), whatever the model ships in
 
 
 def fit(spec, device, batch, context, options=memory.SERVING):

@@ -68,9 +68,12 @@ DeviceOpt = Annotated[Optional[str], typer.Option(
                                             "memory give the time, the fit and the time crossover.")]
 DeviceFileOpt = Annotated[Optional[str], typer.Option(
     "--device-file", metavar="PATH", help="A device profile of your own (see presets/devices/*.json).")]
-WeightDtypeOpt = Annotated[Optional[Dtype], typer.Option(
-    "--weight-dtype", help="Weights' dtype (int8/int4 carry an fp16 scale per --group-size weights); "
-                           "adds the bytes columns.  (default: bf16)")]
+WeightDtypeOpt = Annotated[Optional[str], typer.Option(
+    "--weight-dtype", metavar="FORMAT",
+    help="Weight format of every module: bf16, fp16, fp32, fp8, int8, int4 (int8/int4 carry an fp16 scale per "
+         "--group-size weights) or a checkpoint format (fp8-block128, fp8-tensor, nvfp4, mxfp4, gptq-int4-g128, "
+         "awq-int4-g128, ct-int4-g32; docs/hf-import.md); adds the bytes columns.  (default: the formats the "
+         "model ships in, its dtypes; else bf16)")]
 KvDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--kv-dtype", help="KV cache dtype; adds the bytes columns.  (default: bf16)")]
 StateDtypeOpt = Annotated[Optional[Dtype], typer.Option(
@@ -247,7 +250,11 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     nothing, a warning says so."""
     device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency, state_dtype = (
         given.get(key) for key in TRAFFIC_OPTIONS)
-    if group_size is not None and not (weight_dtype is not None and Dtype(weight_dtype).grouped):
+    if weight_dtype is not None:
+        from ..weights import parse
+
+        weight_dtype = parse(weight_dtype, "--weight-dtype")
+    if group_size is not None and not (weight_dtype is not None and weight_dtype.name in ("int8", "int4")):
         warn("--group-size does nothing without --weight-dtype int8 or int4 (only integer weights carry scales)")
     if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype or state_dtype):
         warn("--routing does nothing without --device or a dtype option (it changes bytes, not FLOPs)")
@@ -282,7 +289,7 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
         if len(own) == 1:   # a measured profile (verify --save-profile) has its run's dtype only
             act_dtype = Dtype(own[0])
             warn(f"device {machine.device.name}'s only peak is {own[0]}: computing in {own[0]} (--act-dtype {own[0]})")
-    precision = Precision(weight_dtype or Dtype.bf16, kv_dtype or Dtype.bf16, act_dtype or Dtype.bf16,
+    precision = Precision(weight_dtype, kv_dtype or Dtype.bf16, act_dtype or Dtype.bf16,
                           group_size, routing, state_dtype)
     return Traffic(precision, machine, routing_given, state_dtype is not None)
 

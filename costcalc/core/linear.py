@@ -268,6 +268,19 @@ def once_params(kind: Block) -> dict[str, sp.Expr]:
     return {HC_HEAD.name: sp.expand(HC_HEAD.fan_in * HC_HEAD.fan_out)} if kind.v4 else {}
 
 
+def matrices(kind: Block) -> dict[str, sp.Expr]:
+    """Each weight matrix of one layer by operator (the naive form: the absorbed MLA products use
+    kv_b_proj's slices): ``<op>.fan_in``, ``<op>.fan_out`` and ``<op>.instances`` (E routed experts).
+    A weight format's bytes are per matrix (``costcalc.weights``), so memory and the roofline take
+    the shapes, not only their product."""
+    out: dict[str, sp.Expr] = {}
+    for p in block(kind.with_form("naive")) + ((HC_HEAD,) if kind.v4 else ()):   # hc_head: once a model (vocab.ONCE)
+        if p.weight:
+            out.update({f"{p.name}.fan_in": p.fan_in, f"{p.name}.fan_out": p.fan_out,
+                        f"{p.name}.instances": p.instances})
+    return out
+
+
 def block_params(kind: Block) -> dict[str, sp.Expr]:
     """Weights of the L blocks: ``total`` (every expert) and ``active`` (what a token runs).
 

@@ -11,6 +11,7 @@ transformers keeps their recurrent state in (``state_dtype``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from .. import jsonfile
 from ..blocks import parse
 from ..errors import CostcalcError, quote
 from ..spec import MAX_GROUPS, ModelSpec, check_name, from_dict
+from . import quant
 from .families import MAPPERS, STATE_DTYPES
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
@@ -55,7 +57,8 @@ def load(path: str | Path, name: str | None = None) -> ModelSpec:
     if name is None:     # the file's name (its folder's, for a config.json) names the model
         name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
         check_name(name, f"config {quote(str(path))}: the name taken from its file name")
-    return from_dict(to_preset(config, name, str(path)), origin=f"config {str(path)!r}")
+    spec = from_dict(to_preset(config, name, str(path)), origin=f"config {str(path)!r}")
+    return replace(spec, dtypes_from="quantization_config") if spec.dtypes else spec
 
 
 def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, Any]:
@@ -84,6 +87,7 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         raise CostcalcError(f"{where}: model_type {quote(family)} is not supported; supported: "
                             f"{', '.join(FAMILIES)}")
     tied = None
+    quantization = config.get("quantization_config")   # a wrapper's applies to its decoder
     if TABLES[family].decoder:   # a multimodal wrapper: its text decoder is what costs
         outer = _reader(config, family, where)
         if not isinstance(config.get("text_config"), dict):
@@ -94,8 +98,10 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
                 tied = None
         family = TABLES[family].decoder
         config = {**config["text_config"], "model_type": family}
+        quantization = quantization if quantization is not None else config.get("quantization_config")
     reader = _reader(config, family, where)
     layers = MAPPERS[family](reader)
+    dtypes = quant.dtypes(quantization, family, layers, where)
     groups = _groups(layers)
     if len(groups) > MAX_GROUPS:
         raise CostcalcError(f"{where}: its layers are of {len(groups):,} different kinds (at most {MAX_GROUPS:,})")
@@ -107,6 +113,8 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
     mtp = _mtp(reader, family, layers)
     if mtp is not None:   # the last layer's kind: the last group's (the spec's default), or named
         preset["mtp"] = {"count": mtp["count"]} if groups[-1] == {**layers[-1], "count": groups[-1]["count"]} else mtp
+    if dtypes:
+        preset["dtypes"] = dtypes                        # the formats its checkpoint stores
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
     return _flatten(preset)
 
@@ -173,6 +181,6 @@ def _flatten(preset: dict) -> dict:
         preset["L"] = group.pop("count")
         preset.update(group)
     head = ["name", "title", "arch", "L", "d", "V"]
-    tail = ["layers", "mtp", "tied_embeddings", "state_dtype", "stated", "source"]
+    tail = ["layers", "mtp", "tied_embeddings", "state_dtype", "dtypes", "stated", "source"]
     middle = [k for k in preset if k not in head and k not in tail]
     return {k: preset[k] for k in head + middle + tail if k in preset}

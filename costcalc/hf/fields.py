@@ -79,7 +79,7 @@ COMMON: dict[str, Row] = {
     "num_labels": Row(IGNORED, "classification labels"), "problem_type": Row(IGNORED, "classification loss"),
     "model_type": Row(USED, "the family"), "_name_or_path": Row(IGNORED, "checkpoint path"),
     "name_or_path": Row(IGNORED, "checkpoint path"), "_commit_hash": Row(IGNORED, "dropped on load"),
-    "quantization_config": Row(IGNORED, "weight storage format: matmul shapes unchanged"),
+    "quantization_config": Row(USED, "weight formats by module (dtypes; hf/quant.py): bytes, not FLOPs"),
     "attn_implementation": Row(IGNORED, "kernel choice: the conventions say what is counted"),
     "experts_implementation": Row(IGNORED, "expert kernel choice: same matmuls"),
     "per_layer_config": Row(USED, "per-layer overrides: must be null or empty"),

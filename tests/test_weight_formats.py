@@ -1,0 +1,339 @@
+"""Weight formats: the bytes costcalc counts equal the bytes of the tensors each checkpoint format stores.
+
+The tensors are built here, apart from costcalc's code: by transformers' own quantized modules on the
+meta device where it has them (``FP8Linear``: fp8 per block and per tensor; gpt-oss's MXFP4 blocks and
+scales, whose layout ``_convert_moe_packed_tensors`` dequantizes back to the matrix), else written from
+the format's specification (NVFP4 from ModelOpt's export as vLLM loads it, GPTQ, AWQ, compressed-tensors'
+pack-quantized). Then whole models: shrunken DeepSeek-V3 and gpt-oss configs built by transformers on the
+meta device, each parameter stored by the checkpoint's rules (fast), and the real configs by arithmetic on
+their fields. Biases, norms and gpt-oss's attention sinks are not matrices: costcalc counts matrices only
+(docs/cost-model.md), and so do these sums.
+"""
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from cli_run import run
+from costcalc import devices, hf, memory, presets, weights
+from costcalc.errors import CostcalcError
+from costcalc.evaluate import Query
+from costcalc.roofline import Machine, Precision
+
+CONFIGS = Path(__file__).resolve().parent / "data" / "hf-configs"
+SHAPES = [(256, 128), (300, 200), (7168, 1536), (1536, 24576), (64, 1), (2880, 5760)]   # (in, out): some not divisible
+cdiv = lambda a, b: -(-a // b)   # noqa: E731
+
+
+def stored(tensors) -> int:
+    """Bytes of a list of (shape, bytes per element)."""
+    return sum(math.prod(shape) * size for shape, size in tensors)
+
+
+# --- one matrix, format by format ---------------------------------------------------------------------
+
+def _fp8_linear(fan_in, fan_out, block, scale_fmt="float"):
+    import torch
+    from transformers.integrations.finegrained_fp8 import FP8Linear
+
+    with torch.device("meta"):
+        module = FP8Linear(fan_in, fan_out, block_size=block, scale_fmt=scale_fmt)
+    return sum(p.numel() * p.element_size() for name, p in module.named_parameters() if name != "bias")
+
+
+@pytest.mark.parametrize("fan_in, fan_out", SHAPES)
+def test_fp8_formats_store_what_transformers_fp8linear_holds(fan_in, fan_out):
+    pytest.importorskip("transformers")
+    assert weights.parse("fp8-block128").bytes(fan_in, fan_out) == _fp8_linear(fan_in, fan_out, (128, 128))
+    assert weights.parse("fp8-block64x128").bytes(fan_in, fan_out) == _fp8_linear(fan_in, fan_out, (64, 128))
+    assert weights.parse("fp8-tensor").bytes(fan_in, fan_out) == _fp8_linear(fan_in, fan_out, None)
+    assert weights.parse("fp8-block128-ue8m0").bytes(fan_in, fan_out) == \
+        _fp8_linear(fan_in, fan_out, (128, 128), "ue8m0")
+
+
+@pytest.mark.parametrize("fan_in, fan_out", [(64, 8), (2880, 16), (96, 3)])
+def test_mxfp4_blocks_and_scales_dequantize_to_the_matrix(fan_in, fan_out):
+    """gpt-oss's checkpoint: ``*_blocks`` uint8 [E, out, in/32, 16] and ``*_scales`` uint8 [E, out, in/32];
+    transformers turns them back into the [E, in, out] matrix, so this layout is the matrix's."""
+    torch = pytest.importorskip("torch")
+    from transformers.integrations.mxfp4 import _convert_moe_packed_tensors
+
+    blocks = torch.zeros(1, fan_out, fan_in // 32, 16, dtype=torch.uint8)
+    scales = torch.full((1, fan_out, fan_in // 32), 127, dtype=torch.uint8)
+    assert _convert_moe_packed_tensors(blocks, scales).shape == (1, fan_in, fan_out)
+    assert weights.parse("mxfp4").bytes(fan_in, fan_out) == blocks.numel() + scales.numel()
+
+
+@pytest.mark.parametrize("fan_in, fan_out", SHAPES)
+def test_the_other_checkpoint_formats_store_their_tensors(fan_in, fan_out):
+    i, o = fan_in, fan_out
+    # ModelOpt NVFP4: weight uint8 [out, in/2], weight_scale e4m3 [out, in/16], weight_scale_2 and input_scale fp32
+    nvfp4 = [((o, cdiv(i, 2)), 1), ((o, cdiv(i, 16)), 1), ((), 4), ((), 4)]
+    assert weights.parse("nvfp4").bytes(i, o) == stored(nvfp4)
+    for bits in (4, 8):
+        pack = 32 // bits
+        for g in (32, 128):
+            groups = cdiv(i, g)
+            # GPTQ: qweight int32 [in/pack, out], qzeros int32 [groups, out/pack], scales fp16 [groups, out], g_idx int32 [in]
+            gptq = [((cdiv(i, pack), o), 4), ((groups, cdiv(o, pack)), 4), ((groups, o), 2), ((i,), 4)]
+            assert weights.parse(f"gptq-int{bits}-g{g}").bytes(i, o) == stored(gptq)
+            # compressed-tensors pack-quantized: weight_packed int32 [out, in/pack], weight_scale bf16 [out, groups],
+            # weight_shape int64 [2]; asymmetric: weight_zero_point int32 [out/pack, groups]
+            ct = [((o, cdiv(i, pack)), 4), ((o, groups), 2), ((2,), 8)]
+            assert weights.parse(f"ct-int{bits}-g{g}").bytes(i, o) == stored(ct)
+            assert weights.parse(f"ct-int{bits}-g{g}-asym").bytes(i, o) == stored(ct + [((cdiv(o, pack), groups), 4)])
+        gptq_channel = [((cdiv(i, pack), o), 4), ((1, cdiv(o, pack)), 4), ((1, o), 2), ((i,), 4)]
+        assert weights.parse(f"gptq-int{bits}-gchannel").bytes(i, o) == stored(gptq_channel)
+    # AWQ (gemm): qweight int32 [in, out/8], qzeros int32 [in/g, out/8], scales fp16 [in/g, out]
+    awq = [((i, cdiv(o, 8)), 4), ((cdiv(i, 128), cdiv(o, 8)), 4), ((cdiv(i, 128), o), 2)]
+    assert weights.parse("awq-int4-g128").bytes(i, o) == stored(awq)
+
+
+def test_the_generic_dtypes_keep_their_rates():
+    assert weights.parse("bf16").bytes(300, 200) == 300 * 200 * 2
+    assert weights.parse("fp8").bytes(300, 200) == 300 * 200
+    assert weights.parse("int4").bytes(256, 128, group_size=64) == 256 * 128 * (4 + 16 / 64) / 8
+
+
+@pytest.mark.parametrize("name", ["fp7", "fp8-block0", "gptq-int3-g128", "gptq-int4-g0", "awq-int4-g0", "nvfp4x", "",
+                                  "BF16", "fp8-block128x0", "ct-int4-g" + "9" * 30, None, 4])
+def test_a_bad_format_name_is_one_error(name):
+    with pytest.raises(CostcalcError, match="weight format"):
+        weights.parse(name)
+
+
+def _kinds():
+    from costcalc.blocks import parse
+
+    keys = {g.arch for spec in presets.load_all() for g in spec.groups}
+    keys |= {"mla.moe", "mla_q.moe_shared_gate", "gqa.moe_plain_shared", "gqa+mamba2.dense", "kda.moe_shared",
+             "mamba1.none", "shortconv.dense", "lightning.moe", "gqa-gated.moe_shared_gate", "none.moe",
+             "gqa-keqv.moe_shared", "window-dv.moe", "gqa-hgated.dense", "swa.moe_shared", "hca.moe", "csa.moe_shared"}
+    keys |= {spec.mtp.block.key for spec in presets.load_all() if spec.mtp is not None}   # mtp:<block>
+    return [parse(k) for k in sorted(keys)]
+
+
+def test_a_block_names_its_matrices_as_the_core_builds_them():
+    from costcalc.core.linear import block
+
+    for kind in _kinds():
+        assert kind.matrices() == tuple(p.name for p in block(kind.with_form("naive")) if p.weight), kind.key
+
+
+# --- whole models: shrunken configs built by transformers ----------------------------------------------
+
+SMALL_V3 = {"model_type": "deepseek_v3", "hidden_size": 320, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "intermediate_size": 700, "moe_intermediate_size": 200, "n_routed_experts": 4,
+            "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "q_lora_rank": 192,
+            "kv_lora_rank": 160, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 96, "vocab_size": 1000,
+            "n_group": 1, "topk_group": 1, "tie_word_embeddings": False,
+            "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                    "weight_block_size": [128, 128]}}
+SMALL_OSS = {"model_type": "gpt_oss", "hidden_size": 320, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 192, "num_local_experts": 4,
+             "num_experts_per_tok": 2, "vocab_size": 1000, "sliding_window": 16, "tie_word_embeddings": False,
+             "layer_types": ["sliding_attention", "full_attention"],
+             "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+                 "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+
+
+def _meta_model(config):
+    from hf_models import build
+
+    return build({k: v for k, v in config.items() if k != "quantization_config"}, experts=False)[0]
+
+
+def _checkpoint_bytes(model, rule) -> int:
+    """Every matrix parameter of the model, stored by ``rule(name, shape)`` -> bytes (None: not a matrix)."""
+    total = 0
+    for name, p in model.named_parameters():
+        got = rule(name, tuple(p.shape))
+        total += got or 0
+    return total
+
+
+def _fp8_block(fan_in, fan_out):
+    return fan_in * fan_out + cdiv(fan_out, 128) * cdiv(fan_in, 128) * 4
+
+
+def _deepseek_fp8_rule(name, shape):
+    """DeepSeek-V3's fp8 checkpoint: every linear in e4m3 with its fp32 128x128 scales; the router
+    (``mlp.gate``), the embedding and the LM head in bf16; experts stored one matrix each (gate and up apart)."""
+    if len(shape) < 2 or "norm" in name:
+        return None
+    if name.endswith(("mlp.gate.weight", "embed_tokens.weight", "lm_head.weight")):
+        return math.prod(shape) * 2
+    if name.endswith("experts.gate_up_proj"):             # [E, 2I, H]: gate [I, H] and up [I, H] per expert
+        e, two_i, h = shape
+        return e * 2 * _fp8_block(h, two_i // 2)
+    if name.endswith("experts.down_proj"):                # [E, H, I]
+        e, h, i = shape
+        return e * _fp8_block(i, h)
+    fan_out, fan_in = shape
+    return _fp8_block(fan_in, fan_out)
+
+
+def _mxfp4(fan_in, fan_out):
+    return fan_out * cdiv(fan_in, 32) * 16 + fan_out * cdiv(fan_in, 32)
+
+
+def _gpt_oss_rule(name, shape):
+    """gpt-oss's checkpoint: experts in MXFP4 blocks and scales; attention, router, embedding and LM head bf16."""
+    if len(shape) < 2 or "norm" in name or name.endswith(("bias", "sinks")):
+        return None
+    if name.endswith("experts.gate_up_proj"):             # [E, H, 2I] (in, out)
+        e, h, two_i = shape
+        return e * _mxfp4(h, two_i)
+    if name.endswith("experts.down_proj"):                # [E, I, H]
+        e, i, h = shape
+        return e * _mxfp4(i, h)
+    return math.prod(shape) * 2
+
+
+@pytest.mark.parametrize("config, rule", [(SMALL_V3, _deepseek_fp8_rule), (SMALL_OSS, _gpt_oss_rule)],
+                         ids=["deepseek_v3-fp8", "gpt_oss-mxfp4"])
+def test_a_shrunken_quantized_model_holds_its_checkpoint_bytes(config, rule, tmp_path):
+    pytest.importorskip("transformers")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = hf.load(path, "small")
+    expected = _checkpoint_bytes(_meta_model(config), rule)
+    h200 = Machine(devices.load("h200"))
+    row = memory.fit(Query(spec, "decode", memory.SERVING, Precision(), h200), 1, 16)
+    assert row["weight_bytes_resident"] == expected
+    assert row["weight_dtype_source"] == "quantization_config"
+
+
+def _decode_weight_bytes(spec, mla="auto"):
+    from costcalc import calc
+
+    precision = Precision(routing="worst")            # every expert read: the whole model but its embedding
+    row = calc.rows(calc.table(spec, "decode", mla=mla, precision=precision, batch=[64], context=[100]))[0]
+    return row["weight_bytes"]
+
+
+@pytest.mark.parametrize("mla", ["naive", "absorbed"])
+def test_a_decode_step_that_touches_every_expert_reads_every_matrix_in_its_format(mla):
+    """Absorbed MLA reads kv_b_proj as two slices: in kv_b_proj's format they add up to its bytes."""
+    spec = presets.load("deepseek-v3")
+    plan = Precision().weights(spec)
+    rows, width, fmt = plan.embedding
+    assert _decode_weight_bytes(spec, mla) == plan.resident() - fmt.bytes(width, rows)
+
+
+# --- whole models: the real configs, by arithmetic on their fields -------------------------------------
+
+def _deepseek_v3_checkpoint(c: dict) -> int:
+    d, h, V = c["hidden_size"], c["num_attention_heads"], c["vocab_size"]
+    nope, rope, v, r_q, r_kv = (c[k] for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank",
+                                                "kv_lora_rank"))
+    attention = (_fp8_block(d, r_q) + _fp8_block(r_q, h * (nope + rope)) + _fp8_block(d, r_kv + rope)
+                 + _fp8_block(r_kv, h * (nope + v)) + _fp8_block(h * v, d))
+    swiglu = lambda width: 2 * _fp8_block(d, width) + _fp8_block(width, d)   # noqa: E731
+    dense = c["first_k_dense_replace"]
+    moe = c["num_hidden_layers"] - dense
+    E, m_e = c["n_routed_experts"], c["moe_intermediate_size"]
+    router = E * d * 2
+    blocks = (dense * (attention + swiglu(c["intermediate_size"]))
+              + moe * (attention + router + E * swiglu(m_e) + swiglu(c["n_shared_experts"] * m_e)))
+    return blocks + 2 * V * d * 2      # the embedding and the untied LM head, bf16
+
+
+def _gpt_oss_checkpoint(c: dict) -> int:
+    d, V, E, m = c["hidden_size"], c["vocab_size"], c["num_local_experts"], c["intermediate_size"]
+    q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    attention = (d * q + 2 * d * kv + q * d) * 2
+    layer = attention + E * d * 2 + E * (_mxfp4(d, 2 * m) + _mxfp4(m, d))
+    return c["num_hidden_layers"] * layer + 2 * V * d * 2
+
+
+@pytest.mark.parametrize("name, checkpoint", [("deepseek-v3", _deepseek_v3_checkpoint),
+                                              ("gpt-oss-20b", _gpt_oss_checkpoint),
+                                              ("gpt-oss-120b", _gpt_oss_checkpoint)])
+def test_a_real_quantized_config_holds_its_checkpoint_bytes(name, checkpoint):
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    for spec in (hf.load(CONFIGS / f"{name}.json", name), presets.load(name)):
+        row = memory.fit(Query(spec, "decode", memory.SERVING, Precision(), Machine(devices.load("h200"))), 1, 1)
+        assert row["weight_bytes_resident"] == checkpoint(config), spec.name
+
+
+# --- precedence, labels and the import's rules ---------------------------------------------------------
+
+def _memory_row(capsys, *extra):
+    code, out, err = run(capsys, "memory", "-p", "deepseek-v3", "--batch", "1", "--context", "2k", "--device", "h200",
+                         "-f", "json", *extra)
+    assert code == 0, err
+    return json.loads(out)[0]
+
+
+def test_deepseek_v3_answers_in_its_shipped_fp8_and_says_so(capsys):
+    row = _memory_row(capsys)
+    assert row["weight_dtype"] == "fp8-block128; bf16: router lm_head embedding"
+    assert row["weight_dtype_source"] == "preset"
+    assert row["devices_needed"] == 6                    # 11 in bf16
+    bf16 = _memory_row(capsys, "--weight-dtype", "bf16")
+    assert (bf16["weight_dtype"], bf16["weight_dtype_source"], bf16["devices_needed"]) == ("bf16", "--weight-dtype", 11)
+
+
+def test_an_unquantized_model_is_bf16_by_default():
+    row = memory.fit(Query(presets.load("llama-3.1-8b"), "decode", memory.SERVING, Precision(),
+                           Machine(devices.load("h100"))), 1, 1)
+    assert (row["weight_dtype"], row["weight_dtype_source"]) == ("bf16", "default")
+
+
+def test_the_override_applies_to_every_module():
+    spec = presets.load("gpt-oss-20b")
+    plan = Precision("fp8-block128").weights(spec)
+    formats = {fmt.name for group in plan.groups for *_, fmt in group.values()}
+    assert formats == {"fp8-block128"} and plan.once["lm_head"][2].name == plan.embedding[2].name == "fp8-block128"
+
+
+def _llama(quantization: dict) -> dict:
+    return {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": False,
+            "quantization_config": quantization}
+
+
+def _import(config):
+    return hf.to_preset(config, "q").get("dtypes")
+
+
+def test_each_method_maps_to_its_format_and_its_modules():
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": True}
+    assert _import(_llama(gptq)) == {"default": "gptq-int4-g128", "lm_head": "bf16", "embedding": "bf16"}
+    assert _import(_llama({**gptq, "lm_head": True})) == {"default": "gptq-int4-g128", "embedding": "bf16"}
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": True, "version": "gemm"}
+    assert _import(_llama(awq)) == {"default": "awq-int4-g64", "lm_head": "bf16", "embedding": "bf16"}
+    nvfp4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+             "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}
+    assert _import(_llama(nvfp4)) == {"default": "bf16", "gate_proj": "nvfp4", "up_proj": "nvfp4",
+                                      "down_proj": "nvfp4"}
+    ct = {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head", "re:.*self_attn.*"],
+          "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None, "weights": {
+              "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32,
+              "dynamic": False}}}}
+    assert _import(_llama(ct)) == {"default": "bf16", "gate_proj": "ct-int4-g32", "up_proj": "ct-int4-g32",
+                                   "down_proj": "ct-int4-g32"}
+
+
+@pytest.mark.parametrize("quantization, message", [
+    ({"quant_method": "bitsandbytes"}, "quant_method 'bitsandbytes' is not a weight format"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128], "surprise": 1}, "key 'surprise' is not understood"),
+    ({"quant_method": "fp8", "modules_to_not_convert": ["model.layers.0.mlp"]}, "in some layers or experts only"),
+    ({"quant_method": "fp8", "modules_to_not_convert": ["model.decoder.fc9"]}, "names no module costcalc counts"),
+    ({"quant_method": "fp8", "activation_scheme": "static"}, "activation_scheme 'static'"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "only NVFP4 is read"),
+])
+def test_what_cannot_be_mapped_is_refused_by_name(quantization, message):
+    with pytest.raises(CostcalcError, match=message):
+        _import(_llama(quantization))
+
+
+def test_a_dtypes_key_that_names_no_module_is_an_error():
+    spec = presets.load("llama-3.1-8b").to_dict()
+    spec["dtypes"] = {"experts": "mxfp4"}
+    from costcalc.spec import from_dict
+
+    with pytest.raises(CostcalcError, match="'experts', which is no module of this model"):
+        Precision().weights(from_dict(spec, "preset file 'x'"))

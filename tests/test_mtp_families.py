@@ -195,3 +195,27 @@ def test_deepseek_v4_has_no_mtp_module_and_refuses_the_draft(capsys, name):
     assert presets.load(name).mtp is None
     code, out, err = run(capsys, "decode", "-p", name, "--context", "4k", "--draft", "mtp")
     assert code == 2 and one_error(err, "no multi-token-prediction layers")
+
+
+@pytest.mark.slow
+def test_step_37_mtp_against_the_mtp_model_transformers_builds():
+    """5.23 builds Step-3.7's MTP layers only for generate(use_mtp=True): MtpModel from get_mtp_config().
+    Its eh_proj, K/V and MLP matrices are the engines'; its sliding MTP layers get num_attention_heads
+    (64) query heads where vLLM and SGLang, which load the checkpoint, build attention_other_setting's 96
+    (docs/hf-import.md): q_proj, o_proj and g_proj are checked with 5.23's heads here."""
+    torch = pytest.importorskip("torch")
+    from transformers.modeling_layers import MtpModel
+    from transformers.models.step3p7.configuration_step3p7 import Step3p7Config
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7ForConditionalGeneration
+
+    c = config("step-3.7-flash")
+    t = c["text_config"]
+    built = Step3p7Config(**{**c, "vision_config": {}})
+    with torch.device("meta"):
+        mtp = MtpModel(Step3p7ForConditionalGeneration(built), t["num_nextn_predict_layers"])
+    for i, layer in enumerate(mtp.layers):
+        got = {name.rsplit(".", 2)[-2]: tuple(p.shape) for name, p in layer.named_parameters() if p.ndim == 2}
+        ours = step3p5_module(t, t["num_hidden_layers"] + i)
+        h, dh, d = t["num_attention_heads"], t["head_dim"], t["hidden_size"]
+        assert got == {**ours, "q_proj": (h * dh, d), "o_proj": (d, h * dh), "g_proj": (h, d)}
+        assert ours["q_proj"] != got["q_proj"]          # the one difference: 96 query heads against 64

@@ -149,9 +149,12 @@ class ModelSpec:
             out["state_dtype"] = self.state_dtype
         if self.mtp is not None:
             last = self.groups[-1]
-            own = {k: v for k, v in self.mtp.sizes.items() if k not in MODEL_KEYS and last.sizes.get(k) != v}
             arch = self.mtp.block.key.removeprefix("mtp:")
-            out["mtp"] = {"count": self.mtp.count, **({"arch": arch} if arch != last.arch or own else {}), **own}
+            if arch == last.arch and dict(self.mtp.sizes) == dict(last.sizes):
+                out["mtp"] = {"count": self.mtp.count}
+            else:   # its own block: its sizes come from the top level unless given (``_mtp``)
+                own = {k: v for k, v in self.mtp.sizes.items() if k not in MODEL_KEYS and self.sizes.get(k) != v}
+                out["mtp"] = {"count": self.mtp.count, "arch": arch, **own}
         if self.dtypes:
             out["dtypes"] = dict(self.dtypes)
         if self.source:

@@ -153,3 +153,6 @@ def test_step3p7_rewritten_by_transformers_reads_the_same():
     written = hf_models.rewrite(original)
     assert "per_layer_config" in written["text_config"] and "attention_other_setting" not in written["text_config"]
     assert hf.to_preset(written, "x")["layers"] == hf.to_preset(original, "x")["layers"]
+    # its mtp_layer_types / mtp_mlp_layer_types and num_sliding_attention_heads give the same MTP module
+    assert "mtp_layer_types" in written["text_config"]
+    assert hf.to_preset(written, "x")["mtp"] == hf.to_preset(original, "x")["mtp"]

@@ -20,7 +20,7 @@ from ..blocks import parse
 from ..errors import CostcalcError, quote
 from ..spec import MAX_GROUPS, ModelSpec, check_name, from_dict
 from . import quant
-from .families import MAPPERS, STATE_DTYPES
+from .families import MAPPERS, MTP_LAYERS, STATE_DTYPES
 from .reader import Layer, Reader
 from .tables import SUBTABLES, TABLES
 
@@ -111,8 +111,9 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
     if family in STATE_DTYPES and any(parse(layer["arch"]).mixer for layer in layers):
         preset["state_dtype"] = STATE_DTYPES[family]     # what transformers keeps the recurrent state in
     mtp = _mtp(reader, family, layers)
-    if mtp is not None:   # the last layer's kind: the last group's (the spec's default), or named
-        preset["mtp"] = {"count": mtp["count"]} if groups[-1] == {**layers[-1], "count": groups[-1]["count"]} else mtp
+    if mtp is not None:   # the last group's kind (the spec's default), or named with its sizes
+        last = {k: v for k, v in groups[-1].items() if k != "count"}
+        preset["mtp"] = {"count": mtp["count"]} if last == {k: v for k, v in mtp.items() if k != "count"} else mtp
     if dtypes:
         preset["dtypes"] = dtypes                        # the formats its checkpoint stores
     preset["source"] = {"model_type": family} if origin is None else {"config": origin, "model_type": family}
@@ -124,11 +125,15 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
 # them apart and runs them only as a decode step's draft (``--draft mtp``). Absent: none.
 MTP_KEYS = {family: "num_nextn_predict_layers" for family in ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa")}
 MTP_KEYS.update({family: "mtp_num_hidden_layers" for family in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")})
+# MiMo-7B's remote code (MiMoMTPLayers), MiMo-V2-Flash's and Step-3.5/3.7's serving code (vLLM, SGLang): 5.23
+# builds none of them in the causal LM either; each module's block is the family's ``MTP_LAYERS`` rule.
+MTP_KEYS.update({family: "num_nextn_predict_layers" for family in ("mimo", "mimo_v2_flash", "step3p5")})
 
 
 def _mtp(reader: Reader, family: str, layers: list[Layer]) -> dict[str, Any] | None:
     """The ``mtp`` field of a family whose config counts MTP layers: that many modules, each
-    (eh_proj, or Qwen's fc, and) a decoder block of the model's last layer's kind and sizes."""
+    (eh_proj, or Qwen's fc, MiMo's input_proj, and) a decoder block of the model's last layer's kind and
+    sizes, or of the kind the family's ``MTP_LAYERS`` rule reads (MiMo-V2-Flash, Step-3.5/3.7, MiMo)."""
     key = MTP_KEYS.get(family)
     count = reader.count(key, 0) if key is not None else 0
     if count == 0:
@@ -136,7 +141,7 @@ def _mtp(reader: Reader, family: str, layers: list[Layer]) -> dict[str, Any] | N
     if key == "mtp_num_hidden_layers" and count > 1:
         raise reader.error(f"field {quote(key)} is {count}: one MTP module of {count} decoder layers behind one fc "
                            f"projection is not modelled (costcalc's MTP modules are one layer each, DeepSeek's)")
-    return {"count": count, **layers[-1]}
+    return {"count": count, **(MTP_LAYERS[family](reader, layers) if family in MTP_LAYERS else layers[-1])}
 
 
 def _reader(config: dict, family: str, where: str) -> Reader:

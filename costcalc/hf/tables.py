@@ -104,12 +104,13 @@ TABLES = {
     # MiMo-7B's remote code (XiaomiMiMo, modeling_mimo.py): MiMoConfig(Qwen2Config) adds
     # num_nextn_predict_layers; the decoder is Qwen2's (Qwen2Model), the MTP layers apart from it.
     "mimo": family(
-        used=DENSE + " " + _QWEN_WINDOWS, ignored=BASE + " num_nextn_predict_layers", extra_used="head_dim",
+        used=DENSE + " " + _QWEN_WINDOWS + " num_nextn_predict_layers", ignored=BASE, extra_used="head_dim",
         extra_ignored="attention_bias", head_dim=HEAD_DIM_READ,
         max_window_layers="older configs: layers i >= it are windowed when use_sliding_window",
         use_sliding_window="older configs: windows on (layer_types must agree)",
-        num_nextn_predict_layers="MTP layers (MiMoMTPLayers: input_proj 2d -> d and one Qwen2 layer each), built "
-                                 "beside the decoder and not run by its forward: not part of the decoder costed",
+        num_nextn_predict_layers="MTP layers (MiMoMTPLayers: input_proj 2d -> d and one Qwen2 layer of layer 0's "
+                                 "kind each), not run by the decoder's forward: counted apart (mtp_params) and run "
+                                 "by --draft mtp",
         attention_bias="q/k/v biases (Qwen2's attention always has them; the key is not read): not counted"),
     "qwen3": family(
         used=DENSE + " head_dim " + _QWEN_WINDOWS, ignored=BASE + " attention_bias",
@@ -947,10 +948,9 @@ TABLES.update({
         ignored=BASE + " attention_bias attention_value_scale n_group norm_topk_prob output_router_logits "
                        "routed_scaling_factor topk_group",
         extra_used="sliding_window_size swa_num_attention_heads swa_num_key_value_heads swa_head_dim swa_v_head_dim "
-                   "hybrid_layer_pattern moe_layer_freq n_shared_experts hybrid_block_size",
+                   "hybrid_layer_pattern moe_layer_freq n_shared_experts hybrid_block_size num_nextn_predict_layers",
         extra_ignored="add_swa_attention_sink_bias add_full_attention_sink_bias swa_rope_theta layernorm_epsilon "
-                      "scoring_func topk_method attention_chunk_size mlp_bias use_qk_norm hidden_dropout "
-                      "num_nextn_predict_layers",
+                      "scoring_func topk_method attention_chunk_size mlp_bias use_qk_norm hidden_dropout",
         aliases={"num_local_experts": "n_routed_experts"},
         num_attention_heads="h_q on every layer", num_key_value_heads="h_kv of the full layers (twice it on the "
                                                                       "sliding ones: 5.23 doubles it there)",
@@ -978,8 +978,10 @@ TABLES.update({
         scoring_func="routing score (sigmoid): elementwise", topk_method="routing selection: no matmul",
         attention_chunk_size="not read by 5.23's modelling code", mlp_bias="MLP biases: not counted",
         use_qk_norm="not read (5.23 builds no QK norm): a norm is not a matmul anyway",
-        num_nextn_predict_layers="multi-token prediction: not built by the causal LM (5.23 drops the checkpoint's "
-                                 "model.mtp layers on load)"),
+        num_nextn_predict_layers="MTP modules (model.mtp, which 5.23 drops on load), as vLLM's and SGLang's "
+                                 "MiMoV2FlashMTPBlock build them: eh_proj 2d -> d, a sliding layer of the swa_* "
+                                 "sizes with a dense SwiGLU of intermediate_size; counted apart (mtp_params) and "
+                                 "run by --draft mtp"),
 })
 # Step-3.7-Flash (step3p7): a multimodal wrapper whose text decoder is step3p5 (Step3p7TextConfig's
 # model_type), GQA with a per-head output gate on every layer (hf/families/heads.py).
@@ -988,9 +990,9 @@ TABLES.update({
         used="hidden_size intermediate_size num_attention_heads num_hidden_layers num_key_value_heads "
              "tie_word_embeddings vocab_size head_dim sliding_window layer_types mlp_layer_types moe_intermediate_size "
              "n_routed_experts num_experts_per_tok share_expert_dim num_sliding_attention_heads per_layer_config "
-             "num_nextn_predict_layers",
+             "num_nextn_predict_layers mtp_layer_types mtp_mlp_layer_types",
         ignored=BASE + " attention_bias mlp_bias moe_router_scaling_factor output_router_logits query_pre_attn_scalar "
-                       "swiglu_limits swiglu_limits_shared mtp_layer_types mtp_mlp_layer_types",
+                       "swiglu_limits swiglu_limits_shared",
         extra_used="attention_other_setting moe_layers_enum moe_layer_freq use_head_wise_attn_gate gating att_impl_type "
                    "use_bidirectional_attention sparse_attention_config use_moe",
         extra_ignored="moe_layer_offset moe_every_n_layer moe_router_activation use_moe_router_bias need_fp32_gate "
@@ -1008,12 +1010,15 @@ TABLES.update({
         moe_intermediate_size="m_e", n_routed_experts="E", share_expert_dim="m_s of the one shared expert",
         num_sliding_attention_heads="h_q of the sliding layers (absent: attention_other_setting's)",
         per_layer_config="per-layer num_attention_heads (5.23 writes the sliding layers' here): read, nothing else",
-        num_nextn_predict_layers="MTP layers: not built by the decoder (their trailing layer_types entries dropped)",
+        num_nextn_predict_layers="MTP modules (not built by the decoder; their trailing per-layer entries dropped): "
+                                 "eh_proj 2d -> d and a Step-3.5 layer each, as vLLM's and SGLang's Step3p5MTP "
+                                 "build them; counted apart (mtp_params) and run by --draft mtp",
         moe_router_scaling_factor="routing weights: elementwise", query_pre_attn_scalar="score scale",
         swiglu_limits="clamps of the experts' activations: elementwise",
         swiglu_limits_shared="clamps of the shared expert's activations: elementwise",
-        mtp_layer_types="the MTP layers' kinds: not built by the decoder",
-        mtp_mlp_layer_types="the MTP layers' FFN kinds: not built by the decoder",
+        mtp_layer_types="the MTP layers' attention kinds (absent: layer_types' trailing entries, else full)",
+        mtp_mlp_layer_types="the MTP layers' FFN kinds (absent: mlp_layer_types' trailing entries, else "
+                            "moe_layers_enum over the padded range)",
         attention_other_setting="the sliding layers' settings: num_attention_heads read (5.23 reads nothing "
                                 "else: num_attention_groups and head_dim must equal the global ones)",
         moe_layers_enum="absent mlp_layer_types: the MoE layers' indices (a list or a comma-separated string)",
@@ -1108,7 +1113,9 @@ TABLES["deepseek_v4"] = family(
     n_shared_experts="not read: 5.23 builds one shared SwiGLU of moe_intermediate_size",
     compress_rope_theta="RoPE base of the compressed layers: elementwise", hc_eps="Sinkhorn floor: elementwise",
     hc_sinkhorn_iters="Sinkhorn iterations of the comb weights: elementwise",
-    num_nextn_predict_layers="multi-token prediction: not built by 5.23's causal LM",
+    num_nextn_predict_layers="multi-token prediction, not built by 5.23's causal LM (which drops mtp.*): "
+                             "e_proj and h_proj over the hyper-connection streams and an own hc_head, not "
+                             "costcalc's eh_proj module (docs/hf-import.md, 'MTP layers')",
     partial_rotary_factor="RoPE fraction: elementwise", qk_rope_head_dim="RoPE width (legacy, read as "
                                                                          "partial_rotary_factor): elementwise",
     rope_theta="RoPE base of the sliding layers: elementwise", scoring_func="routing score: elementwise",

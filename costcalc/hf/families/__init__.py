@@ -23,4 +23,6 @@ _MODULES = (dense, windows, moe, linear, conv, ssm, sparse, heads, gemma4, nas, 
 MAPPERS: dict[str, Mapper] = {family: mapper for module in _MODULES for family, mapper in module.MAPPERS.items()}
 assert len(MAPPERS) == sum(len(m.MAPPERS) for m in _MODULES), "a family mapped twice"
 # The dtype a family's mixers keep their recurrent state in, where it is not the model's (preset ``state_dtype``).
+# The decoder block of a family's MTP module where it is not the model's last layer's (hf.MTP_KEYS).
+MTP_LAYERS = {**heads.MTP_LAYERS, **windows.MTP_LAYERS}
 STATE_DTYPES: dict[str, str] = {**linear.STATE_DTYPE, **conv.STATE_DTYPES, **ssm.STATE_DTYPES}

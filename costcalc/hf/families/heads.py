@@ -61,17 +61,29 @@ def _mimo_v2_flash(r: Reader) -> list[Layer]:
     r.same("hybrid_block_size", None, "transformers 5.23 does not read it (only null is what it builds)")
     if SLIDING in types:
         window = r.int("sliding_window_size") + 1 if r.has("sliding_window_size") else r.need("sliding_window")
+    return [_mimo_v2_flash_layer(r, kind, ffn, window if kind == SLIDING else 0) for kind, ffn in zip(types, mlp)]
+
+
+def _mimo_v2_flash_layer(r: Reader, kind: str, ffn: str, window: int) -> Layer:
+    """One MiMo-V2-Flash layer: full or sliding (twice the KV heads, a window of W) GQA, dense or MoE."""
+    h_q, h_kv = r.need("num_attention_heads"), r.need("num_key_value_heads")
+    d_h, d_v = r.need("head_dim"), r.need("v_head_dim")
     dv = "-dv" if d_v != d_h else ""
-    out = []
-    for kind, ffn in zip(types, mlp):
-        attn = {"h_q": h_q, "h_kv": h_kv, "d_h": d_h, **({"d_v": d_v} if dv else {})}
-        if kind == SLIDING:
-            attn.update(h_kv=2 * h_kv, W=window)
-        sizes = ({"E": r.need("n_routed_experts"), "k": r.need("num_experts_per_tok"),
-                  "m_e": r.need("moe_intermediate_size")} if ffn == "sparse" else {"m": r.need("intermediate_size")})
-        arch = ("window" if kind == SLIDING else "gqa") + dv + (".moe" if ffn == "sparse" else ".dense")
-        out.append({"arch": arch, **attn, **sizes})
-    return out
+    attn = {"h_q": h_q, "h_kv": h_kv, "d_h": d_h, **({"d_v": d_v} if dv else {})}
+    if kind == SLIDING:
+        attn.update(h_kv=2 * h_kv, W=window)
+    sizes = ({"E": r.need("n_routed_experts"), "k": r.need("num_experts_per_tok"),
+              "m_e": r.need("moe_intermediate_size")} if ffn == "sparse" else {"m": r.need("intermediate_size")})
+    arch = ("window" if kind == SLIDING else "gqa") + dv + (".moe" if ffn == "sparse" else ".dense")
+    return {"arch": arch, **attn, **sizes}
+
+
+def _mimo_v2_flash_mtp(r: Reader, layers: list[Layer]) -> Layer:
+    """An MTP module's decoder block as the serving engines build it (vLLM's and SGLang's
+    ``MiMoV2FlashMTPBlock``): sliding-window attention of the swa_* sizes -- the sliding layers' --
+    and a dense SwiGLU of intermediate_size (never MoE); its eh_proj is the module's."""
+    window = r.int("sliding_window_size") + 1 if r.has("sliding_window_size") else r.need("sliding_window")
+    return _mimo_v2_flash_layer(r, SLIDING, "dense", window)
 
 
 def _trimmed(r: Reader, key: str, n: int, mtp: int) -> list | None:
@@ -105,6 +117,14 @@ def _step3p5_mlp(r: Reader, n: int, mtp: int) -> list[str]:
     return kinds
 
 
+def _sliding_heads(r: Reader) -> int:
+    """The sliding layers' query heads: num_sliding_attention_heads, else attention_other_setting's."""
+    if r.has("num_sliding_attention_heads"):
+        return r.int("num_sliding_attention_heads")
+    other = r.get("attention_other_setting") or {}
+    return other.get("num_attention_heads") or r.need("num_attention_heads")
+
+
 def _step3p5_heads(r: Reader, types: list[str]) -> list[int]:
     """Query heads per layer as 5.23 builds them: per_layer_config where written (its only override
     read), else num_sliding_attention_heads / attention_other_setting on the sliding layers."""
@@ -120,8 +140,7 @@ def _step3p5_heads(r: Reader, types: list[str]) -> list[int]:
         if other.get(key) is not None and other[key] != r.need(target):
             raise r.error(f"attention_other_setting.{key} is {quote(other[key])} but transformers 5.23 does not "
                           f"read it: its sliding layers have {target} {r.need(target)}")
-    sliding = r.int("num_sliding_attention_heads") if r.has("num_sliding_attention_heads") else \
-        other.get("num_attention_heads") or h_q
+    sliding = _sliding_heads(r)
     per_layer = r.get("per_layer_config")
     if per_layer is None:
         return [sliding if t == SLIDING else h_q for t in types]
@@ -167,19 +186,56 @@ def _step3p5(r: Reader) -> list[Layer]:
     if "sparse" in mlp:
         r.same("use_moe", True, "layers are MoE (mlp_layer_types / moe_layers_enum)")
     heads = _step3p5_heads(r, types)
-    base = {"h_kv": r.need("num_key_value_heads"), "d_h": r.need("head_dim")}
     if "head_dim" not in r.config or "num_key_value_heads" not in r.config:
         raise r.error("needs fields 'num_key_value_heads' and 'head_dim' (their class defaults are the example model's)")
-    window = {"W": r.need("sliding_window")} if SLIDING in types else {}
-    out = []
-    for kind, ffn, h_q in zip(types, mlp, heads):
-        attn = ("window" if kind == SLIDING else "gqa") + "-hgated"
-        sizes = ({"E": r.need("n_routed_experts"), "k": r.need("num_experts_per_tok"),
-                  "m_e": r.need("moe_intermediate_size"), "E_s": 1, "m_s": r.need("share_expert_dim")}
-                 if ffn == "sparse" else {"m": r.need("intermediate_size")})
-        out.append({"arch": attn + (".moe_shared" if ffn == "sparse" else ".dense"), "h_q": h_q, **base,
-                    **(window if kind == SLIDING else {}), **sizes})
-    return out
+    return [_step3p5_layer(r, kind, ffn, h_q) for kind, ffn, h_q in zip(types, mlp, heads)]
+
+
+def _step3p5_layer(r: Reader, kind: str, ffn: str, h_q: int) -> Layer:
+    """One Step-3.5/3.7 layer: gated GQA (full, or sliding with a window of W) and a dense SwiGLU or MoE."""
+    attn = ("window" if kind == SLIDING else "gqa") + "-hgated"
+    sizes = ({"E": r.need("n_routed_experts"), "k": r.need("num_experts_per_tok"),
+              "m_e": r.need("moe_intermediate_size"), "E_s": 1, "m_s": r.need("share_expert_dim")}
+             if ffn == "sparse" else {"m": r.need("intermediate_size")})
+    return {"arch": attn + (".moe_shared" if ffn == "sparse" else ".dense"), "h_q": h_q,
+            "h_kv": r.need("num_key_value_heads"), "d_h": r.need("head_dim"),
+            **({"W": r.need("sliding_window")} if kind == SLIDING else {}), **sizes}
+
+
+def _step3p5_mtp(r: Reader, layers: list[Layer]) -> Layer:
+    """An MTP module's decoder block as the serving engines build it (vLLM's and SGLang's
+    ``Step3p5DecoderLayer`` at index num_hidden_layers + i): its kind from ``mtp_layer_types``, else the
+    published layer_types' trailing entries, else full attention (5.23's ``__post_init__``); its FFN from
+    ``mtp_mlp_layer_types``, else mlp_layer_types' trailing entries, else moe_layers_enum over the padded
+    range (absent: dense); a sliding one has the sliding layers' query heads (attention_other_setting's).
+    Modules of different kinds are refused: costcalc's modules are one kind."""
+    n, mtp = r.layer_count(), r.count("num_nextn_predict_layers", 0)
+
+    def trailing(key: str, own: str) -> list | None:
+        value = r.get(own)
+        if value is None:
+            full = r.get(key)
+            value = full[n:] if isinstance(full, list) and len(full) == n + mtp else None
+        if value is not None and (not isinstance(value, list) or len(value) != mtp):
+            raise r.error(f"field {quote(own)} must list one entry per MTP layer (num_nextn_predict_layers, {mtp})")
+        return value
+
+    types = trailing("layer_types", "mtp_layer_types") or [FULL] * mtp
+    mlp = trailing("mlp_layer_types", "mtp_mlp_layer_types")
+    if mlp is None:
+        enum = r.get("moe_layers_enum")
+        items = (enum.split(",") if isinstance(enum, str) else enum) if enum is not None else []
+        moe = {int(i) for i in items if str(i).strip()}
+        mlp = ["sparse" if n + i in moe else "dense" for i in range(mtp)]
+    for kind, ffn in zip(types, mlp):
+        if kind not in (FULL, SLIDING) or ffn not in ("dense", "sparse"):
+            raise r.error(f"an MTP layer of kind {quote(kind)} / {quote(ffn)}: full_attention or sliding_attention, "
+                          f"dense or sparse")
+    if len(set(types)) > 1 or len(set(mlp)) > 1:
+        raise r.error(f"the MTP layers are of different kinds ({', '.join(f'{t}/{f}' for t, f in zip(types, mlp))}): "
+                      f"costcalc's MTP modules are all one block kind")
+    h_q = _sliding_heads(r) if types[0] == SLIDING else r.need("num_attention_heads")
+    return _step3p5_layer(r, types[0], mlp[0], h_q)
 
 
 M3_SPARSE = "minimax_m3_sparse"
@@ -220,3 +276,6 @@ MAPPERS: dict[str, Mapper] = {
     "step3p5": _step3p5,
     "minimax_m3_vl_text": _minimax_m3,
 }
+
+# The decoder block of a family's MTP module where it is not the last layer's (hf.MTP_KEYS).
+MTP_LAYERS = {"mimo_v2_flash": _mimo_v2_flash_mtp, "step3p5": _step3p5_mtp}

@@ -12,8 +12,9 @@
   else the first ``num_hash_layers``, default 3) take their experts from a token-id table but run the
   same router matmul for their weights: the same block.
 
-Not built, so not counted: the MTP layer (``num_nextn_predict_layers``) and DSpark's speculative
-module (``dspark_*``). ``quantization_config`` and ``expert_dtype`` (FP4 experts) say how weights are
+Not built, so not counted: the MTP layer (``num_nextn_predict_layers``: DeepSeek's ``MTPBlock`` adds
+``e_proj`` d -> d on the embedding and ``h_proj`` d -> d on each of the ``hc_mult`` streams, then its own
+``hc_head``, which costcalc's eh_proj module is not) and DSpark's speculative module (``dspark_*``). ``quantization_config`` and ``expert_dtype`` (FP4 experts) say how weights are
 stored, not the matmul shapes.
 """
 from __future__ import annotations

@@ -120,3 +120,13 @@ MAPPERS: dict[str, Mapper] = {
     "cohere2": _cohere2,
     "vaultgemma": _vaultgemma,
 }
+
+
+def _mimo_mtp(r: Reader, layers: list[Layer]) -> Layer:
+    """MiMo-7B's MTP module (remote ``MiMoMTPLayers``: input_proj 2d -> d, then ``Qwen2Attention(config,
+    layer_idx=0)`` and ``Qwen2MLP``): a decoder layer of layer 0's kind (windowed as layer 0 is)."""
+    return layers[0]
+
+
+# The decoder block of a family's MTP module where it is not the last layer's (hf.MTP_KEYS).
+MTP_LAYERS = {"mimo": _mimo_mtp}

@@ -350,6 +350,8 @@ SLOW_PRESETS = {
     "deepseek-v3.2", "glm-5",
     # frontier MoE families of issue #19 (full-width layers; Kimi's first layer dense, the others' 128-256 experts)
     "kimi-k2-instruct", "kimi-k2.5", "minimax-m2.5", "qwen3-coder-480b-a35b-instruct", "qwen3-vl-235b-a22b-instruct",
+    # GQA with values of their own width or per-head gates (full width: 25-30 s each here)
+    "mimo-v2-flash", "step-3.7-flash",
 }
 
 

@@ -20,6 +20,7 @@ import pytest
 from costcalc import calc, hf
 from costcalc.errors import CostcalcError
 from costcalc.spec import from_dict
+from hf_rules import refused  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 SPEC = from_dict(json.loads((DATA / "v4-tiny.json").read_text()), "v4-tiny")
@@ -110,13 +111,6 @@ def test_the_legacy_keys_and_the_default_schedule_read_as_transformers_reads_the
     built = CONFIG_MAPPING["deepseek_v4"](**{k: v for k, v in {**bare, "num_hidden_layers": 5}.items()
                                             if k != "model_type"})
     assert built.layer_types.count("compressed_sparse_attention") == 1
-
-
-def refused(config: dict, *fragments: str) -> None:
-    with pytest.raises(CostcalcError) as err:
-        hf.to_preset(config, "x")
-    message = str(err.value)
-    assert "\n" not in message and all(f in message for f in fragments), message
 
 
 def test_what_cannot_be_expressed_is_refused_in_one_line():

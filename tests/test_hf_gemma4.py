@@ -16,9 +16,8 @@ import json
 import pytest
 
 from costcalc import calc, hf
-from costcalc.errors import CostcalcError
 from costcalc.spec import from_dict
-from hf_rules import CONFIGS
+from hf_rules import CONFIGS, refused
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 BASE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96, vocab_size=128,
@@ -112,13 +111,6 @@ def test_the_per_layer_config_transformers_writes_reads_the_same():
         written = rewrite(original)
         assert "global_head_dim" not in written and written.get("per_layer_config")
         assert groups(written) == groups(original)
-
-
-def refused(config: dict, *fragments: str) -> None:
-    with pytest.raises(CostcalcError) as err:
-        hf.to_preset(config, "x")
-    message = str(err.value)
-    assert "\n" not in message and all(f in message for f in fragments), message
 
 
 def test_what_cannot_be_expressed_is_refused_in_one_line():

@@ -18,9 +18,8 @@ import json
 import pytest
 
 from costcalc import calc, hf
-from costcalc.errors import CostcalcError
 from costcalc.spec import from_dict
-from hf_rules import CONFIGS
+from hf_rules import CONFIGS, refused
 
 SUPER = "llama-3.3-nemotron-super-49b"
 
@@ -116,13 +115,6 @@ def test_small_blocks_map_to_attention_only_ffn_only_and_skipped_layers():
         (1, "none.dense", dict(d=64, V=100, m=256)),
         (1, "gqa.none", dict(d=64, V=100, h_q=8, h_kv=4, d_h=8))]
     assert calc.parameters(spec)["total_params"] == sum(r * c for _, r, c in decilm_shapes(SMALL))
-
-
-def refused(config: dict, *fragments: str) -> None:
-    with pytest.raises(CostcalcError) as err:
-        hf.to_preset(config, "x")
-    message = str(err.value)
-    assert "\n" not in message and all(f in message for f in fragments), message
 
 
 def block(i: int, part: str, **changes) -> dict:

@@ -21,8 +21,7 @@ import json
 import pytest
 
 from costcalc import hf
-from costcalc.errors import CostcalcError
-from hf_rules import CONFIGS
+from hf_rules import CONFIGS, refused
 
 
 
@@ -117,13 +116,6 @@ def test_the_class_default_of_three_dense_layers_and_the_rewritten_config_read_t
     for name in ("deepseek-v3.2", "glm-5"):
         original = json.loads((CONFIGS / f"{name}.json").read_text())
         assert groups(rewrite(original)) == groups(original), name
-
-
-def refused(config: dict, *fragments: str) -> None:
-    with pytest.raises(CostcalcError) as err:
-        hf.to_preset(config, "x")
-    message = str(err.value)
-    assert "\n" not in message and all(f in message for f in fragments), message
 
 
 def test_what_cannot_be_expressed_is_refused_in_one_line():

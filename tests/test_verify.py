@@ -352,6 +352,8 @@ SLOW_PRESETS = {
     "kimi-k2-instruct", "kimi-k2.5", "minimax-m2.5", "qwen3-coder-480b-a35b-instruct", "qwen3-vl-235b-a22b-instruct",
     # GQA with values of their own width or per-head gates (full width: 25-30 s each here)
     "mimo-v2-flash", "step-3.7-flash",
+    # MLA at its real width (the small MLA structures above hold the same code in the default run)
+    "deepseek-v2-lite",
 }
 
 

@@ -82,6 +82,9 @@ def _caches(query: Query) -> list[tuple[int, Fraction, Fraction, int]]:
     out = []
     rolling = query.options.window_cache == WindowCache.rolling
     kv = query.precision.bits("kv") / 8
+    indexed = any(g.block.indexed for g in query.spec.groups)
+    rate = {k: query.precision.bits("index" if indexed and k.startswith("indexer.") else "kv", query.spec) / 8
+            for k in PER_TOKEN + PER_ENTRY}
     for group, recipe in query.but(workload="decode").recipes("bytes"):
         present = [k for k in PER_TOKEN + tuple(PER_SEQUENCE) if recipe.name(k) in recipe.outputs]
         numbers = {**group.numbers(), "B": 1}
@@ -89,13 +92,13 @@ def _caches(query: Query) -> list[tuple[int, Fraction, Fraction, int]]:
         elements = {k: got[recipe.name(k)] for k in present}
         if group.block.v4:           # its own cache rolls: the window's keys, then the entries
             out.append((group.sizes["W"], elements["attention.kv_write"] * kv, Fraction(0), 1))
-            entry = [recipe.name(k) for k in PER_ENTRY if recipe.name(k) in recipe.outputs]
+            entry = [k for k in PER_ENTRY if recipe.name(k) in recipe.outputs]
             if entry:                # the step at position R_c completes the first entry
-                one = recipe.evaluate({**numbers, "T": group.sizes["R_c"] - 1}, entry)
-                out.append((0, sum(one.values()) * kv, Fraction(0), group.sizes["R_c"]))
+                one = recipe.evaluate({**numbers, "T": group.sizes["R_c"] - 1}, [recipe.name(k) for k in entry])
+                out.append((0, sum(one[recipe.name(k)] * rate[k] for k in entry), Fraction(0), group.sizes["R_c"]))
             continue
         keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
-        per_token = sum(elements.get(k, 0) for k in PER_TOKEN) * kv
+        per_token = sum(elements.get(k, 0) * rate[k] for k in PER_TOKEN)   # an indexer's keys in the index dtype
         state = sum(elements.get(k, 0) * query.precision.bits(kind, query.spec) / 8 for k, kind in PER_SEQUENCE.items())
         out.append((keep if rolling else 0, per_token, state, 1))
     return out
@@ -135,7 +138,8 @@ def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE
     held = weights + cache + states
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,
            **{k: v for k, v in precision.labels(spec).items() if k in ("weight_dtype", "weight_dtype_source")},
-           "kv_dtype": precision.kv.value, "reserve": reserve,
+           "kv_dtype": precision.kv.value,
+           **{k: v for k, v in precision.labels(spec).items() if k == "index_dtype"}, "reserve": reserve,
            "weight_bytes_resident": weights, "kv_cache_bytes": cache,
            **({"state_bytes": states} if spec.has_mixers else {}), "total_bytes": held,
            "device_bytes": device.mem_bytes, "usable_bytes": usable, "fits": held <= usable,

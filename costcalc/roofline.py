@@ -28,7 +28,7 @@ from .errors import CostcalcError, quote
 from .evaluate import Options, Query, positive
 from .spec import Group, ModelSpec
 from . import weights
-from .vocab import ONCE, TERMS, TRAFFIC, Dtype, Routing
+from .vocab import INDEX_SCALE_BITS, INDEX_SCALE_GROUP, ONCE, TERMS, TRAFFIC, Dtype, Routing
 from .weights import Format
 
 EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays below this many bits
@@ -133,7 +133,9 @@ def weight_plan(spec: ModelSpec, override: Optional[Format] = None, group_size: 
 class Precision:
     """Dtypes of weights, KV cache and activations (compute runs in the activation dtype),
     the group size of the generic integer weights' fp16 scales, how MoE routing touches experts,
-    and the dtype of a mixer's recurrent state (None: the model's ``state_dtype``, else the KV dtype).
+    and the dtype of a mixer's recurrent state (None: the model's ``state_dtype``, else the KV dtype)
+    and of a lightning indexer's key cache (``index``; None: the KV dtype, as transformers keeps it;
+    fp8 carries an fp32 scale per 128 elements, as DeepSeek's reference and vLLM keep it).
     ``weight``: a weight format (``costcalc.weights``) for every module (``--weight-dtype``), or None:
     the formats the model ships in (its ``dtypes``; bf16 where they say nothing)."""
     weight: Optional[Format] = None
@@ -142,6 +144,7 @@ class Precision:
     group_size: int = 128
     routing: Routing = Routing.expected
     state: Optional[Dtype] = None
+    index: Optional[Dtype] = None
 
     def __post_init__(self) -> None:
         try:
@@ -150,6 +153,8 @@ class Precision:
             object.__setattr__(self, "routing", Routing.parse(self.routing, "routing"))
             if self.state is not None:
                 object.__setattr__(self, "state", Dtype.parse(self.state, "state dtype"))
+            if self.index is not None:
+                object.__setattr__(self, "index", Dtype.parse(self.index, "index dtype"))
         except ValueError as exc:
             raise CostcalcError(str(exc)) from None
         if self.weight is not None and not isinstance(self.weight, Format):
@@ -178,6 +183,12 @@ class Precision:
             return Fraction(self.state.bits if spec is None else self.state_dtype(spec).bits)
         if kind == "weight":
             raise ValueError("weights have a rate per matrix: Precision.weights(spec).rate")
+        if kind == "index":     # an indexer's key cache: the KV dtype unless asked; fp8 keys with their scales
+            dtype = self.index or self.kv
+            if dtype != Dtype.fp8 or spec is None:
+                return Fraction(dtype.bits)
+            width = next(g.sizes["d_I"] for g in spec.groups if g.block.indexed)   # one scale per 128 of a key
+            return dtype.bits + Fraction(INDEX_SCALE_BITS * -(-width // INDEX_SCALE_GROUP), width)
         return Fraction((self.kv if kind.startswith("kv") else self.act).bits)
 
     def labels(self, spec: ModelSpec) -> dict[str, Any]:
@@ -190,6 +201,8 @@ class Precision:
             out["routing"] = self.routing.value
         if spec.has_states:
             out["state_dtype"] = self.state_dtype(spec).value
+        if any(g.block.indexed for g in spec.groups):
+            out["index_dtype"] = (self.index or self.kv).value
         return out
 
 
@@ -244,6 +257,7 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: Fraction(0) for t in TERMS}
     per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC if kind != "weight"}   # bytes, exact
+    index_key = precision.bits("index", query.spec) / 8 if any(g.block.indexed for g in query.spec.groups) else 0
     plan = precision.weights(query.spec)
     for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
@@ -261,7 +275,7 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
                 if kind == "weight":    # each matrix in its own format: bytes exact per matrix
                     part = count * (touched if op.startswith("experts.") else 1) * plan.rate(index, op)
                 else:
-                    part = count * per_element[kind]
+                    part = count * (index_key if kind.startswith("kv") and _indexer(op) else per_element[kind])
                 kinds[kind] += part
                 moved += part
             # an operator that moves bytes but runs no counted product (Gated DeltaNet's chunked
@@ -283,6 +297,12 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
         out.update({f"{t}_bound": bound(c, m) for t, (c, m, _) in term_times.items() if c or m})
         out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
     return out
+
+
+def _indexer(op: str) -> bool:
+    """Whether an operator is a lightning indexer's (its keys kept in the index dtype); an MTP
+    module's too (``mtp.indexer.*``)."""
+    return op.removeprefix("mtp.").split(".")[0] == "indexer"
 
 
 def traffic_kinds(spec: ModelSpec) -> tuple[str, ...]:

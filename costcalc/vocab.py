@@ -227,3 +227,6 @@ class Routing(Choice):
 # Bytes a forward moves, by kind: the columns <kind>_bytes, summed into total_bytes. ``state``: a
 # mixer's recurrent state (in the state dtype); its convolution window moves as ``kv`` (the KV dtype).
 TRAFFIC = ("weight", "kv_read", "kv_write", "state_read", "state_write", "activation")
+# An fp8 index key (DeepSeek Sparse Attention's indexer cache) carries an fp32 scale per 128 elements,
+# as DeepSeek-V3.2's reference inference code and vLLM keep it: 128 + 4 bytes per key of d_I = 128.
+INDEX_SCALE_BITS, INDEX_SCALE_GROUP = 32, 128

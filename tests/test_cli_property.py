@@ -100,6 +100,7 @@ VALUES = {
     "--kv-dtype": _choice(Dtype, "fp4"),
     "--act-dtype": _choice(Dtype, "tf32", "fp64_tensor"),
     "--state-dtype": _choice(Dtype, "fp12"),
+    "--index-dtype": _choice(Dtype, "fp9"),
     "--group-size": (["128", "32", "1", "3", "99999999999999999999"], ["0", "-1", "-128", "1e3", "x", ""]),
     "--efficiency": (["0.7", "0.7,0.8", "1", "1,1", "0.001"],
                      ["1.5", "0.5,1.5", "0", "-0.5", "x", "", "0.7,", ",0.8", "0.7,0.8,0.9", "nan", "inf", "1e-300",
@@ -126,7 +127,7 @@ VALUES[SLOW] = (["causal", "full", "both"], ["diagonal", ""])
 VALUES["chunked --seq"] = (["4", "17", "64"], ["0", "-1", "x", "", "1k", "1.5k", "3:1", "99999999999999"])
 VALUES["chunked --chunk"] = (["4", "17", "512"], ["0", "-1", "x", "", "1.5k", "3:1", "99999999999999"])
 TIME = ["--device", "--device-file", "--weight-dtype", "--kv-dtype", "--act-dtype", "--group-size", "--routing",
-        "--efficiency", "--state-dtype"]
+        "--efficiency", "--state-dtype", "--index-dtype"]
 OUT = ["--format", "--output", "--wide"]
 COMMANDS = {   # each command's options, as its --help lists them (the model and positional ones aside)
     "prefill": ["--seq", "--batch", "--lengths", "--cached-prefix", "--convention", "--tile", "--logits", "--mla",
@@ -140,7 +141,7 @@ COMMANDS = {   # each command's options, as its --help lists them (the model and
     "crossover": ["--mla", "--device", "--device-file", "--batch", "--weight-dtype", "--kv-dtype", "--group-size",
                   "--routing", *OUT],
     "memory": ["--batch", "--context", "--device", "--device-file", "--weight-dtype", "--kv-dtype", "--group-size",
-               "--routing", "--state-dtype", "--reserve", "--mla", "--draft", "--window-cache", *OUT],
+               "--routing", "--state-dtype", "--index-dtype", "--reserve", "--mla", "--draft", "--window-cache", *OUT],
     "presets show": ["--format", "--output"],
     "presets import": ["--name", "--output", "--title", "--force"],
     "devices": OUT,

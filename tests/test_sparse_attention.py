@@ -225,6 +225,28 @@ def test_memory_keeps_the_index_key_beside_the_latent_per_token():
     assert rows[1000]["kv_cache_bytes"] - rows[10]["kv_cache_bytes"] == 2 * 990 * LAYERS * (KV_ABSORBED + SIZES["d_I"]) * 2
 
 
+@pytest.mark.parametrize("index, per_key", [(None, 2 * SIZES["d_I"]), ("fp32", 4 * SIZES["d_I"]),
+                                             # fp8: one byte an element and an fp32 scale per 128 of them
+                                             ("fp8", SIZES["d_I"] + 4 * -(-SIZES["d_I"] // 128))])
+def test_the_index_keys_are_kept_and_read_in_the_index_dtype(index, per_key):
+    """--index-dtype sets the indexer's key cache apart from the latent's (bf16 KV here)."""
+    query = Query(SPEC, "decode", Options(), Precision(index=index), Machine(device("h200")))
+    assert [per for _, per in cache_per_token(query)] == [g.count * (KV_ABSORBED * 2 + per_key) for g in SPEC.groups]
+    plain = calc.answer(query.but(precision=Precision()), batch=[1], context=[999])
+    row = calc.answer(query, batch=[1], context=[999])
+    # a decode step at context 999 writes one index key and reads 1000, in every layer
+    assert row["kv_read_bytes"][0] - plain["kv_read_bytes"][0] == LAYERS * 1000 * (per_key - 2 * SIZES["d_I"])
+    assert row["kv_write_bytes"][0] - plain["kv_write_bytes"][0] == LAYERS * (per_key - 2 * SIZES["d_I"])
+    assert row["index_dtype"][0] == (index or "bf16")
+
+
+def test_an_index_dtype_on_a_model_without_an_indexer_says_it_does_nothing(capsys):
+    code, out, err = run(capsys, "decode", "-p", "toy", "--context", "16", "--index-dtype", "fp8")
+    assert code == 0 and "--index-dtype does nothing" in err
+    code, out, err = run(capsys, "decode", "-p", "toy", "--context", "16", "--index-dtype", "fp9")
+    assert code == 2 and one_error(err, "--index-dtype")
+
+
 # --- the sparse-vs-dense decode crossover --------------------------------------------------------
 
 def step_total(spec, context):

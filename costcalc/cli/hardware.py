@@ -77,7 +77,8 @@ def _flat(d) -> dict:
             **{f"source.{k}": v for k, v in d.source.items() if isinstance(v, str)}}
 
 
-@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing", "state_dtype")
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing", "state_dtype",
+                   "index_dtype")
 def memory(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,

@@ -80,6 +80,11 @@ StateDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--state-dtype", show_default=False,
     help="Recurrent state dtype of linear-attention and state-space layers.  (default: the model's state_dtype, "
          "else the KV dtype)")]
+IndexDtypeOpt = Annotated[Optional[Dtype], typer.Option(
+    "--index-dtype", show_default=False,
+    help="Key cache dtype of a sparse-attention indexer (DeepSeek-V3.2, GLM-5, DeepSeek-V4); fp8 keys carry "
+         "an fp32 scale per 128 elements, as DeepSeek's reference and vLLM keep them.  (default: the KV dtype, "
+         "as transformers keeps them)")]
 ActDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--act-dtype", help="Activations' dtype, also the compute dtype whose peak times the FLOPs.  (default: bf16)")]
 GroupSizeOpt = Annotated[Optional[int], typer.Option(
@@ -190,6 +195,7 @@ TRAFFIC_OPTIONS = {   # name: (annotation, default) -- the byte and time options
     "device": (DeviceOpt, None), "device_file": (DeviceFileOpt, None), "weight_dtype": (WeightDtypeOpt, None),
     "kv_dtype": (KvDtypeOpt, None), "act_dtype": (ActDtypeOpt, None), "group_size": (GroupSizeOpt, None),
     "routing": (RoutingOpt, None), "efficiency": (EfficiencyOpt, None), "state_dtype": (StateDtypeOpt, None),
+    "index_dtype": (IndexDtypeOpt, None),
 }
 
 
@@ -248,15 +254,16 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     calculator takes them: no dtypes and no device when none is given (FLOPs only).
     ``group_size`` and ``routing`` not given are 128 and expected; given where they change
     nothing, a warning says so."""
-    device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency, state_dtype = (
-        given.get(key) for key in TRAFFIC_OPTIONS)
+    device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency, state_dtype, \
+        index_dtype = (given.get(key) for key in TRAFFIC_OPTIONS)
     if weight_dtype is not None:
         from ..weights import parse
 
         weight_dtype = parse(weight_dtype, "--weight-dtype")
     if group_size is not None and not (weight_dtype is not None and weight_dtype.name in ("int8", "int4")):
         warn("--group-size does nothing without --weight-dtype int8 or int4 (only integer weights carry scales)")
-    if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype or state_dtype):
+    if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype or state_dtype
+                                      or index_dtype):
         warn("--routing does nothing without --device or a dtype option (it changes bytes, not FLOPs)")
     routing_given = routing is not None
     group_size = 128 if group_size is None else group_size
@@ -266,7 +273,7 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
             raise CostcalcError(f"{flag}: the {'name' if flag == '--device' else 'path'} is empty")
     if efficiency is not None:
         _efficiency(efficiency)            # a bad value is an error even where it would do nothing
-    if not (device or device_file or weight_dtype or kv_dtype or act_dtype or state_dtype):
+    if not (device or device_file or weight_dtype or kv_dtype or act_dtype or state_dtype or index_dtype):
         if efficiency is not None:
             warn("--efficiency does nothing without --device")
         return Traffic()
@@ -281,7 +288,7 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
         machine = Machine(profile, *_efficiency(efficiency))
     elif efficiency is not None:
         warn("--efficiency does nothing without --device")
-    dtypes = (weight_dtype, kv_dtype, act_dtype, state_dtype)
+    dtypes = (weight_dtype, kv_dtype, act_dtype, state_dtype, index_dtype)
     if machine is None and all(d is None for d in dtypes):
         return Traffic()
     if machine is not None and act_dtype is None and "bf16" not in machine.device.peak_flops:
@@ -290,8 +297,8 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
             act_dtype = Dtype(own[0])
             warn(f"device {machine.device.name}'s only peak is {own[0]}: computing in {own[0]} (--act-dtype {own[0]})")
     precision = Precision(weight_dtype, kv_dtype or Dtype.bf16, act_dtype or Dtype.bf16,
-                          group_size, routing, state_dtype)
-    return Traffic(precision, machine, routing_given, state_dtype is not None)
+                          group_size, routing, state_dtype, index_dtype)
+    return Traffic(precision, machine, routing_given, state_dtype is not None, index_dtype is not None)
 
 
 @dataclass(frozen=True)
@@ -303,6 +310,7 @@ class Traffic:
     machine: Optional["Machine"] = None
     routing_given: bool = False
     state_given: bool = False
+    index_given: bool = False
 
 
 def for_models(traffic: Traffic, specs: Sequence[ModelSpec]) -> tuple:
@@ -313,6 +321,8 @@ def for_models(traffic: Traffic, specs: Sequence[ModelSpec]) -> tuple:
     if traffic.state_given and not any(s.has_states for s in specs):
         warn(f"--state-dtype does nothing: {', '.join(s.name for s in specs)} keeps no recurrent state "
              f"(no linear-attention or state-space layers)")
+    if traffic.index_given and not any(g.block.indexed for s in specs for g in s.groups):
+        warn(f"--index-dtype does nothing: {', '.join(s.name for s in specs)} has no sparse-attention indexer")
     return traffic.precision, traffic.machine
 
 

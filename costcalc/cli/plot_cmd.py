@@ -16,7 +16,7 @@ from .options import tile as parse_tile
 MAX_POINTS = 1_000_000     # x values one figure draws (a line of more is no clearer, and slow)
 
 
-@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "act_dtype", "state_dtype")
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "act_dtype", "state_dtype", "index_dtype")
 def plot(
     what: Annotated[str, typer.Argument(metavar="WHAT", help="prefill (by prompt length), decode (by context) or "
                                              "generate (per generated token).")],

@@ -463,3 +463,21 @@ def test_deepseek_v4_holds_what_transformers_fp8_quantizer_builds(name):
     config = json.loads((CONFIGS / f"{name}.json").read_text())
     assert _resident(hf.load(CONFIGS / f"{name}.json", name)) == _loaded_bytes(_v4_quantized(config)) == \
         _deepseek_v4_checkpoint(config)
+
+
+@pytest.mark.parametrize("name, label", [
+    ("deepseek-v4-flash", "fp8-block128-ue8m0; fp32: attn_hc.fn ffn_hc.fn hc_head; bf16: router compressor.kv_proj "
+                          "compressor.gate_proj indexer.kv_proj indexer.gate_proj indexer.weights_proj lm_head "
+                          "embedding; fp4-block1x32-ue8m0: experts"),
+    ("kimi-k2-instruct", "fp8-block128; bf16: router lm_head embedding")])
+def test_the_new_quantized_presets_answer_in_their_shipped_formats_and_say_so(capsys, name, label):
+    code, out, err = run(capsys, "memory", "-p", name, "--batch", "1", "--context", "128k", "--device", "h200",
+                         "-f", "json")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    assert (row["weight_dtype"], row["weight_dtype_source"]) == (label, "preset")
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    if name == "deepseek-v4-flash":
+        assert row["weight_bytes_resident"] == _deepseek_v4_checkpoint(config)
+        usable = devices.load("h200").mem_bytes * 9 / 10          # the default --reserve 0.1
+        assert row["devices_needed"] == math.ceil(row["total_bytes"] / usable) == 2

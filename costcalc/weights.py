@@ -20,6 +20,14 @@ read for these rules (docs/hf-import.md, "Weight formats", has the table):
 - ``mxfp4`` (gpt-oss ``quant_method: mxfp4``): ``*_blocks`` uint8 ``[out, ceil(in/32), 16]``
   (two e2m1 per byte) and ``*_scales`` e8m0 uint8 ``[out, ceil(in/32)]`` (transformers
   ``integrations/mxfp4.py``: ``Mxfp4Deserialize``, ``_convert_moe_packed_tensors``).
+- ``fp4-block1x32`` (``quant_method: fp8`` with ``expert_dtype: fp4``, DeepSeek-V4's routed experts):
+  packed e2m1 ``weight`` int8 ``[out, in/2]`` and one scale per row per 32 inputs
+  ``weight_scale_inv`` ``[out, ceil(in/32)]``, fp32, or one byte with ``-ue8m0`` (transformers
+  ``integrations/finegrained_fp8.py``: ``FP8Experts`` with ``expert_dtype="fp4"``,
+  ``_alloc_expert_proj``; its ``min_sf_out=2`` floor on the fused gate_up's scale rows never binds,
+  one row per output). Not ``mxfp4``'s layout: no padding of a row to whole 32-blocks (the same bytes
+  only where 32 divides ``in`` and the scales are ue8m0). Two inputs a byte: transformers allocates
+  ``in // 2``, which holds an even ``in`` (every checkpoint's); costcalc counts ``ceil(in/2)``.
 - ``gptq-int{b}-g{G}`` (``-gchannel``: ``group_size: -1``): ``qweight`` int32
   ``[ceil(in b/32), out]``, ``qzeros`` int32 ``[groups, ceil(out b/32)]``, ``scales`` fp16
   ``[groups, out]``, ``g_idx`` int32 ``[in]`` (groups = ceil(in/G); AutoGPTQ / GPTQModel
@@ -59,11 +67,11 @@ def _cdiv(a: int, b: int) -> int:
 class Format:
     """One weight format, parsed from its name (``parse``)."""
     name: str
-    kind: str                 # plain | generic | fp8-tensor | fp8-block | nvfp4 | mxfp4 | gptq | awq | ct
+    kind: str                 # plain | generic | fp8-tensor | fp8-block | nvfp4 | mxfp4 | fp4-block | gptq | awq | ct
     bits: int = 16            # the weight element's bits (plain, generic, packed integer)
-    block: tuple[int, int] = (0, 0)   # fp8-block: (out, in) per scale
+    block: tuple[int, int] = (0, 0)   # fp8-block, fp4-block: (out, in) per scale
     group: int = 0            # gptq/awq/ct: inputs per scale (0: one group, a whole column)
-    scale_bytes: int = 4      # fp8-block: 4 (fp32) or 1 (ue8m0)
+    scale_bytes: int = 4      # fp8-block, fp4-block: 4 (fp32) or 1 (ue8m0)
     asym: bool = False        # ct: a packed zero point per group
 
     @property
@@ -88,6 +96,9 @@ class Format:
             return Fraction(o * _cdiv(i, 2) + o * _cdiv(i, 16) + 4 + 4)
         if self.kind == "mxfp4":
             return Fraction(o * _cdiv(i, 32) * 16 + o * _cdiv(i, 32))
+        if self.kind == "fp4-block":
+            bo, bi = self.block
+            return Fraction(o * _cdiv(i, 2) + _cdiv(o, bo) * _cdiv(i, bi) * self.scale_bytes)
         groups = _cdiv(i, self.group) if self.group else 1
         per_int = 32 // self.bits
         if self.kind == "gptq":
@@ -106,12 +117,14 @@ _PATTERNS = (
      lambda m: dict(kind="fp8-block", bits=8, block=(int(m[1]), int(m[2] or m[1])), scale_bytes=1 if m[3] else 4)),
     (re.compile(r"nvfp4"), lambda m: dict(kind="nvfp4", bits=4)),
     (re.compile(r"mxfp4"), lambda m: dict(kind="mxfp4", bits=4)),
+    (re.compile(r"fp4-block1x32(-ue8m0)?"),        # the one granularity FP8Experts' fp4 stores
+     lambda m: dict(kind="fp4-block", bits=4, block=(1, 32), scale_bytes=1 if m[1] else 4)),
     (re.compile(r"gptq-int([48])-g([1-9][0-9]*|channel)"), lambda m: dict(kind="gptq", bits=int(m[1]), group=_group(m[2]))),
     (re.compile(r"awq-int4-g([1-9][0-9]*)"), lambda m: dict(kind="awq", bits=4, group=int(m[1]))),
     (re.compile(r"ct-int([48])-g([1-9][0-9]*|channel)(-asym)?"),
      lambda m: dict(kind="ct", bits=int(m[1]), group=_group(m[2]), asym=bool(m[3]))),
 )
-EXAMPLES = "bf16, fp16, fp32, fp8, int8, int4, fp8-tensor, fp8-block128, nvfp4, mxfp4, gptq-int4-g128, awq-int4-g128, ct-int4-g32"
+EXAMPLES = "bf16, fp16, fp32, fp8, int8, int4, fp8-tensor, fp8-block128, nvfp4, mxfp4, fp4-block1x32-ue8m0, gptq-int4-g128, awq-int4-g128, ct-int4-g32"
 
 
 def _group(text: str) -> int:

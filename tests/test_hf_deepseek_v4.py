@@ -41,7 +41,7 @@ PRO = json.loads((DATA / "hf-configs" / "deepseek-v4-pro.json").read_text())
 def groups(config: dict) -> list[tuple[int, str, dict]]:
     preset = hf.to_preset(config, "x")
     top = {k: v for k, v in preset.items() if k not in ("name", "title", "layers", "source", "tied_embeddings",
-                                                        "arch", "L")}
+                                                        "arch", "L", "dtypes")}   # formats: test_weight_formats
     if "layers" not in preset:
         return [(preset["L"], preset["arch"], top)]
     return [(g["count"], g["arch"], {**top, **{k: v for k, v in g.items() if k not in ("count", "arch")}})
@@ -129,14 +129,24 @@ def test_what_cannot_be_expressed_is_refused_in_one_line():
     assert [a for _, a, _ in groups({**hca, "layer_types": ["sliding_attention"] * 3})] == ["swa.moe_shared"]
 
 
-def test_mtp_dspark_and_the_storage_keys_are_ignored_with_their_reasons():
+def test_mtp_and_dspark_are_ignored_and_the_storage_keys_set_formats_not_layers():
     bare = {k: v for k, v in FLASH.items() if not k.startswith("dspark") and k not in (
         "num_nextn_predict_layers", "quantization_config", "expert_dtype", "n_shared_experts")}
     assert groups(bare) == groups(FLASH) == groups({**FLASH, "n_shared_experts": 2})
     known = hf.TABLES["deepseek_v4"].known()
-    for key in ("num_nextn_predict_layers", "dspark_target_layer_ids", "expert_dtype", "quantization_config",
-                "n_shared_experts"):
+    for key in ("num_nextn_predict_layers", "dspark_target_layer_ids", "n_shared_experts"):
         assert known[key].role == "ignored", key
+    for key in ("expert_dtype", "quantization_config"):    # the weight formats (tests/test_weight_formats.py)
+        assert known[key].role == "used", key
+    experts = lambda config: hf.to_preset(config, "x").get("dtypes", {}).get("experts")   # noqa: E731
+    assert "dtypes" not in hf.to_preset(bare, "x")
+    assert experts(FLASH) == "fp4-block1x32-ue8m0"
+    # as 5.23 moves it: top level or inside quantization_config; fp8 (the default) or absent: as the rest
+    inside = {k: v for k, v in FLASH.items() if k != "expert_dtype"}
+    assert experts({**inside, "quantization_config": {**FLASH["quantization_config"], "expert_dtype": "fp4"}}) == \
+        "fp4-block1x32-ue8m0"
+    assert experts(inside) is None and experts({**FLASH, "expert_dtype": "fp8"}) is None
+    refused({**FLASH, "expert_dtype": "int4"}, "expert_dtype", "'int4'", "fp8 or fp4")
 
 
 @pytest.mark.parametrize("name, config", [("deepseek-v4-flash", FLASH), ("deepseek-v4-pro", PRO)])

@@ -337,3 +337,147 @@ def test_a_dtypes_key_that_names_no_module_is_an_error():
 
     with pytest.raises(CostcalcError, match="'experts', which is no module of this model"):
         Precision().weights(from_dict(spec, "preset file 'x'"))
+
+
+# --- DeepSeek-V4: fp8 everywhere transformers converts, fp4 routed experts (expert_dtype) ---------------
+
+def _fp4_experts(hidden, inter, experts, scale_fmt):
+    """transformers' FP8Experts with expert_dtype="fp4" on meta: int8 [E, 2I, H/2] and [E, I/2... ] weights, a
+    scale per row per 32 inputs (``_alloc_expert_proj``, ``min_sf_out=2`` on the fused gate_up)."""
+    import types
+
+    import torch
+    from transformers.integrations.finegrained_fp8 import FP8Experts
+
+    config = types.SimpleNamespace(hidden_size=hidden, num_experts=experts, moe_intermediate_size=inter,
+                                   hidden_act="silu")
+    with torch.device("meta"):
+        module = FP8Experts(config, block_size=(128, 128), scale_fmt=scale_fmt, expert_dtype="fp4")
+    return sum(p.numel() * p.element_size() for _, p in module.named_parameters())
+
+
+@pytest.mark.parametrize("hidden, inter", [(4096, 2048), (7168, 3072), (200, 48), (64, 2), (160, 18)])
+@pytest.mark.parametrize("scale_fmt", ["ue8m0", "float"])
+def test_fp4_experts_store_what_transformers_fp8experts_holds(hidden, inter, scale_fmt):
+    pytest.importorskip("transformers")
+    fmt = weights.parse("fp4-block1x32" + ("-ue8m0" if scale_fmt == "ue8m0" else ""))
+    # gate and up (H -> I each, fused in one [2I, H/2] tensor) and down (I -> H), 3 experts
+    assert 3 * (2 * fmt.bytes(hidden, inter) + fmt.bytes(inter, hidden)) == \
+        _fp4_experts(hidden, inter, 3, scale_fmt)
+
+
+def test_fp4_experts_are_not_mxfp4_where_32_does_not_divide_a_row():
+    """The same bytes as gpt-oss's MXFP4 where 32 divides the inputs (V4's widths), not otherwise: MXFP4
+    pads each row to whole blocks of 32 (16 bytes each), FP8Experts packs the row as it is."""
+    fp4, mx = weights.parse("fp4-block1x32-ue8m0"), weights.parse("mxfp4")
+    assert fp4.bytes(4096, 2048) == mx.bytes(4096, 2048)
+    assert fp4.bytes(200, 48) == 48 * 100 + 48 * 7 != mx.bytes(200, 48) == 48 * 7 * 16 + 48 * 7
+
+
+SMALL_V4 = {"model_type": "deepseek_v4", "hidden_size": 200, "num_attention_heads": 4, "head_dim": 64,
+            "q_lora_rank": 96, "o_groups": 2, "o_lora_rank": 128, "sliding_window": 8, "hc_mult": 2,
+            "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
+            "index_n_heads": 2, "index_head_dim": 32, "index_topk": 3, "n_routed_experts": 4,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 48, "vocab_size": 128, "num_hidden_layers": 3,
+            "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+            "mlp_layer_types": ["hash_moe", "moe", "moe"], "max_position_embeddings": 256,
+            "tie_word_embeddings": False, "expert_dtype": "fp4",
+            "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                    "scale_fmt": "ue8m0", "weight_block_size": [128, 128]}}
+
+
+def _v4_quantized(config):
+    """The model transformers 5.23 builds for a V4 config, with its fp8 quantizer's modules in place (the
+    pre-quantized load path: FP8Linear, FP8GroupedLinear, FP8Experts with the moved expert_dtype), on meta."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.quantizers.auto import AutoHfQuantizer, AutoQuantizationConfig
+
+    built = CONFIG_MAPPING["deepseek_v4"](**{k: v for k, v in config.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(built, dtype=torch.bfloat16)
+    quantizer = AutoHfQuantizer.from_config(AutoQuantizationConfig.from_dict(built.quantization_config),
+                                            pre_quantized=True)
+    quantizer._process_model_before_weight_loading(model)
+    return model
+
+
+def _loaded_bytes(model) -> int:
+    """Each matrix tensor as a bf16 load holds it: its own dtype, fp32 for ``_keep_in_fp32_modules_strict``
+    (the hyper-connections); the compressors' learned position biases [R_c, width] are added, not multiplied."""
+    strict = set(model._keep_in_fp32_modules_strict)
+    total = 0
+    for name, p in model.named_parameters():
+        if p.ndim < 2 or name.endswith("position_bias"):
+            continue
+        total += p.numel() * (4 if strict & set(name.split(".")) else p.element_size())
+    return total
+
+
+def _resident(spec) -> int:
+    row = memory.fit(Query(spec, "decode", memory.SERVING, Precision(), Machine(devices.load("h200"))), 1, 16)
+    return row["weight_bytes_resident"]
+
+
+def test_a_shrunken_deepseek_v4_holds_what_transformers_fp8_quantizer_builds(tmp_path):
+    """128 divides neither the hidden size (200) nor the experts' width (48): every ceil is exercised. (The
+    grouped o_a_proj's rank is 128: transformers holds one [G_o r_o, in] FP8 weight whose 128-row scale blocks
+    would straddle two groups otherwise, where costcalc counts G_o matrices; V4's published ranks are 1024.)"""
+    pytest.importorskip("transformers")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(SMALL_V4))
+    assert _resident(hf.load(path, "small")) == _loaded_bytes(_v4_quantized(SMALL_V4))
+
+
+def _deepseek_v4_checkpoint(c: dict) -> int:
+    """DeepSeek-V4's tensors by transformers 5.23's rules, from the config's fields: fp8 e4m3 with one ue8m0
+    scale per 128x128 block; routed experts fp4 (two a byte) with one ue8m0 scale per row per 32 inputs; the
+    compressors' and indexer's kv/gate projections and the indexer's weights_proj bf16 (shipped so:
+    ``_keep_in_fp32_modules``), the hyper-connections fp32 (strict), router, embedding and LM head bf16."""
+    fp8 = lambda i, o: i * o + cdiv(o, 128) * cdiv(i, 128)           # noqa: E731
+    fp4 = lambda i, o: o * i // 2 + o * cdiv(i, 32)                    # noqa: E731
+    d, V, hq, dh, rq = (c[k] for k in ("hidden_size", "vocab_size", "num_attention_heads", "head_dim", "q_lora_rank"))
+    G, ro, nhc, E, me = (c[k] for k in ("o_groups", "o_lora_rank", "hc_mult", "n_routed_experts",
+                                        "moe_intermediate_size"))
+    hI, dI = c["index_n_heads"], c["index_head_dim"]
+    attention = fp8(d, rq) + fp8(rq, hq * dh) + fp8(d, dh) + fp8(hq * dh // G, G * ro) + fp8(G * ro, d)
+    hyper = 2 * 4 * (nhc * d) * nhc * (2 + nhc)
+    ffn = 2 * d * E + E * (2 * fp4(d, me) + fp4(me, d)) + 2 * fp8(d, me) + fp8(me, d)
+    compressor = {0: 0, 128: 2 * 2 * d * dh, 4: 2 * 2 * d * 2 * dh + 2 * 2 * d * 2 * dI + fp8(rq, hI * dI) + 2 * d * hI}
+    layers = sum(attention + hyper + ffn + compressor[r] for r in c["compress_ratios"][:c["num_hidden_layers"]])
+    return layers + 4 * nhc * d * nhc + 2 * V * d * 2
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_deepseek_v4_holds_its_checkpoint_bytes(name):
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    for spec in (hf.load(CONFIGS / f"{name}.json", name), presets.load(name)):
+        assert _resident(spec) == _deepseek_v4_checkpoint(config), spec.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_deepseek_v4_holds_what_transformers_fp8_quantizer_builds(name):
+    pytest.importorskip("transformers")
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    assert _resident(hf.load(CONFIGS / f"{name}.json", name)) == _loaded_bytes(_v4_quantized(config)) == \
+        _deepseek_v4_checkpoint(config)
+
+
+@pytest.mark.parametrize("name, label", [
+    ("deepseek-v4-flash", "fp8-block128-ue8m0; fp32: attn_hc.fn ffn_hc.fn hc_head; bf16: router compressor.kv_proj "
+                          "compressor.gate_proj indexer.kv_proj indexer.gate_proj indexer.weights_proj lm_head "
+                          "embedding; fp4-block1x32-ue8m0: experts"),
+    ("kimi-k2-instruct", "fp8-block128; bf16: router lm_head embedding")])
+def test_the_new_quantized_presets_answer_in_their_shipped_formats_and_say_so(capsys, name, label):
+    code, out, err = run(capsys, "memory", "-p", name, "--batch", "1", "--context", "128k", "--device", "h200",
+                         "-f", "json")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    assert (row["weight_dtype"], row["weight_dtype_source"]) == (label, "preset")
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    if name == "deepseek-v4-flash":
+        assert row["weight_bytes_resident"] == _deepseek_v4_checkpoint(config)
+        usable = devices.load("h200").mem_bytes * 9 / 10          # the default --reserve 0.1
+        assert row["devices_needed"] == math.ceil(row["total_bytes"] / usable) == 2

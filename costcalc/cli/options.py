@@ -71,8 +71,8 @@ DeviceFileOpt = Annotated[Optional[str], typer.Option(
 WeightDtypeOpt = Annotated[Optional[str], typer.Option(
     "--weight-dtype", metavar="FORMAT",
     help="Weight format of every module: bf16, fp16, fp32, fp8, int8, int4 (int8/int4 carry an fp16 scale per "
-         "--group-size weights) or a checkpoint format (fp8-block128, fp8-tensor, nvfp4, mxfp4, gptq-int4-g128, "
-         "awq-int4-g128, ct-int4-g32; docs/hf-import.md); adds the bytes columns.  (default: the formats the "
+         "--group-size weights) or a checkpoint format (fp8-block128, fp8-tensor, nvfp4, mxfp4, fp4-block1x32-ue8m0, "
+         "gptq-int4-g128, awq-int4-g128, ct-int4-g32; docs/hf-import.md); adds the bytes columns.  (default: the formats the "
          "model ships in, its dtypes; else bf16)")]
 KvDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--kv-dtype", help="KV cache dtype; adds the bytes columns.  (default: bf16)")]

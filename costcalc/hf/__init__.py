@@ -101,7 +101,7 @@ def to_preset(config: Any, name: str, origin: str | None = None) -> dict[str, An
         quantization = quantization if quantization is not None else config.get("quantization_config")
     reader = _reader(config, family, where)
     layers = MAPPERS[family](reader)
-    dtypes = quant.dtypes(quantization, family, layers, where)
+    dtypes = quant.dtypes(quant.moved(quantization, config, family), family, layers, where)
     groups = _groups(layers)
     if len(groups) > MAX_GROUPS:
         raise CostcalcError(f"{where}: its layers are of {len(groups):,} different kinds (at most {MAX_GROUPS:,})")

@@ -3,9 +3,13 @@
 Each method converts the modules its quantizer converts (docs/hf-import.md, "Weight formats"):
 
 - ``fp8`` (transformers ``FineGrainedFP8Config``): every linear projection but the LM head (transformers'
-  default skip) and the modules a family keeps in fp32 (``_keep_in_fp32_modules``: DeepSeek-V3.2's and
-  GLM-5's ``indexer.weights_proj``); ``weight_block_size`` [O, I] -> ``fp8-block{O}x{I}`` (``fp8-block128``),
-  none -> ``fp8-tensor``; ``scale_fmt: ue8m0`` -> one-byte scales.
+  default skip) and the modules a family keeps out of it (``_keep_in_fp32_modules``: DeepSeek-V3.2's and
+  GLM-5's ``indexer.weights_proj``; DeepSeek-V4's compressor and indexer ``kv_proj``, ``gate_proj`` and
+  ``weights_proj``, which its checkpoint ships in bf16); ``weight_block_size`` [O, I] -> ``fp8-block{O}x{I}``
+  (``fp8-block128``), none -> ``fp8-tensor``; ``scale_fmt: ue8m0`` -> one-byte scales. ``expert_dtype: fp4``
+  (DeepSeek-V4; its configuration class moves a top-level ``expert_dtype`` into quantization_config, and
+  so does ``moved``) stores the routed experts as ``fp4-block1x32`` (``FP8Experts``: packed e2m1 and a scale
+  per row per 32 inputs, ``-ue8m0`` with ``scale_fmt: ue8m0``); ``fp8`` (the default) as the rest.
 - ``mxfp4`` (gpt-oss): the routed experts only (transformers replaces ``GptOssExperts``).
 - ``modelopt`` with ``quant_algo: NVFP4`` (``group_size`` 16): every linear projection, the LM head included.
 - ``gptq`` / ``awq``: every block projection (the LM head only with GPTQ's ``lm_head: true``).
@@ -13,7 +17,9 @@ Each method converts the modules its quantizer converts (docs/hf-import.md, "Wei
   linear projection, the LM head included.
 
 No method converts a router (transformers' routers are parameters, not ``nn.Linear``: DeepseekV3TopkRouter,
-GptOssTopKRouter), a shared-expert gate, or the embedding: they stay in the checkpoint's dtype (bf16), as do
+GptOssTopKRouter), a shared-expert gate, DeepSeek-V4's hyper-connection matrices (``attn_hc.fn``, ``ffn_hc.fn``,
+``hc_head``: parameters 5.23 keeps in fp32, ``_keep_in_fp32_modules_strict``, so fp32 here) or the embedding:
+they stay in the checkpoint's dtype (bf16), as do
 the modules the config leaves out -- ``modules_to_not_convert`` (matched as transformers'
 ``should_convert_module`` does), compressed-tensors' ``ignore`` (``re:`` regexes, else exact names) and
 ModelOpt's ``exclude_modules`` (shell wildcards) -- held against the module names transformers gives each
@@ -30,8 +36,13 @@ from ..blocks import parse as parse_block
 from ..errors import CostcalcError, quote
 from ..weights import DEFAULT, EMBEDDING
 
-NEVER = ("router", "shared_expert_gate")          # not nn.Linear / kept unconverted by every method
-KEEP_FP32 = {"deepseek_v32": ("indexer.weights_proj",), "glm_moe_dsa": ("indexer.weights_proj",)}
+NEVER = ("router", "shared_expert_gate", "attn_hc.fn", "ffn_hc.fn", "hc_head")   # not nn.Linear: no method converts
+KEEP_FP32 = {"deepseek_v32": ("indexer.weights_proj",), "glm_moe_dsa": ("indexer.weights_proj",),
+             "deepseek_v4": ("compressor.kv_proj", "compressor.gate_proj", "indexer.kv_proj", "indexer.gate_proj",
+                             "indexer.weights_proj")}   # _keep_in_fp32_modules (not strict): bf16 in a bf16 model
+STRICT_FP32 = {"deepseek_v4": ("attn_hc.fn", "ffn_hc.fn", "hc_head")}   # _keep_in_fp32_modules_strict: fp32
+MOVED = {"deepseek_v4": ("expert_dtype",)}   # top-level keys the configuration class moves into quantization_config
+EXPERT_FORMATS = {"fp4": "fp4-block1x32"}    # fp8's expert_dtype other than fp8 -> the experts' format
 OUTSIDE = ("vision", "visual", "mm_projector", "multi_modal", "mtp")   # parts costcalc leaves out of the decoder
 VECTORS = ("bias", "norm")     # parameters no format converts and costcalc counts no bytes of (MiniMax's
                                # e_score_correction_bias): a pattern naming one changes nothing
@@ -39,7 +50,7 @@ VECTORS = ("bias", "norm")     # parameters no format converts and costcalc coun
 # Keys each method's config may carry (anything else: refused); the values that matter are read below.
 KEYS = {
     "fp8": {"quant_method", "fmt", "activation_scheme", "weight_block_size", "modules_to_not_convert",
-            "scale_fmt", "dequantize"},
+            "scale_fmt", "dequantize", "expert_dtype"},
     "mxfp4": {"quant_method", "modules_to_not_convert", "dequantize"},
     "modelopt": {"quant_method", "quant_algo", "group_size", "exclude_modules", "kv_cache_quant_algo", "producer"},
     "gptq": {"quant_method", "bits", "group_size", "desc_act", "sym", "true_sequential", "damp_percent",
@@ -53,6 +64,15 @@ KEYS = {
                            "quantization_status", "global_compression_ratio", "sparsity_config", "version",
                            "transform_config"},
 }
+
+
+def moved(qc: Any, config: dict, family: str) -> Any:
+    """``quantization_config`` as the family's configuration class leaves it: DeepSeek-V4's moves a top-level
+    ``expert_dtype`` in (transformers 5.23 ``DeepseekV4Config.__post_init__``: a dict without its own)."""
+    if isinstance(qc, dict):
+        extra = {k: config[k] for k in MOVED.get(family, ()) if config.get(k) is not None and k not in qc}
+        return {**qc, **extra} if extra else qc
+    return qc
 
 
 def dtypes(qc: Any, family: str, layers: list[dict], where: str) -> Optional[dict[str, str]]:
@@ -74,7 +94,10 @@ def dtypes(qc: Any, family: str, layers: list[dict], where: str) -> Optional[dic
     quantized = {op for op in ops if converts(op)} - set(KEEP_FP32.get(family, ()))
     excluded = _excluded(patterns, matcher, layers, ops, where)
     quantized -= excluded
-    return _mapping(fmt, quantized, ops)
+    experts = _experts(qc, fmt, where) if method == "fp8" else fmt
+    kept = {op: "fp32" if op in STRICT_FP32.get(family, ()) else DEFAULT for op in ops}
+    return _mapping({op: (experts if op.startswith("experts.") else fmt) if op in quantized else kept[op]
+                     for op in ops})
 
 
 # --- the methods ---------------------------------------------------------------------------------------
@@ -103,6 +126,16 @@ def _fp8(qc: dict, family: str, where: str):
         fmt = f"fp8-block{block[0]}" if block[0] == block[1] else f"fp8-block{block[0]}x{block[1]}"
         fmt += "-ue8m0" if scale == "ue8m0" else ""
     return fmt, lambda op: _linear(op) and op != "lm_head", _list(qc, "modules_to_not_convert", where), _transformers
+
+
+def _experts(qc: dict, fmt: str, where: str) -> str:
+    """The routed experts' format under fp8's ``expert_dtype`` (FP8Experts: fp8 as the rest, or fp4)."""
+    kind = qc.get("expert_dtype") or "fp8"
+    if kind == "fp8":
+        return fmt
+    if kind not in EXPERT_FORMATS:
+        raise CostcalcError(f"{where}: quantization_config expert_dtype {quote(kind)}: fp8 or fp4 is read")
+    return EXPERT_FORMATS[kind] + ("-ue8m0" if qc.get("scale_fmt") == "ue8m0" else "")
 
 
 def _mxfp4(qc: dict, family: str, where: str):
@@ -220,11 +253,13 @@ def _wildcard(pattern: str, name: str) -> bool:
 
 
 def _operators(layers: list[dict]) -> list[str]:
-    """Every weight operator of the model's layers (the naive form), then ``lm_head`` and ``embedding``."""
+    """Every weight operator of the model's layers (the naive form), DeepSeek-V4's ``hc_head`` (once a
+    model), then ``lm_head`` and ``embedding``."""
     ops: dict[str, None] = {}
     for layer in layers:
         ops.update(dict.fromkeys(parse_block(layer["arch"]).matrices()))
-    return list(ops) + ["lm_head", EMBEDDING]
+    once = ["hc_head"] if any(parse_block(layer["arch"]).v4 for layer in layers) else []
+    return list(ops) + once + ["lm_head", EMBEDDING]
 
 
 def _paths(op: str, layer: dict) -> list[list[str]]:
@@ -283,21 +318,25 @@ def _excluded(patterns: list[str], matcher, layers: list[dict], ops: list[str], 
     return {op for op, seen in covered.items() if seen == {True}}
 
 
-def _mapping(fmt: str, quantized: set[str], ops: list[str]) -> dict[str, str]:
+def _mapping(formats: dict[str, str]) -> dict[str, str]:
     """``dtypes`` in few keys: the format most operators take as ``default``, then the others, a whole
     term (``experts``) where every operator of it shares the format."""
-    kept = [op for op in ops if op not in quantized]
-    default = fmt if len(quantized) > len(kept) else DEFAULT
-    other = [op for op in ops if (fmt if op in quantized else DEFAULT) != default]
-    value = DEFAULT if default == fmt else fmt
+    ops = list(formats)
+    counts: dict[str, int] = {}
+    for value in formats.values():
+        counts[value] = counts.get(value, 0) + 1
+    top = max(counts.values())
+    default = DEFAULT if counts.get(DEFAULT) == top else next(v for v in formats.values() if counts[v] == top)
     out = {"default": default}
     families: dict[str, list[str]] = {}
-    for op in other:
-        families.setdefault(op.split(".")[0] if "." in op else op, []).append(op)
+    for op in ops:
+        if formats[op] != default:
+            families.setdefault(op.split(".")[0] if "." in op else op, []).append(op)
     for head, members in families.items():
         whole = [op for op in ops if op.split(".")[0] == head and "." in op]
-        if head in ("experts", "shared_experts") and sorted(whole) == sorted(members):
-            out[head] = value         # the term's own name
+        if head in ("experts", "shared_experts") and sorted(whole) == sorted(members) \
+                and len({formats[op] for op in members}) == 1:
+            out[head] = formats[members[0]]         # the term's own name
         else:
-            out.update({op: value for op in members})
+            out.update({op: formats[op] for op in members})
     return out

@@ -1093,8 +1093,8 @@ _V4_IGNORED = (BASE + " attention_bias compress_rope_theta hc_eps hc_sinkhorn_it
                "routed_scaling_factor scoring_func swiglu_limit " + ROUTER + " router_jitter_noise")
 TABLES["deepseek_v4"] = family(
     used=_V4_USED, ignored=_V4_IGNORED,
-    extra_used="compress_ratios compress_rate_csa compress_rate_hca num_hash_layers",
-    extra_ignored="expert_dtype topk_method dspark_block_size dspark_noise_token_id dspark_target_layer_ids "
+    extra_used="compress_ratios compress_rate_csa compress_rate_hca num_hash_layers expert_dtype",
+    extra_ignored="topk_method dspark_block_size dspark_noise_token_id dspark_target_layer_ids "
                   "dspark_markov_rank",
     aliases={"num_local_experts": "n_routed_experts", "intermediate_size": "moe_intermediate_size"},
     compress_rates="R_c of each compressed kind (default 4 for compressed_sparse_attention, 128 for "
@@ -1125,7 +1125,8 @@ TABLES["deepseek_v4"] = family(
     compress_rate_csa="legacy rate of compressed_sparse_attention (folded into compress_rates)",
     compress_rate_hca="legacy rate of heavily_compressed_attention (folded into compress_rates)",
     num_hash_layers="checked: the first layers hash-routed (absent mlp_layer_types; same cost as routed)",
-    expert_dtype="FP4 experts: weight storage (moved into quantization_config), not matmul shapes",
+    expert_dtype="the routed experts' weight format (fp4: fp4-block1x32), moved into quantization_config as "
+                 "5.23 moves it (hf/quant.py): bytes, not FLOPs",
     topk_method="expert selection: no matmul",
     dspark_block_size="DSpark speculative module: not built by 5.23's causal LM",
     dspark_noise_token_id="DSpark speculative module: not built by 5.23's causal LM",

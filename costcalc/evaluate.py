@@ -93,8 +93,9 @@ class Query:
             raise CostcalcError(f"{self.spec.name}: {V4_TILED}")
         if self.options.draft == Draft.mtp:
             if self.spec.mtp is None:
-                raise CostcalcError(f"{self.spec.name} has no multi-token-prediction layers (num_nextn_predict_layers, "
-                                    f"mtp_num_hidden_layers): --draft mtp needs them")
+                raise CostcalcError(f"{self.spec.name} has no multi-token-prediction layers costcalc models (a preset's "
+                                    f"'mtp', from num_nextn_predict_layers or mtp_num_hidden_layers where its family's "
+                                    f"modules are modelled: docs/hf-import.md): --draft mtp needs them")
             if self.workload.name not in DRAFTED:
                 raise CostcalcError(f"--draft mtp applies to decode steps and generations, not {self.workload.name}")
 

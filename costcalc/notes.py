@@ -54,6 +54,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(RATES)
     if "compute_efficiency" in columns:
         lines.append(EFFICIENCY)
+    if "draft" in columns or "draft_flops" in columns:
+        lines.append(DRAFT)
     return lines
 TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
           "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
@@ -100,3 +102,7 @@ MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM 
           "batch, in the KV dtype. fits leaves --reserve of the device free; devices_needed splits weights and "
           "cache evenly (no parallelism overheads); max_context is what memory allows, not the model's "
           "trained context length.")
+DRAFT = ("draft = the model's multi-token-prediction module run once each decode step (--draft mtp): eh_proj, its "
+         "decoder block over its own KV cache and the LM head for one draft token, beside the step's own FLOPs; "
+         "per_token and the rates still count one token a step -- the draft tokens accepted (speculative "
+         "decoding) are not modelled here. memory --draft mtp holds the module's weights and KV cache too.")

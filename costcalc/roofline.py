@@ -90,11 +90,13 @@ def weight_plan(spec: ModelSpec, override: Optional[Format] = None, group_size: 
     for _, recipe in Query(spec, "prefill", Options(mla="naive")).recipes():
         terms.update(recipe.term_of)
     dtypes = {} if override is not None else dict(spec.dtypes)
-    known = {"default", "lm_head", weights.EMBEDDING} | set(terms) | set(terms.values())
+    weighted = {name.rsplit(".", 1)[0] for _, recipe in Query(spec, "prefill").recipes("matrices")
+                for name in recipe.outputs}          # operators with a weight matrix (not attention's products)
+    known = {"default", "lm_head", weights.EMBEDDING} | weighted | {terms[op] for op in weighted if op in terms}
     for key in dtypes:
         if key not in known:
-            raise CostcalcError(f"{spec.name}: field 'dtypes' names {quote(key)}, which is no module of this model "
-                                f"(its operators and terms: {', '.join(sorted(known - {'default'}))})")
+            raise CostcalcError(f"{spec.name}: field 'dtypes' names {quote(key)}, which is no weight of this model "
+                                f"(its weighted operators and terms: {', '.join(sorted(known - {'default'}))})")
 
     def fmt(op: str, term: str) -> Format:
         return override if override is not None else weights.parse(weights.resolve(dtypes, op, term))

@@ -324,6 +324,14 @@ def test_each_method_maps_to_its_format_and_its_modules():
     ({"quant_method": "fp8", "modules_to_not_convert": ["model.decoder.fc9"]}, "names no module costcalc counts"),
     ({"quant_method": "fp8", "activation_scheme": "static"}, "activation_scheme 'static'"),
     ({"quant_method": "modelopt", "quant_algo": "FP8"}, "only NVFP4 is read"),
+    # a pattern the method's own code would fail to compile: a one-line refusal, never a traceback
+    ({"quant_method": "fp8", "modules_to_not_convert": ["("]}, r"'\(' is not a regular expression"),
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["re:("], "config_groups": {
+        "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                                       "strategy": "group", "group_size": 32}}}},
+     r"'re:\(' is not a regular expression"),
+    ({"quant_method": "fp8", "weight_block_size": [True, True]}, r"weight_block_size must be \[out, in\]"),
+    ({"quant_method": "fp8", "weight_block_size": [1 << 40, 128]}, r"weight_block_size must be \[out, in\]"),
 ])
 def test_what_cannot_be_mapped_is_refused_by_name(quantization, message):
     with pytest.raises(CostcalcError, match=message):
@@ -335,7 +343,10 @@ def test_a_dtypes_key_that_names_no_module_is_an_error():
     spec["dtypes"] = {"experts": "mxfp4"}
     from costcalc.spec import from_dict
 
-    with pytest.raises(CostcalcError, match="'experts', which is no module of this model"):
+    with pytest.raises(CostcalcError, match="'experts', which is no weight of this model"):
+        Precision().weights(from_dict(spec, "preset file 'x'"))
+    spec["dtypes"] = {"attention": "bf16"}       # a term of products without weights (QK^T, AV)
+    with pytest.raises(CostcalcError, match="'attention', which is no weight of this model"):
         Precision().weights(from_dict(spec, "preset file 'x'"))
 
 

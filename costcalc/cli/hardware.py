@@ -121,4 +121,5 @@ def memory(
                       draft=draft_choice(draft))
     rows = [fit(Query(spec, "decode", options, precision, machine), int(b), int(t), reserve)
             for spec in specs for b, t in zip(points["batch"], points["context"])]
-    emit(rows, fmt, output, [notes.MEMORY] + ([notes.STATE] if any(s.has_mixers for s in specs) else []), wide)
+    emit(rows, fmt, output, [notes.MEMORY] + ([notes.STATE] if any(s.has_mixers for s in specs) else [])
+         + ([notes.DRAFT] if any("draft" in row for row in rows) else []), wide)

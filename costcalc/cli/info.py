@@ -213,10 +213,10 @@ def _summary(spec) -> dict:
         row.update(vocab.derived(spec.sizes))
     if spec.state_dtype:
         row["state_dtype"] = spec.state_dtype
-    if spec.dtypes:            # the weight formats it ships in (costcalc.weights)
-        from ..weights import summary
+    from ..weights import DEFAULT, summary
 
-        row["dtypes"] = summary(spec.dtypes)
+    # the weight formats it ships in (costcalc.weights); a model that names none: bf16 for every matrix
+    row["dtypes"] = summary(spec.dtypes) if spec.dtypes else f"{DEFAULT} (default)"
     row["p_lin"] = calc.executed_linear_params(spec)
     params = calc.parameters(spec)
     row.update({k: params[k] for k in ("total_params", "active_params", "embedding_params", "lm_head_params",

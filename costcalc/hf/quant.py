@@ -43,6 +43,7 @@ KEEP_FP32 = {"deepseek_v32": ("indexer.weights_proj",), "glm_moe_dsa": ("indexer
 STRICT_FP32 = {"deepseek_v4": ("attn_hc.fn", "ffn_hc.fn", "hc_head")}   # _keep_in_fp32_modules_strict: fp32
 MOVED = {"deepseek_v4": ("expert_dtype",)}   # top-level keys the configuration class moves into quantization_config
 EXPERT_FORMATS = {"fp4": "fp4-block1x32"}    # fp8's expert_dtype other than fp8 -> the experts' format
+MAX_BLOCK = 1 << 20   # a weight block's side: larger is a typo (published blocks are 128)
 OUTSIDE = ("vision", "visual", "mm_projector", "multi_modal", "mtp")   # parts costcalc leaves out of the decoder
 VECTORS = ("bias", "norm")     # parameters no format converts and costcalc counts no bytes of (MiniMax's
                                # e_score_correction_bias): a pattern naming one changes nothing
@@ -121,7 +122,8 @@ def _fp8(qc: dict, family: str, where: str):
     if block is None:
         fmt = "fp8-tensor"
     else:
-        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
+        if not (isinstance(block, list) and len(block) == 2
+                and all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= MAX_BLOCK for b in block)):
             raise CostcalcError(f"{where}: quantization_config weight_block_size must be [out, in], got {quote(block)}")
         fmt = f"fp8-block{block[0]}" if block[0] == block[1] else f"fp8-block{block[0]}x{block[1]}"
         fmt += "-ue8m0" if scale == "ue8m0" else ""
@@ -220,9 +222,20 @@ READERS: dict[str, Callable] = {"fp8": _fp8, "mxfp4": _mxfp4, "modelopt": _model
 
 
 def _list(qc: dict, key: str, where: str) -> list[str]:
+    """A list of module patterns; each that is a regular expression where its method reads one
+    (transformers' patterns all are; compressed-tensors' ``re:`` ones) must compile, as the method's
+    own code would fail on it."""
     value = qc.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise CostcalcError(f"{where}: quantization_config {key} must be a list of module names")
+    for pattern in value:
+        regex = pattern[3:] if pattern.startswith("re:") else pattern if key == "modules_to_not_convert" else None
+        try:
+            if regex is not None:
+                re.compile(regex)
+        except re.error as exc:
+            raise CostcalcError(f"{where}: quantization_config {key}: {quote(pattern)} is not a regular expression "
+                                f"({exc})") from None
     return value
 
 

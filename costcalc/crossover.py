@@ -1,6 +1,7 @@
 """A model's FLOPs crossovers, solved exactly from its compiled terms.
 
-Attention minus the block linear layers of one sequence (B = 1, no LM head) is, as a function
+Attention minus the block linear layers of one sequence (B = 1, no LM head; a sparse layer's
+attention with its indexer's scores, the part of it that grows with the keys) is, as a function
 of the length, a polynomial of degree at most two on each piece between the windows and
 attention chunks of the model's layer groups (a window's keys stop growing at W; a chunk's
 start again every W_c). Each group's gap is fitted exactly
@@ -155,8 +156,9 @@ def first_root(query: Query) -> Optional["Root"]:
         base = {**group.numbers(), **query.options.values(), "B": 1}
 
         def gap(x: int) -> int:
-            got = recipe.evaluate({**base, "T": x - 1} if decode else {**base, "S": x}, ["attention", "linear"])
-            return got.get("attention", 0) - got.get("linear", 0)   # a mixer-only or FFN-only layer: no attention
+            # a sparse layer's attention is its indexer's scores too: the part that grows with the keys
+            got = recipe.evaluate({**base, "T": x - 1} if decode else {**base, "S": x}, ["attention", "indexer", "linear"])
+            return got.get("attention", 0) + got.get("indexer", 0) - got.get("linear", 0)   # none: no attention
         return gap
 
     return solve(query.spec, gap_of, windowed, steps=decode)
@@ -170,6 +172,7 @@ def time_root(query: Query, batch: int) -> Optional["Root"]:
 
     precision = query.precision
     plan = precision.weights(query.spec)
+    index = precision.bits("index", query.spec) if any(g.block.indexed for g in query.spec.groups) else 0
     recipes = [recipe for _, recipe in query.recipes("bytes")]
 
     def gap_of(index: int, group: Group):
@@ -181,8 +184,9 @@ def time_root(query: Query, batch: int) -> Optional["Root"]:
                       for n, v in recipe.evaluate({**base, "T": 0}, names).items()) * 8
 
         def gap(keys: int) -> Fraction:
-            kv = recipe.evaluate({**base, "T": keys - 1}, ["attention.kv_read"]).get("attention.kv_read", 0)
-            return kv * precision.bits("kv") - weights
+            got = recipe.evaluate({**base, "T": keys - 1}, ["attention.kv_read", "indexer.kv_read"])
+            return (got.get("attention.kv_read", 0) * precision.bits("kv")    # a sparse layer's index keys too
+                    + got.get("indexer.kv_read", 0) * index - weights)
         return gap
 
     return solve(query.spec, gap_of, True, steps=True)

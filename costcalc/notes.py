@@ -19,8 +19,9 @@ CROSSOVER = ("FLOPs crossovers for one sequence, LM head excluded -- not time: a
              "read per decode step (the step's own key included) at which attention equals linear "
              "FLOPs (exact, tokens); context = the cached tokens before that step, keys - 1, what "
              "'decode --context' takes. Summed over layer groups (a linear-attention or state-space layer adds its "
-             "linear layers, no attention); never = sliding windows or attention chunks keep attention below the "
-             "linear layers at every length, or no layer has softmax attention.")
+             "linear layers, no attention; a sparse-attention layer's attention counts its indexer's scores, which grow "
+             "with the keys while its top-k caps the rest); never = sliding windows or attention chunks keep "
+             "attention below the linear layers at every length, or no layer has softmax attention.")
 SCAN = ("scan (linear attention, state-space mixers): recurrent = each new token updates and reads the fixed-size "
         "state once (the ideal work; under causal); chunked = the chunked algorithm transformers' torch path runs, "
         "as its matrix products count (under full and tiled): whole chunks of Q_c with the last one padded, a "

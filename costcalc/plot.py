@@ -120,9 +120,9 @@ def _markers(spec: ModelSpec, what: str, convention: str, xs: list[int], prompt:
         return []
     rows = {r["quantity"]: r for r in calc.crossover(spec, [convention])}
     out = []
-    # never: windows, chunks or a sparse top-k keep attention below the linear layers, or there is none
-    why = ("no softmax attention" if not any(g.block.attends for g in spec.groups) else
-           "sparse or local attention" if any(g.block.sparse for g in spec.groups) else "local attention")
+    # never: windows or chunks keep attention below the linear layers, or there is none (a sparse layer's
+    # indexer grows with the keys: its attention does reach them)
+    why = "no softmax attention" if not any(g.block.attends for g in spec.groups) else "local attention"
     if what == "prefill":
         at = rows["prefill_attention_equals_linear"]["tokens"]
         if at is None:

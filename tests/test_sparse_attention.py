@@ -2,6 +2,7 @@
 against a brute-force loop over query positions (and keys), the workloads against one another, the
 bytes and memory per token, the sparse-vs-dense decode crossover solved exactly, and the refusals."""
 import json
+import math
 from fractions import Fraction
 from pathlib import Path
 
@@ -288,17 +289,20 @@ def test_the_crossover_rows_of_a_sparse_model_add_the_sparse_row_and_keep_the_ot
     assert not any(r["quantity"] == "sparse_decode_cheaper" for r in crossover(dense_twin(SPEC)))
 
 
-def test_the_decode_crossover_splits_at_the_top_k():
-    # with a top-k beyond the crossover, attention grows with T and meets the linear layers there
-    # (the indexer's projections among them); with a top-k of 5 it stops growing and never does
-    wide = SPEC.with_sizes(k_I=10 ** 6)
-    keys = Fraction(crossover(wide)[0]["exact"])
-    below, above = (calc.decode(wide, int(keys) - 1), calc.decode(wide, int(keys)))
-    assert below["attention_flops"] <= below["linear_flops"] and above["attention_flops"] > above["linear_flops"]
-    assert keys.denominator > 1 or below["attention_flops"] == below["linear_flops"]
-    assert crossover(SPEC)[0]["exact"] == "never"
-    far = calc.decode(SPEC, 10 ** 6)
-    assert far["attention_flops"] == LAYERS * ABSORBED_PAIR * K_I < far["linear_flops"]
+@pytest.mark.parametrize("k_i", [5, 10 ** 6])
+def test_the_decode_crossover_counts_the_indexer_with_attention(k_i):
+    """T_equal of a sparse model: attention with its indexer's scores against the linear layers. With
+    a top-k beyond the crossover attention itself grows with T; with a top-k of 5 it stops growing
+    at 5 keys, and the indexer, which scores every key, carries the gap to the linear layers."""
+    spec = SPEC.with_sizes(k_I=k_i)
+    keys = Fraction(crossover(spec)[0]["exact"])
+
+    def grows(row):
+        return row["attention_flops"] + row["indexer_flops"]
+    below, above = (calc.decode(spec, math.ceil(keys) - 2), calc.decode(spec, math.ceil(keys) - 1))  # keys = T + 1
+    assert grows(below) <= below["linear_flops"] < grows(above)
+    assert (above["attention_flops"] == LAYERS * ABSORBED_PAIR * k_i) == (k_i == 5)   # capped only at a top-k of 5
+    assert above["attention_flops"] < above["linear_flops"]
 
 
 # --- refusals -----------------------------------------------------------------------------------

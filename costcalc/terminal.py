@@ -57,7 +57,7 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
     if dropped or not shares:
         cut = ", ".join(dropped) + (" and the shares of the total" if not shares else "")
         footer = [f"Columns left out to fit {width} characters: {cut.removeprefix(', ')} "
-                  f"(--wide or -f csv shows them)."] + footer
+                  f"(--wide or -f csv shows them)."] + _formats(rows, dropped) + footer
     out += [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]
     return "\n".join(out) + "\n"
 
@@ -78,6 +78,15 @@ _NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_
              "context", "batch")
 # The workloads' inputs (batch, seq, context, ...): dropped only when constant.
 _AXES = tuple(dict.fromkeys(i.column for w in WORKLOADS.values() for i in w.inputs))
+
+
+def _formats(rows: Sequence[dict[str, Any]], dropped: list[str]) -> list[str]:
+    """The weight formats a narrowed table left out, one line a model: which dtypes its bytes were
+    counted in is never only in a column the table could not show."""
+    if "weight_dtype" not in dropped:
+        return []
+    seen = dict.fromkeys((r.get("preset"), r.get("weight_dtype"), r.get("weight_dtype_source")) for r in rows)
+    return [f"weight_dtype of {preset}: {fmt} ({source})" for preset, fmt, source in seen if fmt is not None]
 
 
 def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int) -> str:

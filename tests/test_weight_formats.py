@@ -338,6 +338,21 @@ def test_what_cannot_be_mapped_is_refused_by_name(quantization, message):
         _import(_llama(quantization))
 
 
+def test_a_pattern_naming_the_layers_past_the_decoder_is_the_mtp_modules_and_changes_nothing():
+    """DeepSeek's checkpoints name their MTP module as the layer after the last (model.layers.61 of V3)."""
+    fp8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    assert _import(_llama({**fp8, "modules_to_not_convert": ["model.layers.2"]})) == _import(_llama(fp8))
+    with pytest.raises(CostcalcError, match="in some layers or experts only"):
+        _import(_llama({**fp8, "modules_to_not_convert": ["model.layers.1"]}))
+
+
+def test_a_narrow_table_of_several_models_still_says_each_ones_weight_formats(capsys):
+    code, out, err = run(capsys, "memory", "-p", "deepseek-v3,llama-3.1-8b", "-t", "8k", "-d", "h200")
+    out = " ".join(out.split())          # notes are wrapped to the terminal's width
+    assert code == 0 and "weight_dtype of deepseek-v3: fp8-block128; bf16: router lm_head embedding (preset)" in out
+    assert "weight_dtype of llama-3.1-8b: bf16 (default)" in out
+
+
 def test_a_dtypes_key_that_names_no_module_is_an_error():
     spec = presets.load("llama-3.1-8b").to_dict()
     spec["dtypes"] = {"experts": "mxfp4"}

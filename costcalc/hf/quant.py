@@ -321,7 +321,9 @@ def _excluded(patterns: list[str], matcher, layers: list[dict], ops: list[str], 
                 names = [f"{p}layers.{index}.{v}" for p in PREFIXES for v in variant]
                 covered.setdefault(op, set()).add(hit(names))
     for pattern in patterns:
-        if pattern not in used and not any(part in pattern for part in OUTSIDE + VECTORS):
+        past = [int(i) for i in re.findall(r"layers\.(\d+)\b", pattern)]   # DeepSeek names its MTP layers L, L+1 ...
+        if pattern not in used and not any(part in pattern for part in OUTSIDE + VECTORS) \
+                and not (past and min(past) >= len(layers)):
             raise CostcalcError(f"{where}: quantization_config pattern {quote(pattern)} names no module costcalc "
                                 f"counts (the decoder's projections, lm_head, model.embed_tokens)")
     split = [op for op, seen in covered.items() if seen == {True, False}]

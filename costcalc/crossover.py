@@ -168,11 +168,11 @@ def time_root(query: Query, batch: int) -> Optional["Root"]:
     """Keys read by a decode step of ``batch`` sequences (the query's, a decode step in its
     dtypes) at which reading the K/V cache moves as many bytes as reading the weights (LM head
     included) -- the time crossover of a memory-bound step, whatever the device."""
-    from .roofline import group_experts_touched
+    from .roofline import group_experts_touched, routed_expert
 
     precision = query.precision
     plan = precision.weights(query.spec)
-    index = precision.bits("index", query.spec) if any(g.block.indexed for g in query.spec.groups) else 0
+    keys_of = {op: precision.key_bits(op, query.spec) for op in ("attention", "indexer")}   # bits per element
     recipes = [recipe for _, recipe in query.recipes("bytes")]
 
     def gap_of(index: int, group: Group):
@@ -180,13 +180,13 @@ def time_root(query: Query, batch: int) -> Optional["Root"]:
         names = [n for n in recipe.outputs if n.endswith(".weight")]
         base = {**group.numbers(), "B": batch}
         touched = group_experts_touched(group, batch, precision)
-        weights = sum(v * (touched if n.startswith("experts.") else 1) * plan.rate(index, n.rsplit(".", 1)[0])
+        weights = sum(v * (touched if routed_expert(n) else 1) * plan.rate(index, n.rsplit(".", 1)[0])
                       for n, v in recipe.evaluate({**base, "T": 0}, names).items()) * 8
 
         def gap(keys: int) -> Fraction:
             got = recipe.evaluate({**base, "T": keys - 1}, ["attention.kv_read", "indexer.kv_read"])
-            return (got.get("attention.kv_read", 0) * precision.bits("kv")    # a sparse layer's index keys too
-                    + got.get("indexer.kv_read", 0) * index - weights)
+            # a sparse layer's index keys too, in the index dtype
+            return sum(got.get(f"{op}.kv_read", 0) * bits for op, bits in keys_of.items()) - weights
         return gap
 
     return solve(query.spec, gap_of, True, steps=True)

@@ -11,8 +11,8 @@
   the K/V width per token as the decode step writes it (GQA ``2 h_kv d_h``; MLA under
   ``--mla auto`` its latent and RoPE key, ``r_kv + d_rope``, as serving stacks cache it), in
   the KV dtype; a sparse MLA layer (DeepSeek Sparse Attention) also keeps its index key of
-  ``d_I`` per token, in the KV dtype too (the reference's fp8 with an fp32 scale per 128 is not
-  modelled).
+  ``d_I`` per token, in the index dtype (``--index-dtype``: the KV dtype unless asked; fp8 with an
+  fp32 scale per 128, as the reference keeps it).
 - DeepSeek-V4's layers keep their window, ``min(T, W)`` keys of ``d_h`` (their own cache rolls,
   whatever ``--window-cache``), and one compressed entry per R_c tokens, ``floor(T / R_c)`` of them,
   of ``d_h`` (and a ``csa`` layer's index key of ``d_I``): what a decode step completing an entry
@@ -82,9 +82,7 @@ def _caches(query: Query) -> list[tuple[int, Fraction, Fraction, int]]:
     out = []
     rolling = query.options.window_cache == WindowCache.rolling
     kv = query.precision.bits("kv") / 8
-    indexed = any(g.block.indexed for g in query.spec.groups)
-    rate = {k: query.precision.bits("index" if indexed and k.startswith("indexer.") else "kv", query.spec) / 8
-            for k in PER_TOKEN + PER_ENTRY}
+    rate = {k: query.precision.key_bits(k.rsplit(".", 1)[0], query.spec) / 8 for k in PER_TOKEN + PER_ENTRY}
     for group, recipe in query.but(workload="decode").recipes("bytes"):
         present = [k for k in PER_TOKEN + tuple(PER_SEQUENCE) if recipe.name(k) in recipe.outputs]
         numbers = {**group.numbers(), "B": 1}

@@ -193,6 +193,13 @@ class Precision:
             return dtype.bits + Fraction(INDEX_SCALE_BITS * -(-width // INDEX_SCALE_GROUP), width)
         return Fraction((self.kv if kind.startswith("kv") else self.act).bits)
 
+    def key_bits(self, op: str, spec: ModelSpec) -> Fraction:
+        """Bits per K/V element an operator moves (``<op>.kv_read``, ``<op>.kv_write``): a sparse-attention
+        indexer's keys (``indexer``, an MTP module's ``mtp.indexer``) in the index dtype, the rest in the KV
+        dtype -- the one rule bytes, memory and the time crossover use."""
+        indexer = op.removeprefix("mtp.").split(".")[0] == "indexer"
+        return self.bits("index", spec) if indexer and any(g.block.indexed for g in spec.groups) else self.bits("kv")
+
     def labels(self, spec: ModelSpec) -> dict[str, Any]:
         plan = self.weights(spec)
         out: dict[str, Any] = {"weight_dtype": plan.label, "weight_dtype_source": plan.source,
@@ -259,7 +266,7 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: Fraction(0) for t in TERMS}
     per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC if kind != "weight"}   # bytes, exact
-    index_key = precision.bits("index", query.spec) / 8 if any(g.block.indexed for g in query.spec.groups) else 0
+    key_bytes = {}      # by operator: K/V elements in the KV dtype, an indexer's keys in the index dtype
     plan = precision.weights(query.spec)
     for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
@@ -275,9 +282,13 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
                 if not count:        # nothing moved: exact sums, so skipping a zero changes no number
                     continue
                 if kind == "weight":    # each matrix in its own format: bytes exact per matrix
-                    part = count * (touched if op.startswith("experts.") else 1) * plan.rate(index, op)
+                    part = count * (touched if routed_expert(op) else 1) * plan.rate(index, op)
+                elif kind.startswith("kv"):
+                    if op not in key_bytes:
+                        key_bytes[op] = precision.key_bits(op, query.spec) / 8
+                    part = count * key_bytes[op]
                 else:
-                    part = count * (index_key if kind.startswith("kv") and _indexer(op) else per_element[kind])
+                    part = count * per_element[kind]
                 kinds[kind] += part
                 moved += part
             # an operator that moves bytes but runs no counted product (Gated DeltaNet's chunked
@@ -301,10 +312,10 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
     return out
 
 
-def _indexer(op: str) -> bool:
-    """Whether an operator is a lightning indexer's (its keys kept in the index dtype); an MTP
-    module's too (``mtp.indexer.*``)."""
-    return op.removeprefix("mtp.").split(".")[0] == "indexer"
+def routed_expert(op: str) -> bool:
+    """Whether an operator is a routed expert's (its weights read once per expert touched); an MTP
+    module's too (``mtp.experts.*``)."""
+    return op.removeprefix("mtp.").startswith("experts.")
 
 
 def traffic_kinds(spec: ModelSpec) -> tuple[str, ...]:

@@ -125,6 +125,25 @@ def test_draft_bytes_and_memory_hold_the_module_and_its_cache():
         "linear", "attention", "lm_head"))
 
 
+@pytest.mark.parametrize("batch", [1, 64])
+def test_a_draft_reads_the_bytes_of_one_more_layer_and_its_own_projection_and_head(batch):
+    """At any batch the draft's bytes are one more layer's (its routed experts read once per expert
+    the batch touches, as the model's), eh_proj's weight and rows, and the LM head again."""
+    spec = presets.load("deepseek-v3")
+    bigger = with_one_more_layer(spec)
+    machine, precision = Machine(device("h200")), Precision("bf16")
+
+    def row(model, options):
+        return calc.answer(Query(model, "decode", options, precision, machine), batch=[batch], context=[1024])
+
+    plain, drafted, more = row(spec, Options()), row(spec, Options(draft="mtp")), row(bigger, Options())
+    d = spec["d"]
+    eh_proj = (2 * d * d + batch * (2 * d + d)) * 2          # bf16: its matrix, its rows in (2d) and out (d)
+    extra_layer = more["total_bytes"][0] - plain["total_bytes"][0]
+    assert drafted["draft_bytes"][0] == extra_layer + eh_proj + plain["lm_head_bytes"][0]
+    assert drafted["total_bytes"][0] == plain["total_bytes"][0] + drafted["draft_bytes"][0]
+
+
 def test_a_spec_names_its_mtp_block_and_round_trips():
     data = presets.load("deepseek-v3").to_dict()
     assert data["mtp"] == {"count": 1}

@@ -241,6 +241,23 @@ def test_the_index_keys_are_kept_and_read_in_the_index_dtype(index, per_key):
     assert row["index_dtype"][0] == (index or "bf16")
 
 
+@pytest.mark.parametrize("index", [None, "fp8", "fp32"])
+def test_the_time_crossover_reads_the_index_keys_in_their_dtype(index):
+    """t_equal_time: the keys a step reads at which its K/V bytes -- the latent rows and every index
+    key, each in its own dtype -- reach its weight bytes; held to the bytes a step at that context moves."""
+    precision, batch = Precision(index=index), 4
+    row = crossover(SPEC, ["causal"], precision=precision, batch=batch)[0]
+    keys = Fraction(row["t_equal_time_exact"])
+
+    def step(context):
+        got = calc.answer(Query(SPEC, "decode", Options(), precision), batch=[batch], context=[context])
+        return got["kv_read_bytes"][0], got["weight_bytes"][0]
+    before, after = step(math.ceil(keys) - 2), step(math.ceil(keys) - 1)    # keys read = context + 1
+    assert before[0] < before[1] and after[0] >= after[1]
+    if index == "fp32":     # index keys twice the bf16 ones: the cache reaches the weights sooner
+        assert keys < Fraction(crossover(SPEC, ["causal"], precision=Precision(), batch=batch)[0]["t_equal_time_exact"])
+
+
 def test_an_index_dtype_on_a_model_without_an_indexer_says_it_does_nothing(capsys):
     code, out, err = run(capsys, "decode", "-p", "toy", "--context", "16", "--index-dtype", "fp8")
     assert code == 0 and "--index-dtype does nothing" in err

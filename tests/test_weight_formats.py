@@ -332,6 +332,9 @@ def test_each_method_maps_to_its_format_and_its_modules():
      r"'re:\(' is not a regular expression"),
     ({"quant_method": "fp8", "weight_block_size": [True, True]}, r"weight_block_size must be \[out, in\]"),
     ({"quant_method": "fp8", "weight_block_size": [1 << 40, 128]}, r"weight_block_size must be \[out, in\]"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128], "expert_dtype": ["fp4"]}, "expert_dtype"),
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": 1}},
+     "config_groups.group_0: weights targeting"),
 ])
 def test_what_cannot_be_mapped_is_refused_by_name(quantization, message):
     with pytest.raises(CostcalcError, match=message):
@@ -454,6 +457,23 @@ def test_a_shrunken_deepseek_v4_holds_what_transformers_fp8_quantizer_builds(tmp
     path = tmp_path / "config.json"
     path.write_text(json.dumps(SMALL_V4))
     assert _resident(hf.load(path, "small")) == _loaded_bytes(_v4_quantized(SMALL_V4))
+
+
+def test_deepseek_v4_modules_are_matched_by_the_names_transformers_gives_them():
+    """The indexer lives in its layer's compressor (weights_proj in the indexer's scorer), the hyper-connections
+    on the layer; patterns by transformers' rule (should_convert_module: a regex from the start to a module
+    boundary, or a suffix) reach them: the whole indexer, its q_b_proj included, then stays bf16."""
+    def formats(patterns):
+        config = {**SMALL_V4, "quantization_config": {**SMALL_V4["quantization_config"],
+                                                      "modules_to_not_convert": patterns}}
+        dtypes = hf.to_preset(config, "x")["dtypes"]
+        return {op: weights.resolve(dtypes, op, term) for op, term in (
+            ("indexer.q_b_proj", "indexer_proj"), ("indexer.weights_proj", "indexer_proj"), ("q_b_proj", "attn_proj"),
+            ("attn_hc.fn", "hyper"))}
+    plain = formats([])
+    assert plain["indexer.q_b_proj"] == plain["q_b_proj"] == "fp8-block128-ue8m0"
+    assert formats([r".*self_attn\.compressor\.indexer"]) == {**plain, "indexer.q_b_proj": "bf16"}
+    assert formats(["compressor.indexer.scorer.weights_proj", r".*\.attn_hc"]) == plain   # kept as they were
 
 
 def _deepseek_v4_checkpoint(c: dict) -> int:

@@ -135,7 +135,7 @@ def _experts(qc: dict, fmt: str, where: str) -> str:
     kind = qc.get("expert_dtype") or "fp8"
     if kind == "fp8":
         return fmt
-    if kind not in EXPERT_FORMATS:
+    if not isinstance(kind, str) or kind not in EXPERT_FORMATS:
         raise CostcalcError(f"{where}: quantization_config expert_dtype {quote(kind)}: fp8 or fp4 is read")
     return EXPERT_FORMATS[kind] + ("-ue8m0" if qc.get("scale_fmt") == "ue8m0" else "")
 
@@ -202,7 +202,7 @@ def _compressed(qc: dict, family: str, where: str):
                             f"{quote(groups)}")
     (name, group), = groups.items()
     w = group.get("weights") if isinstance(group, dict) else None
-    if group.get("targets") != ["Linear"] or not isinstance(w, dict):
+    if not isinstance(w, dict) or group.get("targets") != ["Linear"]:
         raise CostcalcError(f"{where}: quantization_config config_groups.{name}: weights targeting ['Linear'] are read")
     if group.get("input_activations") or group.get("output_activations"):
         raise CostcalcError(f"{where}: quantization_config config_groups.{name}: activation quantization is not read")
@@ -292,6 +292,12 @@ def _paths(op: str, layer: dict) -> list[list[str]]:
         return [["mlp.shared_expert_gate"]]
     if op in ("gate_proj", "up_proj", "down_proj"):
         return [[f"mlp.{op}"]]
+    if parse_block(layer["arch"]).v4:     # transformers 5.23's DeepSeek-V4 modules
+        if op.startswith("indexer."):     # the indexer inside the compressor; weights_proj in its scorer
+            return [[f"self_attn.compressor.{op}", f"self_attn.compressor.indexer.scorer.{op.split('.', 1)[1]}"]]
+        if op.endswith("_hc.fn"):         # the hyper-connections sit on the layer
+            return [[op, op.removesuffix(".fn")]]
+        return [[f"self_attn.{op}"]]
     return [[f"self_attn.{op}", f"linear_attn.{op}", f"mixer.{op}", f"mamba.{op}"]]
 
 

@@ -266,14 +266,17 @@ def _atomic(dest: Target, fill: Callable[[IO[Any]], Any], mode: str) -> None:
         keep = stat.S_IMODE(old.st_mode)
     except FileNotFoundError:
         old, keep = None, 0o666 & ~_umask()
+    global _creating
     held = _hold_signals()
+    tmp = ""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".costcalc-", suffix=".tmp")
-    except BaseException:
-        _release(held)
-        raise
-    try:
+        _creating = True    # a stop signal landing now waits (``deferring``) until ``tmp`` is known
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".costcalc-", suffix=".tmp")
+        finally:
+            _creating = False
         _release(held)      # a signal that came meanwhile is raised here, where the file is removed
+        _raise_deferred()
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as handle:
             fill(handle)
         if old is not None:
@@ -289,8 +292,34 @@ def _atomic(dest: Target, fill: Callable[[IO[Any]], Any], mode: str) -> None:
             raise _same_file(dest, _read[info.st_dev, info.st_ino])
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _release(held)
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        _raise_deferred()
         raise
+
+
+# The mask above keeps a stop signal from this thread only: a process-directed signal may reach
+# another thread (numpy's), and its Python handler then runs here whatever this thread's mask. So
+# the CLI's handler asks ``deferring`` first and, while a temporary file is being created, leaves
+# the signal in ``_deferred``: it is raised again once the file's name is known.
+_creating = False
+_deferred: list[int] = []
+
+
+def deferring(signum: int) -> bool:
+    """Whether a stop signal landing now must wait (a temporary file is being created); if so it is
+    kept, and raised again as soon as the file can be removed."""
+    if _creating:
+        _deferred.append(signum)
+    return _creating
+
+
+def _raise_deferred() -> None:
+    if _deferred:
+        import signal
+
+        signal.raise_signal(_deferred.pop())
 
 
 def _keep_owner(tmp: str, old: os.stat_result, dest: Target) -> None:

@@ -305,6 +305,33 @@ def test_a_signal_during_a_write_removes_the_temporary_file(signum, old, tmp_pat
     assert (target.read_text() == "old\n") if old else not target.exists()
 
 
+def test_a_stop_signal_while_the_temporary_file_is_created_waits_until_it_can_be_removed(tmp_path):
+    """A process-directed SIGTERM may reach another thread, whose handler then runs in the main one
+    whatever its mask: one landing inside mkstemp, the file made but its name not yet known, must
+    not leave the file behind. It is raised again once the name is known, and the write stops."""
+    script = f"""
+import signal, tempfile
+from costcalc import outputs
+from costcalc.cli import Stopped, _stop_on_signals
+_stop_on_signals()
+real = tempfile.mkstemp
+def landing(*args, **kwargs):
+    made = real(*args, **kwargs)
+    # the handler runs here, between the file and its name, as it does when another thread took the
+    # signal (this thread's mask does not hold it back then)
+    signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    return made
+tempfile.mkstemp = landing
+try:
+    outputs.write_text(outputs.target({str(tmp_path / "out.csv")!r}), "a,b\\n")
+except Stopped:
+    print("stopped")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "stopped", done.stderr
+    assert temporaries(tmp_path) == [] and not (tmp_path / "out.csv").exists()
+
+
 # --- E5: Ctrl-C during start-up ------------------------------------------------------------
 
 @pytest.mark.parametrize("entry", ["module", "script"])

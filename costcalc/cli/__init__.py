@@ -119,6 +119,9 @@ def _stop_on_signals() -> None:
     numbers = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]   # no SIGHUP on Windows
 
     def stop(signum, frame):
+        outputs = sys.modules.get("costcalc.outputs")      # not imported: no file is being written
+        if outputs is not None and outputs.deferring(signum):
+            return                 # raised again once the temporary file being created has a name
         for number in numbers:     # once: a second signal does not cut the clean-up short
             signal.signal(number, signal.SIG_IGN)
         raise Stopped(signum)

@@ -3,7 +3,15 @@
 A profile has ``name``, ``title``, ``peak_flops`` (dense -- not "with sparsity" -- FLOP/s
 per compute dtype: ``bf16``, ``fp16``, ``fp8``, ``int8``, ...), ``mem_bw`` (bytes/s),
 ``mem_bytes`` (bytes, as the vendor states them, decimal) and ``source`` (where the numbers
-come from); optionally ``interconnect``. ``--device-file`` reads one of your own (``costcalc
+come from); optionally ``interconnect``: ``scale_up`` (the GPU-to-GPU link inside one node or
+NVLink domain: ``bytes_per_s_each_way`` per GPU, ``domain_gpus``, ``topology`` switch|mesh,
+``latency_s``, ``url``, ``note``), ``scale_out`` (the NIC per GPU: ``bytes_per_s_each_way``,
+``latency_s``, ``url``, ``note``) and a free ``note``. Every rate is ONE direction.
+
+Old profiles stored ``nvlink_bytes_per_s`` (a bidirectional total), ``pcie_bytes_per_s``,
+``infinity_fabric_bytes_per_s`` and their notes: they are still read, kept as written and never
+used -- such a device has no links, and a layout over several devices refuses it naming the new
+fields (``Device.link``). ``--device-file`` reads one of your own (``costcalc
 verify --save-profile`` writes one from measurements).
 """
 from __future__ import annotations
@@ -14,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import jsonfile, printable
+from .collectives import MESH, SWITCH, TOPOLOGIES, Link
 from .errors import CostcalcError, quote
 from .spec import check_name
 
@@ -29,6 +38,18 @@ class Device:
     title: str = ""
     source: Mapping[str, Any] = field(default_factory=dict)
     interconnect: Mapping[str, Any] = field(default_factory=dict)
+    scale_up: Link | None = None       # from interconnect.scale_up (per GPU, each way)
+    scale_out: Link | None = None      # from interconnect.scale_out (the NIC per GPU, each way)
+
+    def link(self, kind: str) -> Link:
+        """``scale_up`` or ``scale_out``; a device without it is refused in one line."""
+        found = {"scale_up": self.scale_up, "scale_out": self.scale_out}[kind]
+        if found is None:
+            old = [k for k in LEGACY if k.endswith("_bytes_per_s") and self.interconnect.get(k) is not None]
+            raise CostcalcError(f"device {self.name}: no interconnect.{kind} ({', '.join(LINK_KEYS[kind])}), which "
+                                f"a layout over several devices needs" + (f"; {', '.join(old)} (old, ambiguous: "
+                                "a bidirectional total) is not read" if old else ""))
+        return found
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
@@ -95,8 +116,61 @@ def from_dict(data: Any, origin: str) -> Device:
     for key in ("source", "interconnect"):
         if not isinstance(data.get(key, {}), dict):
             raise CostcalcError(f"device {origin}: field {quote(key)} must be an object")
+    interconnect = data.get("interconnect", {})
+    links = _links(origin, interconnect)
     return Device(name, dict(peaks), mem_bw, mem_bytes, data.get("title", ""), data.get("source", {}),
-                  data.get("interconnect", {}))
+                  interconnect, links.get("scale_up"), links.get("scale_out"))
+
+
+# The link classes of ``interconnect`` and their fields (all required); ``link`` names the hardware.
+LINK_KEYS = {"scale_up": ("bytes_per_s_each_way", "domain_gpus", "topology", "latency_s", "url", "note"),
+             "scale_out": ("bytes_per_s_each_way", "latency_s", "url", "note")}
+LINK_OPTIONAL = ("link",)
+# Old interconnect fields (the built-in profiles before per-direction figures): read, kept, never used.
+LEGACY = ("nvlink_bytes_per_s", "nvlink_note", "pcie_bytes_per_s", "pcie_note", "infinity_fabric_bytes_per_s")
+LATENCY_RANGE = (0, 1)            # seconds: a collective's fixed latency
+DOMAIN_RANGE = (1, 1_000_000)     # GPUs in one scale-up domain
+
+
+def _links(origin: str, interconnect: dict) -> dict[str, Link]:
+    for key in interconnect:
+        if key not in (*LINK_KEYS, "note", *LEGACY):
+            raise CostcalcError(f"device {origin}: unknown field {quote('interconnect.' + key)} (expected "
+                                f"{', '.join(LINK_KEYS)}, note)")
+    if not isinstance(interconnect.get("note", ""), str):
+        raise CostcalcError(f"device {origin}: field 'interconnect.note' must be a string")
+    links = {}
+    for kind, keys in LINK_KEYS.items():
+        if kind not in interconnect:
+            continue
+        data, where = interconnect[kind], f"interconnect.{kind}"
+        if not isinstance(data, dict):
+            raise CostcalcError(f"device {origin}: field {quote(where)} must be an object")
+        for key in data:
+            if key not in keys + LINK_OPTIONAL:
+                raise CostcalcError(f"device {origin}: unknown field {quote(where + '.' + key)}")
+        for key in keys:
+            if key not in data:
+                raise CostcalcError(f"device {origin}: missing field {quote(where + '.' + key)}")
+        for key in ("url", "note", *LINK_OPTIONAL):
+            if not isinstance(data.get(key, ""), str):
+                raise CostcalcError(f"device {origin}: field {quote(where + '.' + key)} must be a string")
+        rate = _rate(origin, f"{where}.bytes_per_s_each_way", data["bytes_per_s_each_way"], BANDWIDTH_RANGE, "bytes/s")
+        latency = _rate(origin, f"{where}.latency_s", data["latency_s"], LATENCY_RANGE, "seconds")
+        domain, topology = None, SWITCH
+        if kind == "scale_up":
+            domain = _rate(origin, f"{where}.domain_gpus", data["domain_gpus"], DOMAIN_RANGE, "GPUs")
+            if domain != int(domain):
+                raise CostcalcError(f"device {origin}: field {quote(where + '.domain_gpus')} must be a whole number "
+                                    f"of GPUs, got {quote(domain)}")
+            domain, topology = int(domain), data["topology"]
+            if topology not in TOPOLOGIES:
+                raise CostcalcError(f"device {origin}: field {quote(where + '.topology')} must be one of "
+                                    f"{', '.join(TOPOLOGIES)}, got {quote(topology)}")
+            if topology == MESH and domain < 2:
+                raise CostcalcError(f"device {origin}: a mesh ({where}.topology) joins at least 2 GPUs")
+        links[kind] = Link(data.get("link", kind), rate, latency, domain, topology)
+    return links
 
 
 # What a device can be, from a microcontroller to far past any accelerator: a profile outside these

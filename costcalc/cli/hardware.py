@@ -68,12 +68,28 @@ def _readable(key: str, value) -> str:
         return f"{units.flops(value, 'FLOP/s')} ({value:g})"
     if key in ("mem_bw", "mem_bytes"):
         return f"{units.nbytes(value)}{'/s' if key == 'mem_bw' else ''} ({value:g})"
+    if key.endswith(".bytes_per_s_each_way"):
+        return f"{units.nbytes(value)}/s each way ({value:g})"
+    if key.endswith(".latency_s"):
+        return f"{value * 1e6:g} us ({value:g})"
     return str(value)
+
+
+def _links(d) -> dict:
+    """The per-direction link figures (``interconnect.scale_up``/``scale_out``) a collective uses."""
+    out = {}
+    for kind, link in (("scale_up", d.scale_up), ("scale_out", d.scale_out)):
+        if link is not None:
+            out |= {f"{kind}.link": link.name, f"{kind}.bytes_per_s_each_way": link.bytes_per_s_each_way,
+                    **({f"{kind}.domain_gpus": link.domain, f"{kind}.topology": link.topology} if kind == "scale_up"
+                       else {}),
+                    f"{kind}.latency_s": link.latency_s}
+    return out
 
 
 def _flat(d) -> dict:
     return {"name": d.name, "title": d.title, **{f"peak_flops.{k}": v for k, v in d.peak_flops.items()},
-            "mem_bw": d.mem_bw, "mem_bytes": d.mem_bytes,
+            "mem_bw": d.mem_bw, "mem_bytes": d.mem_bytes, **_links(d),
             **{f"source.{k}": v for k, v in d.source.items() if isinstance(v, str)}}
 
 

@@ -1,0 +1,106 @@
+"""Device profiles' links (costcalc/devices.py, interconnect.scale_up / scale_out): per direction,
+held to the datasheets' own figures; old profiles still read; bad fields refused in one line."""
+import json
+
+import pytest
+
+from cli_run import one_error, run
+from costcalc import devices
+from costcalc.errors import CostcalcError
+
+GB = 10**9
+# What the datasheets print (see each profile's note): the GPU-to-GPU total BOTH ways, and the NIC per
+# GPU in gigaBITS per second. A profile stores one direction in bytes/s: half the first, an eighth the second.
+DATASHEET = {   # device: (scale-up bidirectional GB/s, GPUs in the domain, NIC Gb/s per GPU or None)
+    "a100": (600, 8, 200), "h100": (900, 8, 400), "h200": (900, 8, 400), "b200": (1800, 8, 400),
+    "l40s": (64, 8, None), "mi300x": (7 * 128, 8, 400),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEET))
+def test_each_built_in_link_is_one_direction_of_the_datasheet_figure(name):
+    device = devices.load(name)
+    both_ways, domain, nic_gbit = DATASHEET[name]
+    assert device.scale_up.bytes_per_s_each_way * 2 == both_ways * GB
+    assert device.scale_up.domain == domain
+    assert device.scale_up.latency_s > 0
+    if nic_gbit is None:
+        assert device.scale_out is None
+        with pytest.raises(CostcalcError, match="no interconnect.scale_out"):
+            device.link("scale_out")
+    else:
+        assert device.scale_out.bytes_per_s_each_way * 8 == nic_gbit * GB
+    for kind in ("scale_up", "scale_out"):
+        entry = device.interconnect.get(kind)
+        if entry:
+            assert entry["url"].startswith("https://") and entry["note"], (name, kind)
+    assert "nvlink_bytes_per_s" not in device.interconnect     # the ambiguous field is gone from built-ins
+
+
+def test_the_mi300x_mesh_gives_one_peer_pair_one_link():
+    link = devices.load("mi300x").link("scale_up")
+    assert link.topology == "mesh" and link.bandwidth(2) == 128 * GB / 2 and link.bandwidth(8) == 7 * 128 * GB / 2
+
+
+OLD = {"name": "mine", "title": "old", "peak_flops": {"bf16": 1e15}, "mem_bw": 2e12, "mem_bytes": 8 * 10**10,
+       "interconnect": {"nvlink_bytes_per_s": 900e9, "nvlink_note": "bidirectional", "pcie_bytes_per_s": 128e9}}
+
+
+def test_an_old_profile_is_read_and_its_single_device_numbers_do_not_change(tmp_path, capsys):
+    old, bare = tmp_path / "old.json", tmp_path / "bare.json"
+    old.write_text(json.dumps(OLD))
+    bare.write_text(json.dumps({k: v for k, v in OLD.items() if k != "interconnect"}))
+    rows = []
+    for path in (old, bare):
+        code, out, err = run(capsys, "decode", "-p", "toy", "--context", "4k", "--device-file", str(path), "-f", "json")
+        assert code == 0, err
+        rows.append(json.loads(out))
+    assert rows[0] == rows[1]
+    device = devices.load_file(old)
+    assert device.scale_up is None and device.interconnect["nvlink_bytes_per_s"] == 900e9   # kept as written
+    with pytest.raises(CostcalcError) as caught:
+        device.link("scale_up")
+    message = str(caught.value)
+    assert "bytes_per_s_each_way" in message and "domain_gpus" in message and "nvlink_bytes_per_s" in message
+    assert "\n" not in message
+
+
+def _with(scale_up=None, **interconnect):
+    link = {"bytes_per_s_each_way": 450e9, "domain_gpus": 8, "topology": "switch", "latency_s": 7e-6,
+            "url": "https://example.com", "note": "n"}
+    return {**OLD, "interconnect": {"scale_up": {**link, **(scale_up or {})}, **interconnect}}
+
+
+def test_a_profile_of_ones_own_with_links(tmp_path, capsys):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(_with(scale_out={"bytes_per_s_each_way": 25e9, "latency_s": 1e-5, "url": "u",
+                                                "note": "n"})))
+    device = devices.load_file(path)
+    assert device.link("scale_up").bytes_per_s_each_way == 450e9 and device.link("scale_out").domain is None
+    code, out, err = run(capsys, "devices", "show", "--device-file", str(path))
+    fields = dict(line.split(None, 1) for line in out.splitlines() if line.strip() and not line.startswith(" "))
+    assert code == 0 and fields["scale_up.bytes_per_s_each_way"] == "450.0 GB/s each way (4.5e+11)", err
+    assert fields["scale_out.latency_s"] == "10 us (1e-05)"
+
+
+@pytest.mark.parametrize("data, message", [
+    (_with({"bytes_per_s_each_way": -1}), "'interconnect.scale_up.bytes_per_s_each_way' must be between"),
+    (_with({"bytes_per_s_each_way": float("inf")}), "'interconnect.scale_up.bytes_per_s_each_way' must be between"),
+    (_with({"bytes_per_s_each_way": "450GB/s"}), "must be a number of bytes/s"),
+    (_with({"latency_s": 5}), "'interconnect.scale_up.latency_s' must be between 0 and 1 seconds"),
+    (_with({"domain_gpus": 0}), "'interconnect.scale_up.domain_gpus' must be between 1"),
+    (_with({"domain_gpus": 7.5}), "whole number of GPUs"),
+    (_with({"topology": "torus"}), "'interconnect.scale_up.topology' must be one of switch, mesh"),
+    (_with({"topology": "mesh", "domain_gpus": 1}), "a mesh"),
+    (_with({"bandwidth": 1}), "unknown field 'interconnect.scale_up.bandwidth'"),
+    (_with({"note": 3}), "'interconnect.scale_up.note' must be a string"),
+    (_with(scale_out={"bytes_per_s_each_way": 5e10}), "missing field 'interconnect.scale_out.latency_s'"),
+    (_with(scale_out=[1]), "'interconnect.scale_out' must be an object"),
+    (_with(scale_upp={}), "unknown field 'interconnect.scale_upp'"),
+    (_with(note=["x"]), "'interconnect.note' must be a string"),
+])
+def test_bad_link_fields_are_one_line(data, message, tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data).replace("Infinity", "1e999"))      # JSON's overflow to infinity
+    code, out, err = run(capsys, "decode", "-p", "toy", "--context", "4", "--device-file", str(path))
+    assert code == 2 and out == "" and one_error(err, message), err

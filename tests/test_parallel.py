@@ -153,3 +153,15 @@ def test_layout_label():
     assert Layout(4, 4).label == "tp4.ep4" and Layout(2).label == "tp2" and Layout().single
     with pytest.raises(CostcalcError):
         Layout(2, 4)
+
+
+def test_csv_holds_the_collectives_as_json_text(capsys):
+    import csv
+    import io
+
+    code, out, _ = run(capsys, "generate", "-p", "mixtral-8x7b", "--prompt", "10", "--new", "3", "--tp", "2", "-f", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [r["phase"] for r in rows] == ["prefill", "decode", "total"]
+    total = json.loads(rows[2]["collectives"])
+    assert total == json.loads(rows[0]["collectives"]) + json.loads(rows[1]["collectives"])
+    assert rows[0]["layout"] == "tp2" and int(rows[0]["devices"]) == 2

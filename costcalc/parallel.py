@@ -233,7 +233,7 @@ def columns(query: "Query", point: dict[str, Sequence[int]], n: int) -> dict[str
         out["replicated_flops"].append(number(sum(extra.values())))
         named = [op for op, v in extra.items() if v]
         if kv_replicated(query.spec, layout):
-            named = [f"{op} (KV heads replicated, h_kv < tp)" if op in ("k_proj", "v_proj") else op for op in named]
+            named = [f"{op} (KV heads replicated: h_kv < tp)" if op in ("k_proj", "v_proj") else op for op in named]
         out["replicated"].append(", ".join(named) or "none")
         found = collectives(query, {k: int(v[i]) for k, v in point.items()})
         out["comm_bytes_per_device"].append(sum(c.count * c.bytes for c in found))

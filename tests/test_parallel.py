@@ -49,8 +49,8 @@ def test_kv_heads_replicated_when_fewer_than_tp():
     extra = L * 2 * (tp * 1 - 8) * 2 * B * S * d * d_h               # k_proj and v_proj: 16 heads run, 8 exist
     assert got["replicated_flops"] == extra
     assert got["flops_per_device"] * tp == got["total_flops"] + extra
-    assert "k_proj (KV heads replicated, h_kv < tp)" in got["replicated"]
-    assert "v_proj (KV heads replicated, h_kv < tp)" in got["replicated"]
+    assert "k_proj (KV heads replicated: h_kv < tp)" in got["replicated"]
+    assert "v_proj (KV heads replicated: h_kv < tp)" in got["replicated"]
 
 
 def test_deepseek_v3_tp8_ep8_replicated_parts_named_and_counted():
@@ -165,3 +165,26 @@ def test_csv_holds_the_collectives_as_json_text(capsys):
     total = json.loads(rows[2]["collectives"])
     assert total == json.loads(rows[0]["collectives"]) + json.loads(rows[1]["collectives"])
     assert rows[0]["layout"] == "tp2" and int(rows[0]["devices"]) == 2
+
+
+# What vLLM keeps whole on every tensor-parallel rank (ReplicatedLinear; KV heads where h_kv < tp)
+REPLICATED = {"router", "q_a_proj", "kv_a_proj_with_mqa", "shared_expert_gate", "shared_gate",
+              "k_proj (KV heads replicated: h_kv < tp)", "v_proj (KV heads replicated: h_kv < tp)"}
+
+
+@pytest.mark.parametrize("name", presets.names())
+def test_every_preset_a_layout_takes_splits_its_operators_or_names_them(name):
+    """Every preset a tp2 (tp2.ep2 with MoE) layout is posed for: no operator runs less than its share,
+    and the ones run more than once are those vLLM replicates."""
+    spec = presets.load(name)
+    ep = 2 if any(g.block.ffn == "moe" for g in spec.groups) else 1
+    try:
+        query = Query(spec, "prefill", Options(tp=2, ep=ep))
+    except CostcalcError as exc:
+        assert "not modelled" in str(exc) or "divide" in str(exc)
+        return
+    got = {k: v[0] for k, v in calc.answer(query, batch=[2], seq=[8]).items()}
+    named = set(got["replicated"].split(", ")) - {"none"}
+    assert named <= REPLICATED, named
+    assert got["flops_per_device"] * 2 == got["total_flops"] + got["replicated_flops"]
+    assert (got["replicated_flops"] > 0) == bool(named)

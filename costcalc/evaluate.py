@@ -11,11 +11,11 @@ import operator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
-from . import compiled, parallel
+from . import compiled
 from .blocks import SPARSE_TILED, V4_TILED, Block
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
-from .parallel import Layout
+from .layout import Layout, check as check_layout
 from .spec import Group, ModelSpec
 from .vocab import DEFAULT_TILE, ONCE, SCAN, SUMS, TERM_ORDER, Convention, Draft, Logits, MlaForm, WindowCache
 
@@ -107,7 +107,7 @@ class Query:
                                     f"modules are modelled: docs/hf-import.md): --draft mtp needs them")
             if self.workload.name not in DRAFTED:
                 raise CostcalcError(f"--draft mtp applies to decode steps and generations, not {self.workload.name}")
-        parallel.check(self)
+        check_layout(self)
 
     @property
     def draft(self) -> Optional[Group]:

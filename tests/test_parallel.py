@@ -13,7 +13,7 @@ import pytest
 from costcalc import calc, presets
 from costcalc.errors import CostcalcError
 from costcalc.evaluate import Options, Query
-from costcalc.parallel import Layout
+from costcalc.layout import Layout
 
 from cli_run import one_error, run
 

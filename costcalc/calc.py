@@ -62,6 +62,11 @@ def answer(query: Query, **inputs: Sequence[int]) -> Table:
 
         wl = query.workload
         out.update(roofline.row_columns(query, {i.symbol: out[i.column] for i in wl.inputs}, out["total_flops"]))
+    if not query.options.layout.single:
+        from . import parallel
+
+        wl = query.workload
+        out.update(parallel.columns(query, {i.symbol: out[i.column] for i in wl.inputs}, len(out["total_flops"])))
     return out
 
 

@@ -83,6 +83,33 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
         out[key] = column
     if query.traffic:
         out.update(_generation_traffic(query, first, steps, ints(new_tokens, n)))
+    if not query.options.layout.single:
+        out.update(_generation_layout(prefill, phase, first, ints(new_tokens, n)))
+    return out
+
+
+def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int]) -> Table:
+    """The layout's columns (``parallel.columns``) of the prefill rows, the decode-phase rows and
+    their totals: FLOPs and bytes added, the collectives of both phases listed."""
+    from . import parallel
+
+    n = len(new)
+    one = parallel.columns(prefill, {"B": first["batch"], "S": first["seq"]}, n)
+    many = parallel.columns(phase, {"B": first["batch"], "S": first["seq"], "N": new}, n)
+    out: Table = {}
+    for key in one:
+        a, b = one[key], many[key]
+        if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device"):
+            total = [parallel.number(x + y) for x, y in zip(a, b)]
+        elif key == "collectives":
+            total = [x + y for x, y in zip(a, b)]
+        elif key == "replicated":
+            total = [x if x == y or y == "none" else y if x == "none" else f"{x}; {y}" for x, y in zip(a, b)]
+        else:
+            total = a
+        column = [None] * (3 * n)
+        column[0::3], column[1::3], column[2::3] = a, b, total
+        out[key] = column
     return out
 
 

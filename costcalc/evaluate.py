@@ -15,6 +15,7 @@ from . import compiled
 from .blocks import SPARSE_TILED, V4_TILED, Block
 from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
+from .layout import Layout, check as check_layout
 from .spec import Group, ModelSpec
 from .vocab import DEFAULT_TILE, ONCE, SCAN, SUMS, TERM_ORDER, Convention, Draft, Logits, MlaForm, WindowCache
 
@@ -44,8 +45,11 @@ class Options:
     mla: MlaForm = MlaForm.auto
     window_cache: WindowCache = WindowCache.whole
     draft: Draft = Draft.none
+    tp: int = 1
+    ep: int = 1
 
     def __post_init__(self) -> None:
+        Layout(self.tp, self.ep)   # validated: one error for a bad degree
         try:
             object.__setattr__(self, "draft", Draft.parse(self.draft, "draft"))
             object.__setattr__(self, "convention", Convention.parse(self.convention, "convention"))
@@ -59,6 +63,11 @@ class Options:
             object.__setattr__(self, "tile", (positive("tile queries", b_q), positive("tile keys", b_k)))
         else:
             object.__setattr__(self, "tile", None)   # not applicable
+
+    @property
+    def layout(self) -> Layout:
+        """The devices it runs on (``parallel.Layout``; tp1: one device, the numbers of today)."""
+        return Layout(self.tp, self.ep)
 
     def form(self, wl: Workload) -> MlaForm:
         """The MLA form a workload runs (``auto``: by its phase, ``vocab.MlaForm``)."""
@@ -98,6 +107,7 @@ class Query:
                                     f"modules are modelled: docs/hf-import.md): --draft mtp needs them")
             if self.workload.name not in DRAFTED:
                 raise CostcalcError(f"--draft mtp applies to decode steps and generations, not {self.workload.name}")
+        check_layout(self)
 
     @property
     def draft(self) -> Optional[Group]:
@@ -144,6 +154,8 @@ class Query:
             out["window_cache"] = options.window_cache.value
         if options.draft != Draft.none:
             out["draft"] = options.draft.value
+        if not options.layout.single:
+            out["layout"] = options.layout.label
         return out
 
     def recipes(self, kind: str = "flops") -> Iterator[tuple[Group, "Recipe"]]:

@@ -123,6 +123,8 @@ def _write_columns(data: Table, handle, writer) -> None:
             part = col[start:start + CHUNK]
             if (name in gaps) if gaps is not None else (None in part):
                 part = ["" if v is None else v for v in part]
+            if any(isinstance(v, (list, dict)) for v in part):   # a list cell (collectives) as its JSON text
+                part = [json.dumps(v, separators=(",", ":")) if isinstance(v, (list, dict)) else v for v in part]
             if part.count(part[0]) == len(part):
                 fields.append(_cell_text(part[0]).replace("%", "%%"))
             else:
@@ -142,8 +144,9 @@ def _cell_text(value: Any) -> str:
 
 
 def _field(value: Any) -> str:
-    """A cell's CSV text as ``csv.writer`` writes it, except that a bare ``\\r`` is quoted too."""
-    text = str(value)
+    """A cell's CSV text as ``csv.writer`` writes it, except that a bare ``\\r`` is quoted too; a
+    list (collectives) as its JSON text."""
+    text = json.dumps(value, separators=(",", ":")) if isinstance(value, (list, dict)) else str(value)
     return _quote(text) if _needs_quote(text) else text
 
 

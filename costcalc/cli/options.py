@@ -97,6 +97,11 @@ EfficiencyOpt = Annotated[Optional[str], typer.Option(
                                            "(calibration), e.g. 0.7,0.85.  (default: 1,1)")]
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format.  (default: from --output's suffix, else table)")]
+TpOpt = Annotated[int, typer.Option(
+    "--tp", metavar="T", help="Tensor-parallel devices (Megatron column/row split): per-device FLOPs and "
+                              "collectives (docs/cost-model.md, Tensor and expert parallelism).")]
+EpOpt = Annotated[int, typer.Option(
+    "--ep", metavar="E", help="Expert-parallel degree over the --tp devices (1 or T): each runs E/ep experts.")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column in the table, however wide.")]
 OutputOpt = Annotated[Optional[str], typer.Option(
     "--output", "-o", callback=check_output, metavar="FILE",

@@ -10,8 +10,8 @@ from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from ..ranges import check_rows
 from ..vocab import WindowCache
-from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt, FormatOpt, Logits, LogitsOpt, Mla,
-                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, Traffic, WideOpt, WindowCacheOpt, axes,
+from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt, EpOpt, FormatOpt, Logits, LogitsOpt, Mla,
+                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, TpOpt, Traffic, WideOpt, WindowCacheOpt, axes,
                       conventions, for_models, int_list, mla_form, models, warn, with_traffic)
 from .emit import concat, emit, interleave
 from .options import draft as draft_choice
@@ -38,6 +38,8 @@ def prefill(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
+    tp: TpOpt = 1,
+    ep: EpOpt = 1,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -56,7 +58,7 @@ def prefill(
     precision, machine = for_models(traffic, specs)
     if lengths is not None:   # one batch of its own lengths, under the whole window cache
         given = {"--seq": seq, "--cached-prefix": cached_prefix, "--batch": None if batch == "1" else batch}
-        each = _options(kinds, logits=logits.value, tile=chosen, mla=mla)
+        each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, tp=tp, ep=ep)
         queries = [Query(spec, "varlen_prefill", o, precision, machine) for spec in specs for o in each]
         emit(_varlen(queries, lengths, padded, given), fmt, output, wide=wide)
         return
@@ -71,7 +73,7 @@ def prefill(
                       prefix=(cached_prefix, "--cached-prefix"), batch=(batch, "--batch"))
     name = "prefill" if cached_prefix is None else "cached_prefill"
     each = _options(kinds, logits=logits.value, tile=chosen, mla=mla,
-                    window_cache="whole" if cached_prefix is None else cache)
+                    window_cache="whole" if cached_prefix is None else cache, tp=tp, ep=ep)
     emit(concat([interleave([calc.answer(Query(spec, name, o, precision, machine), **points) for o in each])
                  for spec in specs]), fmt, output, wide=wide)
 
@@ -171,6 +173,8 @@ def decode(
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
     draft: DraftOpt = None,
+    tp: TpOpt = 1,
+    ep: EpOpt = 1,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -185,7 +189,7 @@ def decode(
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"), batch=(batch, "--batch"))
-    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft))
+    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft), tp=tp, ep=ep)
     emit(concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **points) for o in each])
                  for spec in specs]),
          fmt, output, [_decode_note(specs, cache)], wide)
@@ -205,6 +209,8 @@ def generate(
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
     draft: DraftOpt = None,
+    tp: TpOpt = 1,
+    ep: EpOpt = 1,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -220,7 +226,8 @@ def generate(
     precision, machine = for_models(traffic, specs)
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=(batch, "--batch"))
-    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft))
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft),
+                    tp=tp, ep=ep)
     emit(concat([interleave([calc.generation(Query(spec, "generate", o, precision, machine), **points) for o in each],
                             block=3) for spec in specs]), fmt, output, wide=wide)
 

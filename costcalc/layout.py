@@ -1,0 +1,116 @@
+"""A parallel layout (tensor parallel ``tp``, expert parallel ``ep``) as part of the question, checked
+against a model, and a layer group at one device's sizes (``shard``). What the layout costs per
+device is ``costcalc.parallel``'s (docs/cost-model.md, "Tensor and expert parallelism")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import CostcalcError
+from .spec import Group, ModelSpec
+
+# The compiled workloads a layout is modelled for (generate: its two phases).
+WORKLOADS = ("prefill", "cached_prefill", "decode", "decode_phase")
+ATTENTIONS = ("gqa", "window", "chunk", "mla")   # split by heads; the others are refused by name
+SPLIT = ("h_q", "m", "m_s", "V")                  # sizes divided by tp (the expert width m_e without ep)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Tensor parallel ``tp`` and expert parallel ``ep`` (1: none). The experts run over the
+    tensor-parallel group (vLLM's expert parallel at data parallel 1): ``ep`` is 1 or ``tp``,
+    and the layout has ``tp`` devices."""
+    tp: int = 1
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "ep"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise CostcalcError(f"--{name} must be a positive integer, got {value!r}")
+        if self.ep not in (1, self.tp):
+            raise CostcalcError(f"--ep {self.ep} with --tp {self.tp}: the experts run over the tensor-parallel "
+                                f"devices (vLLM's expert parallel at data parallel 1), so --ep is 1 or equal to "
+                                f"--tp; other layouts need data parallelism (--dp), not modelled yet")
+
+    @property
+    def single(self) -> bool:
+        return self.tp == 1 and self.ep == 1
+
+    @property
+    def devices(self) -> int:
+        return self.tp
+
+    @property
+    def flags(self) -> str:
+        return f"--tp {self.tp}" + (f" --ep {self.ep}" if self.ep > 1 else "")
+
+    @property
+    def label(self) -> str:
+        return f"tp{self.tp}" + (f".ep{self.ep}" if self.ep > 1 else "")
+
+
+def check(query: Any) -> None:
+    """A query's layout (``evaluate.Query``) checked against its model and workload: one error naming
+    what does not divide or what is not modelled."""
+    layout, spec = query.options.layout, query.spec
+    if layout.single:
+        return
+    flag = layout.flags
+    if query.workload.name not in WORKLOADS + ("generate",):
+        raise CostcalcError(f"{flag}: per-device costs are modelled for prefill, decode and generate, "
+                            f"not {query.workload.name} yet")
+    if query.traffic:
+        raise CostcalcError(f"{flag}: bytes and time per device (--device, the dtypes) are not modelled yet; "
+                            f"per-device FLOPs and communication only")
+    if query.options.draft.value != "none":
+        raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
+    for group in spec.groups:
+        _check_group(spec, group, layout, flag)
+    if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
+        raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
+
+
+def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str) -> None:
+    block, sizes, tp = group.block, group.sizes, layout.tp
+    name = spec.name
+    if (block.attention not in ATTENTIONS or block.sparse or block.beside or block.mtp
+            or (block.ffn not in ("dense", "mlp", "moe", "none"))):
+        raise CostcalcError(f"{flag}: {name}'s {block.key} layers are not modelled under parallelism yet "
+                            f"(softmax attention {', '.join(ATTENTIONS)} without an indexer or a mixer, "
+                            f"dense, MLP or MoE FFNs)")
+    for key, what in (("h_q", "query head count h_q"), ("m", "FFN width m"), ("m_s", "shared expert width m_s"),
+                      ("V", "vocabulary V (vLLM pads it to a multiple of 64 tp: not modelled)")):
+        if key in sizes and sizes[key] % tp:
+            raise CostcalcError(f"--tp {tp}: {name}'s {what} {sizes[key]} does not divide by {tp}")
+    if "h_kv" in sizes:
+        h_kv = sizes["h_kv"]
+        if h_kv >= tp and h_kv % tp:
+            raise CostcalcError(f"--tp {tp}: {name}'s {h_kv} KV heads do not divide by {tp}")
+        if h_kv < tp and tp % h_kv:
+            raise CostcalcError(f"--tp {tp}: {name}'s {h_kv} KV heads are fewer than {tp} and {tp} is not a "
+                                f"multiple of them (vLLM replicates each KV head on tp / h_kv devices)")
+    if block.ffn == "moe":
+        if layout.ep > 1 and sizes["E"] % layout.ep:
+            raise CostcalcError(f"--ep {layout.ep}: {name}'s {sizes['E']} experts do not divide by {layout.ep}")
+        if layout.ep == 1 and sizes["m_e"] % tp:
+            raise CostcalcError(f"--tp {tp}: {name}'s expert width m_e {sizes['m_e']} does not divide by {tp} "
+                                f"(experts split by tensor parallelism without --ep)")
+
+
+def shard(group: Group, layout: Layout) -> Group:
+    """A layer group at one device's sizes: every size in ``SPLIT`` divided by tp, the KV heads
+    by tp or one a device where h_kv < tp (replicated), the expert width by tp without ep."""
+    tp, sizes = layout.tp, dict(group.sizes)
+    for key in SPLIT:
+        if key in sizes:
+            sizes[key] //= tp
+    if "h_kv" in sizes:
+        sizes["h_kv"] = max(sizes["h_kv"] // tp, 1)
+    if "m_e" in sizes and layout.ep == 1:
+        sizes["m_e"] //= tp
+    return Group(group.count, group.block, sizes)
+
+
+def kv_replicated(spec: ModelSpec, layout: Layout) -> bool:
+    return any("h_kv" in g.sizes and g.sizes["h_kv"] < layout.tp for g in spec.groups)

@@ -158,7 +158,7 @@ def wrap(text: str, width: int | None) -> list[str]:
 
 
 def _is_flops(col: str) -> bool:
-    return col.endswith("_flops") or col.endswith("_flops_per_token")
+    return col.endswith("_flops") or col.endswith("_flops_per_token") or col == "flops_per_device"
 
 
 def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
@@ -171,6 +171,8 @@ def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
         return units.seconds(value)
     if isinstance(value, float) and col.endswith(("intensity", "per_s")):
         return f"{value:.4g}"
+    if col == "collectives" and isinstance(value, list):   # a layout's collectives: op where x count, bytes each
+        return "; ".join(f"{c['op']} {c['where']} x{c['count']} {units.nbytes(c['bytes'])}" for c in value)
     if _is_flops(col) and isinstance(value, int):
         text = units.flops(value)
         if shares and col in _SHARED and row.get("total_flops"):

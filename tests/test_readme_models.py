@@ -18,6 +18,8 @@ def test_the_readme_lists_every_preset_and_counts_them():
     section = README.split("### Models", 1)[1].split("```", 1)[0]
     count = re.search(r"(\d+) presets, each with its source", section)
     assert count and int(count.group(1)) == len(presets.names())
-    for name in presets.names():
-        base = re.sub(r"-(8b|70b|405b|7b|72b)$", "", name)   # llama-3.1-8b/70b/405b, qwen2.5-7b/72b
-        assert name in section or base in section, name
+    listed = {token.rstrip(".") for token in re.findall(r"[\w.-]+", section)}   # a sentence's full stop
+    for short in re.findall(r"([\w.]+(?:-[\w.]+)*?)-(\w+(?:/\w+)+)", section):   # llama-3.1-8b/70b/405b
+        listed |= {f"{short[0]}-{size}" for size in short[1].split("/")}
+    missing = [name for name in presets.names() if name not in listed]
+    assert not missing, missing

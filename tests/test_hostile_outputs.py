@@ -334,6 +334,13 @@ except Stopped:
 
 # --- E5: Ctrl-C during start-up ------------------------------------------------------------
 
+def _signals_as_a_shell_leaves_them():
+    """The child starts as from a terminal: SIGINT at its default and no signal blocked, whatever the
+    test process (a pytest-xdist worker, which other tests ran in) left in place."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 @pytest.mark.parametrize("entry", ["module", "script"])
 @pytest.mark.parametrize("after", ["signal", "typer"])
 def test_ctrl_c_during_the_imports_exits_130_silently(entry, after, tmp_path):
@@ -351,13 +358,14 @@ def test_ctrl_c_during_the_imports_exits_130_silently(entry, after, tmp_path):
             pytest.skip("no console script beside this Python")
         command = [sys.executable, "-X", "importtime", str(script)]
     child = subprocess.Popen([*command, *BIG, "-o", "big.csv"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, preexec_fn=_signals_as_a_shell_leaves_them)
     try:
         seen = []
         for line in child.stderr:
             seen.append(line)
             if line.rstrip().endswith(f"| {after}"):
                 break
+        assert seen and seen[-1].rstrip().endswith(f"| {after}"), ("the import was never seen", seen[-3:])
         child.send_signal(signal.SIGINT)
         rest = child.communicate(timeout=60)[1]
     finally:

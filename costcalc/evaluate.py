@@ -17,7 +17,7 @@ from .core.registry import WORKLOADS, Workload, workload as find
 from .errors import CostcalcError
 from .layout import Layout, check as check_layout
 from .spec import Group, ModelSpec
-from .vocab import DEFAULT_TILE, ONCE, SCAN, SUMS, TERM_ORDER, Convention, Draft, Logits, MlaForm, WindowCache
+from .vocab import DEFAULT_TILE, ONCE, SCAN, SUMS, TERM_ORDER, Convention, Draft, Logits, MlaForm, Overlap, WindowCache
 
 if TYPE_CHECKING:   # bytes and time: the layer above (the types only)
     from .roofline import Machine, Precision
@@ -47,15 +47,26 @@ class Options:
     draft: Draft = Draft.none
     tp: int = 1
     ep: int = 1
+    pp: int = 1
+    dp: int = 1
+    sp: bool = False
+    micro_batches: Optional[int] = None   # a pipeline's micro-batches per step (None: the schedule's default)
+    overlap: Overlap = Overlap.none       # communication against compute (``vocab.Overlap``)
+    zero: int = 0                         # a training step's ZeRO stage (3: FSDP's full sharding)
 
     def __post_init__(self) -> None:
-        Layout(self.tp, self.ep)   # validated: one error for a bad degree
+        Layout(self.tp, self.ep, self.pp, self.dp, self.sp)   # validated: one error for a bad degree
+        if self.micro_batches is not None:
+            positive("--micro-batches", self.micro_batches)
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise CostcalcError(f"--zero is a ZeRO stage 0, 1, 2 or 3 (3: FSDP's full sharding), got {self.zero!r}")
         try:
             object.__setattr__(self, "draft", Draft.parse(self.draft, "draft"))
             object.__setattr__(self, "convention", Convention.parse(self.convention, "convention"))
             object.__setattr__(self, "logits", Logits.parse(self.logits, "logits"))
             object.__setattr__(self, "mla", MlaForm.parse(self.mla, "mla"))
             object.__setattr__(self, "window_cache", WindowCache.parse(self.window_cache, "window cache"))
+            object.__setattr__(self, "overlap", Overlap.parse(self.overlap, "overlap"))
         except ValueError as exc:
             raise CostcalcError(str(exc)) from None
         if self.convention == Convention.tiled:
@@ -67,7 +78,7 @@ class Options:
     @property
     def layout(self) -> Layout:
         """The devices it runs on (``parallel.Layout``; tp1: one device, the numbers of today)."""
-        return Layout(self.tp, self.ep)
+        return Layout(self.tp, self.ep, self.pp, self.dp, self.sp)
 
     def form(self, wl: Workload) -> MlaForm:
         """The MLA form a workload runs (``auto``: by its phase, ``vocab.MlaForm``)."""

@@ -17,43 +17,71 @@ SPLIT = ("h_q", "m", "m_s", "V")                  # sizes divided by tp (the exp
 
 @dataclass(frozen=True)
 class Layout:
-    """Tensor parallel ``tp`` and expert parallel ``ep`` (1: none). The experts run over the
-    tensor-parallel group (vLLM's expert parallel at data parallel 1): ``ep`` is 1 or ``tp``,
-    and the layout has ``tp`` devices."""
+    """How a model is placed on devices: tensor parallel ``tp`` (Megatron's column/row split),
+    expert parallel ``ep``, pipeline parallel ``pp`` (stages of consecutive layers), data parallel
+    ``dp`` (replicas, each with its own requests or micro-batches) and sequence parallel ``sp``
+    (Korthikanti et al.: the TP all-reduces as reduce-scatter + all-gather; needs ``tp`` > 1); 1 and
+    False: none. The experts run over the tensor-parallel group (``ep`` = ``tp``; vLLM's expert parallel
+    at data parallel 1) or over every tensor- and data-parallel device of a stage (``ep`` = ``tp * dp``:
+    vLLM's expert parallel with data-parallel attention); ``ep`` 1: every device holds every expert.
+    The layout has ``tp * pp * dp`` devices."""
     tp: int = 1
     ep: int = 1
+    pp: int = 1
+    dp: int = 1
+    sp: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("tp", "ep"):
+        for name in DEGREES:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise CostcalcError(f"--{name} must be a positive integer, got {value!r}")
-        if self.ep not in (1, self.tp):
-            raise CostcalcError(f"--ep {self.ep} with --tp {self.tp}: the experts run over the tensor-parallel "
-                                f"devices (vLLM's expert parallel at data parallel 1), so --ep is 1 or equal to "
-                                f"--tp; other layouts need data parallelism (--dp), not modelled yet")
+        if not isinstance(self.sp, bool):
+            raise CostcalcError(f"--sp is a switch (on or off), got {self.sp!r}")
+        if self.ep not in (1, self.tp, self.tp * self.dp):
+            over = (f"--ep {self.tp * self.dp}" if self.dp > 1 else "--ep T x D with --dp D")
+            raise CostcalcError(f"--ep {self.ep} with --tp {self.tp}" + (f" --dp {self.dp}" if self.dp > 1 else "")
+                                + f": the experts run over the tensor-parallel devices (--ep {self.tp}), over every "
+                                f"tensor- and data-parallel device of a stage ({over}: vLLM's expert parallel with "
+                                f"data-parallel attention), or are not split (--ep 1)")
+        if self.sp and self.tp == 1:
+            raise CostcalcError("--sp (sequence parallel) splits the tensor-parallel all-reduces: it needs --tp > 1")
 
     @property
     def single(self) -> bool:
-        return self.tp == 1 and self.ep == 1
+        return self.devices == 1
 
     @property
     def devices(self) -> int:
-        return self.tp
+        return self.tp * self.pp * self.dp
 
     @property
     def flags(self) -> str:
-        return f"--tp {self.tp}" + (f" --ep {self.ep}" if self.ep > 1 else "")
+        """The CLI options that give this layout (``--tp 1`` for one device)."""
+        parts = [f"--{name} {getattr(self, name)}" for name in DEGREES if name == "tp" or getattr(self, name) > 1]
+        return " ".join(parts + (["--sp"] if self.sp else []))
 
     @property
     def label(self) -> str:
-        return f"tp{self.tp}" + (f".ep{self.ep}" if self.ep > 1 else "")
+        """``tp2``, ``tp4.ep8``, ``tp2.pp2.dp2.sp``: the degrees above 1 (tp always), in this order."""
+        parts = [f"{name}{getattr(self, name)}" for name in DEGREES if name == "tp" or getattr(self, name) > 1]
+        return ".".join(parts + (["sp"] if self.sp else []))
+
+
+DEGREES = ("tp", "ep", "pp", "dp")
 
 
 def check(query: Any) -> None:
     """A query's layout (``evaluate.Query``) checked against its model and workload: one error naming
     what does not divide or what is not modelled."""
-    layout, spec = query.options.layout, query.spec
+    layout, spec, options = query.options.layout, query.spec, query.options
+    if options.zero and query.workload.name != "train":
+        raise CostcalcError(f"--zero {options.zero} shards a training step's optimizer state: it applies to train, "
+                            f"not {query.workload.name}")
+    if options.zero and layout.dp == 1:
+        raise CostcalcError(f"--zero {options.zero} shards over the data-parallel devices: it needs --dp > 1")
+    if options.micro_batches is not None and layout.pp == 1:
+        raise CostcalcError("--micro-batches splits a step for a pipeline's stages: it needs --pp > 1")
     if layout.single:
         return
     flag = layout.flags
@@ -63,6 +91,11 @@ def check(query: Any) -> None:
     if query.traffic:
         raise CostcalcError(f"{flag}: bytes and time per device (--device, the dtypes) are not modelled yet; "
                             f"per-device FLOPs and communication only")
+    for name, what in (("pp", "pipeline parallelism (--pp)"), ("dp", "data parallelism (--dp)")):
+        if getattr(layout, name) > 1:
+            raise CostcalcError(f"{flag}: {what} is not modelled yet")
+    if layout.sp:
+        raise CostcalcError(f"{flag}: sequence parallelism (--sp) is not modelled yet")
     if query.options.draft.value != "none":
         raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
     for group in spec.groups:

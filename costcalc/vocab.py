@@ -157,6 +157,15 @@ class Draft(Choice):
     mtp = "mtp"
 
 
+class Overlap(Choice):
+    """How a layout's communication meets its compute and memory time (docs/cost-model.md, "Tensor
+    and expert parallelism"): ``none`` -- each collective waits for the operator before it and the next
+    waits for it (added, as serving engines run tensor-parallel all-reduces); ``full`` -- hidden behind
+    the step's compute and memory time wherever it is shorter (the step takes the larger)."""
+    none = "none"
+    full = "full"
+
+
 DEFAULT_TILE = (128, 128)   # the tiled convention's query x key tile when --tile is not given
 CONVENTIONS = tuple(c.value for c in Convention)
 LOGITS = tuple(x.value for x in Logits)

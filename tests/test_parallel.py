@@ -126,12 +126,16 @@ def test_tp1_prints_what_it_prints_today(capsys, args):
 @pytest.mark.parametrize("args, message", [
     (["prefill", "-p", "llama-3.1-8b", "--seq", "8", "--tp", "3"], "query head count h_q 32 does not divide by 3"),
     (["decode", "-p", "llama-3.1-8b", "--context", "8", "--tp", "2", "--ep", "2"], "has no MoE layers"),
-    (["decode", "-p", "deepseek-v3", "--context", "8", "--ep", "8"], "--ep is 1 or equal to --tp"),
+    (["decode", "-p", "deepseek-v3", "--context", "8", "--ep", "8"], "over the tensor-parallel devices (--ep 1)"),
     (["decode", "-p", "mixtral-8x7b", "--context", "8", "--tp", "16", "--ep", "16"], "8 experts do not divide by 16"),
     (["prefill", "-p", "llama-3.1-8b", "--seq", "8", "--tp", "2", "--device", "h100"], "not modelled yet"),
     (["prefill", "-p", "llama-3.1-8b", "--lengths", "3,5", "--tp", "2"], "not varlen_prefill yet"),
     (["prefill", "-p", "llama-3.1-8b", "--seq", "8", "--tp", "0"], "--tp must be a positive integer"),
     (["decode", "-p", "qwen3-next-80b-a3b", "--context", "8", "--tp", "2"], "not modelled under parallelism yet"),
+    (["decode", "-p", "llama-3.1-8b", "--context", "8", "--sp"], "--sp (sequence parallel) splits"),
+    (["decode", "-p", "llama-3.1-8b", "--context", "8", "--tp", "2", "--micro-batches", "4"], "it needs --pp > 1"),
+    (["decode", "-p", "llama-3.1-8b", "--context", "8", "--pp", "0"], "--pp must be a positive integer"),
+    (["decode", "-p", "mixtral-8x7b", "--context", "8", "--tp", "2", "--dp", "2", "--ep", "8"], "(--ep 4: vLLM"),
 ])
 def test_layout_errors_are_one_line(capsys, args, message):
     code, out, err = run(capsys, *args)
@@ -153,6 +157,8 @@ def test_layout_label():
     assert Layout(4, 4).label == "tp4.ep4" and Layout(2).label == "tp2" and Layout().single
     with pytest.raises(CostcalcError):
         Layout(2, 4)
+    assert Layout(2, 4, pp=2, dp=2, sp=True).label == "tp2.ep4.pp2.dp2.sp" and Layout(2, 4, 2, 2).devices == 8
+    assert Layout(2, 4, pp=2, dp=2, sp=True).flags == "--tp 2 --ep 4 --pp 2 --dp 2 --sp"
 
 
 def test_csv_holds_the_collectives_as_json_text(capsys):

@@ -11,7 +11,7 @@ from .. import outputs, presets, ranges, vocab
 from ..errors import CostcalcError, quote
 from ..render import FORMATS
 from ..spec import ModelSpec
-from ..vocab import CONVENTION_SETS, DEFAULT_TILE, Choice, Dtype, MlaForm, Routing, WindowCache
+from ..vocab import CONVENTION_SETS, DEFAULT_TILE, Choice, Dtype, MlaForm, Overlap, Routing, WindowCache
 
 if TYPE_CHECKING:   # bytes and time load only when asked for
     from ..roofline import Machine, Precision
@@ -101,7 +101,19 @@ TpOpt = Annotated[int, typer.Option(
     "--tp", metavar="T", help="Tensor-parallel devices (Megatron column/row split): per-device FLOPs and "
                               "collectives (docs/cost-model.md, Tensor and expert parallelism).")]
 EpOpt = Annotated[int, typer.Option(
-    "--ep", metavar="E", help="Expert-parallel degree over the --tp devices (1 or T): each runs E/ep experts.")]
+    "--ep", metavar="E", help="Expert-parallel devices: 1, T (over the --tp devices) or T x D (with --dp): "
+                              "each runs E/ep experts.")]
+PpOpt = Annotated[int, typer.Option(
+    "--pp", metavar="P", help="Pipeline-parallel stages (consecutive layers on each).")]
+DpOpt = Annotated[int, typer.Option(
+    "--dp", metavar="D", help="Data-parallel replicas (each its own requests or micro-batches).")]
+SpOpt = Annotated[bool, typer.Option(
+    "--sp", help="Sequence parallel: each tensor-parallel all-reduce as a reduce-scatter and an all-gather.")]
+MicroBatchesOpt = Annotated[Optional[int], typer.Option(
+    "--micro-batches", metavar="M", show_default=False, help="Micro-batches a pipeline step is split into (--pp).")]
+OverlapOpt = Annotated[Overlap, typer.Option(
+    help="Communication against compute: none (added, as engines run TP all-reduces) or full (hidden where "
+         "shorter).")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column in the table, however wide.")]
 OutputOpt = Annotated[Optional[str], typer.Option(
     "--output", "-o", callback=check_output, metavar="FILE",
@@ -227,6 +239,20 @@ def bundled(name: str, options: Mapping[str, tuple[Any, Any]], build):
         wrapper.__signature__ = signature.replace(parameters=rest[:at] + added + rest[at:])
         return wrapper
     return decorate
+
+
+LAYOUT_OPTIONS = {   # name: (annotation, default) -- the parallel layout of the workload commands (Options' fields)
+    "tp": (TpOpt, 1), "ep": (EpOpt, 1), "pp": (PpOpt, 1), "dp": (DpOpt, 1), "sp": (SpOpt, False),
+    "micro_batches": (MicroBatchesOpt, None), "overlap": (OverlapOpt, Overlap.none),
+}
+
+
+def with_layout(command, keep: Sequence[str] = tuple(LAYOUT_OPTIONS)):
+    """The layout options (``LAYOUT_OPTIONS``, or those named in ``keep``), received in the
+    command's parameter ``layout`` as a dict of ``evaluate.Options`` fields."""
+    def build(**given):
+        return {key: value.value if isinstance(value, Overlap) else value for key, value in given.items()}
+    return bundled("layout", {key: LAYOUT_OPTIONS[key] for key in keep}, build)(command)
 
 
 def with_traffic(command, keep: Sequence[str] = tuple(TRAFFIC_OPTIONS)):

@@ -10,15 +10,17 @@ from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from ..ranges import check_rows
 from ..vocab import WindowCache
-from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt, EpOpt, FormatOpt, Logits, LogitsOpt, Mla,
-                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, TpOpt, Traffic, WideOpt, WindowCacheOpt, axes,
-                      conventions, for_models, int_list, mla_form, models, warn, with_traffic)
+from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt, FormatOpt, Logits, LogitsOpt, Mla,
+                      MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, Traffic, WideOpt, WindowCacheOpt, axes,
+                      conventions, for_models, int_list, mla_form, models, warn, with_layout,
+                      with_traffic)
 from .emit import concat, emit, interleave
 from .options import draft as draft_choice
 from .options import window_cache as cache_choice
 from .options import tile as parse_tile
 
 
+@with_layout
 @with_traffic
 def prefill(
     preset: PresetOpt = None,
@@ -38,8 +40,7 @@ def prefill(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
-    tp: TpOpt = 1,
-    ep: EpOpt = 1,
+    layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -58,7 +59,7 @@ def prefill(
     precision, machine = for_models(traffic, specs)
     if lengths is not None:   # one batch of its own lengths, under the whole window cache
         given = {"--seq": seq, "--cached-prefix": cached_prefix, "--batch": None if batch == "1" else batch}
-        each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, tp=tp, ep=ep)
+        each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, **layout)
         queries = [Query(spec, "varlen_prefill", o, precision, machine) for spec in specs for o in each]
         emit(_varlen(queries, lengths, padded, given), fmt, output, wide=wide)
         return
@@ -73,7 +74,7 @@ def prefill(
                       prefix=(cached_prefix, "--cached-prefix"), batch=(batch, "--batch"))
     name = "prefill" if cached_prefix is None else "cached_prefill"
     each = _options(kinds, logits=logits.value, tile=chosen, mla=mla,
-                    window_cache="whole" if cached_prefix is None else cache, tp=tp, ep=ep)
+                    window_cache="whole" if cached_prefix is None else cache, **layout)
     emit(concat([interleave([calc.answer(Query(spec, name, o, precision, machine), **points) for o in each])
                  for spec in specs]), fmt, output, wide=wide)
 
@@ -98,6 +99,7 @@ def _options(kinds: list[str], **given: Any) -> list[Options]:
     return [Options(c, **given) for c in kinds]
 
 
+@with_layout
 @with_traffic
 def chunked(
     preset: PresetOpt = None,
@@ -112,6 +114,7 @@ def chunked(
     logits: LogitsOpt = Logits.last,
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
+    layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -132,7 +135,7 @@ def chunked(
     for point in points:   # every schedule's size is checked before any is built
         count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
     check_rows(count * len(specs) * len(kinds), "the chunk schedules")
-    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache)
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache, **layout)
     for spec in specs:
         for point in points:
             for o in each:
@@ -160,6 +163,7 @@ def _chunk_note(name: str, p: dict, total: int, single: int) -> str:
             f"(chunk x keys so far), not one seq x seq square.")
 
 
+@with_layout
 @with_traffic
 def decode(
     preset: PresetOpt = None,
@@ -173,8 +177,7 @@ def decode(
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
     draft: DraftOpt = None,
-    tp: TpOpt = 1,
-    ep: EpOpt = 1,
+    layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -189,12 +192,13 @@ def decode(
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"), batch=(batch, "--batch"))
-    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft), tp=tp, ep=ep)
+    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft), **layout)
     emit(concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **points) for o in each])
                  for spec in specs]),
          fmt, output, [_decode_note(specs, cache)], wide)
 
 
+@with_layout
 @with_traffic
 def generate(
     preset: PresetOpt = None,
@@ -209,8 +213,7 @@ def generate(
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
     draft: DraftOpt = None,
-    tp: TpOpt = 1,
-    ep: EpOpt = 1,
+    layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -227,7 +230,7 @@ def generate(
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=(batch, "--batch"))
     each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft),
-                    tp=tp, ep=ep)
+                    **layout)
     emit(concat([interleave([calc.generation(Query(spec, "generate", o, precision, machine), **points) for o in each],
                             block=3) for spec in specs]), fmt, output, wide=wide)
 

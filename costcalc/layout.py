@@ -3,7 +3,7 @@ against a model, and a layer group at one device's sizes (``shard``). What the l
 device is ``costcalc.parallel``'s (docs/cost-model.md, "Tensor and expert parallelism")."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import CostcalcError
@@ -143,6 +143,20 @@ def shard(group: Group, layout: Layout) -> Group:
     if "m_e" in sizes and layout.ep == 1:
         sizes["m_e"] //= tp
     return Group(group.count, group.block, sizes)
+
+
+def device_spec(spec: ModelSpec, layout: Layout) -> ModelSpec:
+    """The model at one tensor-parallel device's sizes: every layer group ``shard``-ed and the
+    vocabulary divided by tp (vLLM's vocabulary-parallel embedding and LM head), so a recipe or a
+    weight plan evaluated on it gives one device's FLOPs, bytes and matrices. What no size holds is
+    the consumer's: under expert parallelism a device runs 1/ep of the routed experts' work and holds
+    E/ep experts (the router stays whole: replicated); a stage of a pipeline holds its layers only
+    (``costcalc.stages``)."""
+    if layout.tp == 1:
+        return spec
+    sizes = dict(spec.sizes)
+    sizes["V"] //= layout.tp
+    return replace(spec, sizes=sizes, groups=tuple(shard(g, layout) for g in spec.groups))
 
 
 def kv_replicated(spec: ModelSpec, layout: Layout) -> bool:

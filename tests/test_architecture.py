@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "costcalc"
 # modules; the package's __init__ is named by itself.
 LAYERS = (
     ("names", ("errors", "vocab", "blocks", "symbols", "units", "notes", "roots", "ranges", "jsonfile", "outputs",
-               "rows", "printable", "weights", "collectives")),
+               "rows", "printable", "weights", "collectives", "pipeline")),
     ("models", ("spec", "presets", "devices", "layout", "hf", "hf.*")),
     ("core", ("core", "core.*", "formulas", "codegen", "compiled", "cachefile", "grammar")),
     ("evaluation", ("evaluate",)),

@@ -99,8 +99,10 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
     out: Table = {}
     for key in one:
         a, b = one[key], many[key]
-        if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device"):
-            total = [parallel.number(x + y) for x, y in zip(a, b)]
+        if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device") + PIPELINE_SUMS:
+            total = [parallel.number(x + y) if isinstance(x, int) else x + y for x, y in zip(a, b)]
+        elif key in ("stage_flops", "stage_bytes", "stage_time_s"):
+            total = [[x + y for x, y in zip(p, q)] for p, q in zip(a, b)]
         elif key == "collectives":
             total = [x + y for x, y in zip(a, b)]
         elif key == "replicated":
@@ -109,6 +111,30 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
             total = a
         column = [None] * (3 * n)
         column[0::3], column[1::3], column[2::3] = a, b, total
+        out[key] = column
+    if "time_s" in one:    # a pipeline's step times (parallel.pipeline_columns): the rates on the layout
+        out.update(_rates(first["batch"], new, one["time_s"], many["time_s"]))
+    return out
+
+
+# a pipeline's per-device columns a generation's total adds up (``flops_per_device`` and the per-device
+# bytes: the busiest stage of each phase, so their sum bounds the busiest device's from above)
+PIPELINE_SUMS = ("weight_bytes_per_device", "kv_read_bytes_per_device", "comm_time_s", "time_s")
+
+
+def _rates(batch: list[int], new: list[int], ttft: list[float], phase: list[float]) -> Table:
+    """The total rows' ``ttft_s`` (the prefill), ``tpot_s`` (a decode step on average),
+    ``tokens_per_s`` per sequence and for the batch, from a prefill's and a decode phase's times."""
+    n = len(new)
+    totals = [a + b for a, b in zip(ttft, phase)]
+    rows = {"ttft_s": ttft,
+            "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(phase, new)],
+            "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
+            "batch_tokens_per_s": [b * k / t if t else None for b, k, t in zip(batch, new, totals)]}
+    out: Table = {}
+    for key, values in rows.items():
+        column = [None] * (3 * n)
+        column[2::3] = values
         out[key] = column
     return out
 
@@ -138,14 +164,7 @@ def _generation_traffic(query: Query, first: Table, steps: Table, new: list[int]
     if query.machine is not None:
         totals = out["time_s"][2::3]
         out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
-        rows = {"ttft_s": one["time_s"],
-                "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(many["time_s"], new)],
-                "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
-                "batch_tokens_per_s": [b * k / t if t else None for b, k, t in zip(first["batch"], new, totals)]}
-        for key, values in rows.items():
-            column = [None] * (3 * n)
-            column[2::3] = values
-            out[key] = column
+        out.update(_rates(first["batch"], new, one["time_s"], many["time_s"]))
     return out
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from .errors import CostcalcError
 from .spec import Group, ModelSpec
+from .stages import partition
 
 # The compiled workloads a layout is modelled for (generate: its two phases).
 WORKLOADS = ("prefill", "cached_prefill", "decode", "decode_phase")
@@ -88,12 +89,13 @@ def check(query: Any) -> None:
     if query.workload.name not in WORKLOADS + ("generate",):
         raise CostcalcError(f"{flag}: per-device costs are modelled for prefill, decode and generate, "
                             f"not {query.workload.name} yet")
-    if query.traffic:
+    if query.traffic and layout.pp == 1:
         raise CostcalcError(f"{flag}: bytes and time per device (--device, the dtypes) are not modelled yet; "
                             f"per-device FLOPs and communication only")
-    for name, what in (("pp", "pipeline parallelism (--pp)"), ("dp", "data parallelism (--dp)")):
-        if getattr(layout, name) > 1:
-            raise CostcalcError(f"{flag}: {what} is not modelled yet")
+    if layout.dp > 1:
+        raise CostcalcError(f"{flag}: data parallelism (--dp) is not modelled yet")
+    if layout.pp > 1:
+        _check_pipeline(query, layout, flag)
     if layout.sp:
         raise CostcalcError(f"{flag}: sequence parallelism (--sp) is not modelled yet")
     if query.options.draft.value != "none":
@@ -102,6 +104,16 @@ def check(query: Any) -> None:
         _check_group(spec, group, layout, flag)
     if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
         raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
+
+
+def _check_pipeline(query: Any, layout: Layout, flag: str) -> None:
+    """What a pipeline needs: no more stages than layers (``stages.partition`` says so), and, for bytes
+    and time, no expert parallelism yet (a stage's bytes are asked of one device's sizes, and the
+    routed experts a device holds under --ep are not a size)."""
+    partition(sum(g.count for g in query.spec.groups), layout.pp)
+    if query.traffic and layout.ep > 1:
+        raise CostcalcError(f"{flag}: bytes and time per device with --ep and --pp are not modelled yet; "
+                            f"per-device FLOPs and communication only")
 
 
 def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str) -> None:

@@ -17,12 +17,18 @@ Communication per device per step is a list of collectives (op, where, count, me
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Sequence
 
-from .evaluate import Query, _group_columns, add
-from .layout import kv_replicated, shard
+
+from . import pipeline
+from .collectives import SEND_RECV, link_for, time
+from .errors import CostcalcError
+from .evaluate import Query, Recipe, _group_columns, add
+from .layout import device_spec, kv_replicated, shard
+from .stages import stages
+from .vocab import Overlap
 
 ACT_BITS = 16   # the activations' dtype of a collective: bf16 (--act-dtype with a layout: not yet)
 
@@ -112,6 +118,8 @@ def columns(query: Query, point: dict[str, Sequence[int]], n: int) -> dict[str, 
     replicated work (``replicated_flops``: FLOPs the devices run beyond the model's, and the
     operators that run it, ``replicated``), ``comm_bytes_per_device`` and ``collectives``."""
     layout = query.options.layout
+    if layout.pp > 1:
+        return pipeline_columns(query, point, n)
     whole = operator_columns(query, point, n, sharded=False)
     device = operator_columns(query, point, n, sharded=True)
     out: dict[str, list] = {"layout": [layout.label] * n, "devices": [layout.devices] * n,
@@ -135,3 +143,150 @@ def number(value: Any) -> Any:
     """An exact count as an int, an expected count that is a fraction as a float."""
     value = Fraction(value)
     return int(value) if value.denominator == 1 else float(value)
+
+
+# --- pipeline parallelism (--pp): stages, send/recv, the schedule's makespan ---------------------------
+# docs/cost-model.md, "Pipeline parallelism". Kept in one block: ``stage_traffic`` is the one place a
+# stage's bytes and time are asked (roofline.point on the stage at one device's sizes), to be swapped for
+# parallel.device_traffic (per-device bytes under tp/ep) where that lands.
+
+@dataclass(frozen=True)
+class Stage(Query):
+    """A pipeline stage as a query: its layer groups only (``costcalc.stages``); ``last`` False --
+    every stage but the last -- runs no LM head (the recipes charge it in the first group: left out)."""
+    last: bool = True
+
+    def recipes(self, kind: str = "flops"):
+        for group, recipe in Query.recipes(self, kind):
+            yield group, recipe if self.last or not isinstance(recipe, Recipe) else Recipe(recipe.code, False)
+
+
+def stage_queries(query: Query) -> list[Stage]:
+    """Each stage of the query's pipeline with its tensor/expert layout (no pp of its own)."""
+    spec, layout = query.spec, query.options.layout
+    parts = stages(spec, layout.pp)
+    options = replace(query.options, pp=1, micro_batches=None)
+    return [Stage(replace(spec, groups=groups, sizes={**spec.sizes, "L": sum(g.count for g in groups)}),
+                  query.workload, options, last=i == len(parts) - 1) for i, groups in enumerate(parts)]
+
+
+def micro_batches(query: Query) -> int:
+    """A step's micro-batches: ``--micro-batches``, else 1 (the batch passes the stages once: the
+    latency of one step; docs/cost-model.md says why)."""
+    return query.options.micro_batches or DEFAULT_MICRO_BATCHES
+
+
+DEFAULT_MICRO_BATCHES = 1
+
+
+def _micro_point(point: dict[str, int], m: int, flag: str) -> dict[str, int]:
+    if point["B"] % m:
+        raise CostcalcError(f"{flag} --micro-batches {m}: batch {point['B']} does not divide into {m} micro-batches")
+    return {**point, "B": point["B"] // m}
+
+
+def stage_collectives(stage: Stage, point: dict[str, int], m: int) -> list[Collective]:
+    """One device of a stage, a step of m micro-batches of ``point`` (B already B/m): its tensor- and
+    expert-parallel collectives (the logits gather on the last stage only) and, on every stage but the
+    last, the activation it sends on: per micro-batch B/m x tokens x d in bf16 (``ACT_BITS``), every
+    tensor-parallel rank its whole copy (no scatter/gather of the message across the TP ranks)."""
+    found = [Collective(c.op, c.where, c.count * m, c.bytes) for c in collectives(stage, point)
+             if stage.last or c.where != "lm_head"]
+    if not stage.last:
+        steps, tokens, _ = forwards(stage, point)
+        found.append(Collective(SEND_RECV, "stage boundary", steps * m, tokens * stage.spec.sizes["d"] * ACT_BITS // 8))
+    return found
+
+
+def boundary_link(query: Query, index: int):
+    """The link stage ``index`` sends over to the next: devices placed tensor-parallel innermost (stage
+    s, TP rank t is device s tp + t), so a boundary inside one scale-up domain for every t is NVLink,
+    else the scale-out hop (``collectives.link_for``)."""
+    tp, device = query.options.layout.tp, query.machine.device
+    up = device.scale_up
+    domain = up.domain if up is not None and up.domain else None
+    within = domain is None or all((index * tp + t) // domain == ((index + 1) * tp + t) // domain for t in range(tp))
+    return link_for(2, up, device.scale_out, within=within)
+
+
+def stage_traffic(stage: Stage, query: Query, point: dict[str, int]) -> dict[str, Any]:
+    """Bytes (and, with a device, times) of one micro-batch on one device of a stage under the query's
+    dtypes and device: ``roofline.point`` on the stage at one tensor-parallel device's sizes
+    (``layout.device_spec``), as a one-device question. Marked to be swapped for
+    ``parallel.device_traffic`` (H1) at merge."""
+    from .roofline import Precision, point as traffic   # bytes and time load only when asked for
+
+    own = replace(stage, spec=device_spec(stage.spec, stage.options.layout), precision=query.precision or Precision(),
+                  machine=query.machine, options=replace(stage.options, tp=1, ep=1, sp=False))
+    return traffic(own, point)
+
+
+def _comm_time(query: Query, found: list[Collective], index: int) -> float:
+    layout, device = query.options.layout, query.machine.device
+    total = 0.0
+    for c in found:
+        if c.op == SEND_RECV:
+            total += c.count * time(SEND_RECV, 2, c.bytes, boundary_link(query, index))
+        else:
+            n = layout.ep if c.op == "all_to_all" else layout.tp
+            total += c.count * time(c.op, n, c.bytes, link_for(n, device.scale_up, device.scale_out))
+    return total
+
+
+def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> dict[str, list]:
+    """The layout's columns under pp: per stage (per device of it, per step) ``stage_layers``,
+    ``stage_flops``; ``flops_per_device`` the busiest stage's; ``micro_batches``, the forward-only
+    GPipe table's ``bubble``; the collectives of every stage (``stage`` in each); with dtypes or a
+    device each stage's bytes (``stage_bytes``), with a device its time (``stage_time_s``, compute or
+    memory plus its collectives under --overlap none, the larger under full) and the step's
+    ``time_s``: the schedule's makespan over those stage times (pipeline.makespan)."""
+    layout = query.options.layout
+    m, flag = micro_batches(query), layout.flags
+    parts = stage_queries(query)
+    whole = operator_columns(query, point, n, sharded=False)
+    keys = ["layout", "devices", "micro_batches", "bubble", "stage_layers", "stage_flops", "flops_per_device",
+            "replicated_flops", "replicated", "comm_bytes_per_device", "collectives"]
+    if query.traffic:
+        keys += ["stage_bytes", "weight_bytes_per_device", "kv_read_bytes_per_device"]
+    if query.machine is not None:
+        keys += ["stage_time_s", "comm_time_s", "time_s"]
+    out: dict[str, list] = {key: [] for key in keys}
+    bubble = float(pipeline.bubble(pipeline.GPIPE, layout.pp, m, backward=False))
+    for i in range(n):
+        one = _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag)
+        per_op: dict[str, Any] = {}
+        flops, comm, listed, moved, durations, comm_s = [], [], [], [], [], []
+        for index, stage in enumerate(parts):
+            got = operator_columns(stage, {k: [v] for k, v in one.items()}, 1, sharded=True)
+            for op, column in got.items():
+                per_op[op] = per_op.get(op, 0) + column[0] * m * layout.tp
+            flops.append(number(m * sum(column[0] for column in got.values())))
+            found = stage_collectives(stage, one, m)
+            comm.append(sum(c.count * c.bytes for c in found))
+            listed += [{**c.row(), "stage": index} for c in found]
+            if query.traffic:
+                moved.append(stage_traffic(stage, query, one))
+            if query.machine is not None:
+                sends = [c for c in found if c.op == SEND_RECV]
+                own = _comm_time(query, [c for c in found if c.op != SEND_RECV], index) / m   # a micro-batch's
+                send = _comm_time(query, sends, index) / m
+                work = moved[-1]["time_s"]
+                durations.append((work + own if query.options.overlap == Overlap.none else max(work, own)) + send)
+                comm_s.append(m * (own + send))
+        extra = {op: per_op[op] - whole[op][i] for op in whole}
+        row = {"layout": layout.label, "devices": layout.devices, "micro_batches": m, "bubble": bubble,
+               "stage_layers": [sum(g.count for g in s.spec.groups) for s in parts], "stage_flops": flops,
+               "flops_per_device": max(flops), "replicated_flops": number(sum(extra.values())),
+               "replicated": ", ".join(op for op, v in extra.items() if v) or "none",
+               "comm_bytes_per_device": max(comm), "collectives": listed}
+        if query.traffic:
+            row["stage_bytes"] = [m * got["total_bytes"] for got in moved]
+            row["weight_bytes_per_device"] = max(m * got["weight_bytes"] for got in moved)
+            row["kv_read_bytes_per_device"] = max(m * got["kv_read_bytes"] for got in moved)
+        if query.machine is not None:
+            row["stage_time_s"] = [m * t for t in durations]
+            row["comm_time_s"] = max(comm_s)
+            row["time_s"] = pipeline.makespan(pipeline.GPIPE, durations, m)
+        for key in keys:
+            out[key].append(row[key])
+    return out

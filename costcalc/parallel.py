@@ -31,6 +31,9 @@ from .stages import stages
 from .vocab import Overlap
 
 ACT_BITS = 16   # the activations' dtype of a collective: bf16 (--act-dtype with a layout: not yet)
+# Tensors of d a token a pipeline stage sends the next: 1, the residual stream (Megatron, torch.distributed.
+# pipelining, verify's decoder); vLLM and SGLang send hidden_states and residual apart (2: not modelled).
+STAGE_TENSORS = 1
 
 
 def operator_columns(query: Query, point: dict[str, Sequence[int]], n: int,
@@ -188,13 +191,14 @@ def _micro_point(point: dict[str, int], m: int, flag: str) -> dict[str, int]:
 def stage_collectives(stage: Stage, point: dict[str, int], m: int) -> list[Collective]:
     """One device of a stage, a step of m micro-batches of ``point`` (B already B/m): its tensor- and
     expert-parallel collectives (the logits gather on the last stage only) and, on every stage but the
-    last, the activation it sends on: per micro-batch B/m x tokens x d in bf16 (``ACT_BITS``), every
-    tensor-parallel rank its whole copy (no scatter/gather of the message across the TP ranks)."""
+    last, the activation it sends on: per micro-batch B/m x tokens x d in bf16 (``ACT_BITS``; ``STAGE_TENSORS``
+    of them), every tensor-parallel rank its whole copy (no scatter/gather of the message across the TP ranks)."""
     found = [Collective(c.op, c.where, c.count * m, c.bytes) for c in collectives(stage, point)
              if stage.last or c.where != "lm_head"]
     if not stage.last:
         steps, tokens, _ = forwards(stage, point)
-        found.append(Collective(SEND_RECV, "stage boundary", steps * m, tokens * stage.spec.sizes["d"] * ACT_BITS // 8))
+        message = STAGE_TENSORS * tokens * stage.spec.sizes["d"] * ACT_BITS // 8
+        found.append(Collective(SEND_RECV, "stage boundary", steps * m, message))
     return found
 
 

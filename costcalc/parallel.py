@@ -25,10 +25,12 @@ from typing import Any, Sequence
 from . import pipeline
 from .collectives import SEND_RECV, link_for, time
 from .errors import CostcalcError
-from .evaluate import Query, Recipe, _group_columns, add
+from .evaluate import Options, Query, Recipe, _group_columns, add
 from .layout import device_spec, kv_replicated, shard
+from .spec import ModelSpec
 from .stages import stages
 from .vocab import Overlap
+from .weights import EMBEDDING
 
 ACT_BITS = 16   # the activations' dtype of a collective: bf16 (--act-dtype with a layout: not yet)
 # Tensors of d a token a pipeline stage sends the next: 1, the residual stream (Megatron, torch.distributed.
@@ -169,8 +171,23 @@ def stage_queries(query: Query) -> list[Stage]:
     spec, layout = query.spec, query.options.layout
     parts = stages(spec, layout.pp)
     options = replace(query.options, pp=1, micro_batches=None)
-    return [Stage(replace(spec, groups=groups, sizes={**spec.sizes, "L": sum(g.count for g in groups)}),
-                  query.workload, options, last=i == len(parts) - 1) for i, groups in enumerate(parts)]
+    out = []
+    for i, groups in enumerate(parts):
+        own = replace(spec, groups=groups, sizes={**spec.sizes, "L": sum(g.count for g in groups)})
+        out.append(Stage(replace(own, dtypes=_held(own)), query.workload, options, last=i == len(parts) - 1))
+    return out
+
+
+def _held(spec: ModelSpec) -> dict[str, str]:
+    """A stage's weight formats: the model's ``dtypes`` less the keys that name no weight the stage holds
+    (a stage of DeepSeek-V3's dense layers has no router): the formats of what it holds are unchanged."""
+    weighted, terms = set(), set()
+    for _, recipe in Query(replace(spec, dtypes={}), "prefill").recipes("matrices"):
+        weighted |= {name.rsplit(".", 1)[0] for name in recipe.outputs}
+    for _, recipe in Query(replace(spec, dtypes={}), "prefill", Options(mla="naive")).recipes():
+        terms |= {term for op, term in recipe.term_of.items() if op in weighted}
+    known = {"default", "lm_head", EMBEDDING} | weighted | terms
+    return {key: value for key, value in spec.dtypes.items() if key in known}
 
 
 def micro_batches(query: Query) -> int:

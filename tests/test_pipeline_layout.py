@@ -137,3 +137,17 @@ def test_the_cli_rows_carry_the_pipeline_columns(capsys):
     row = json.loads(out)[0]
     assert row["layout"] == "tp1.pp2" and row["devices"] == 2 and row["micro_batches"] == 2
     assert sum(row["stage_flops"]) == row["total_flops"]
+
+
+@pytest.mark.parametrize("name, pp", [("deepseek-v3", 16), ("gpt-oss-120b", 4), ("llama-3.1-8b", 3)])
+def test_the_stages_bytes_add_up_to_the_models_in_its_own_weight_formats(name, pp):
+    # every matrix read once a forward, each in the format the model ships it in (DeepSeek-V3's first
+    # stages hold dense layers only: no router, whose bf16 format the preset names), the LM head once
+    from costcalc import roofline
+
+    spec, point = presets.load(name), {"B": 2, "T": 300}
+    whole = roofline.point(Query(spec, "decode", Options(), Precision()), point)
+    query = Query(spec, "decode", Options(pp=pp), Precision())
+    parts = [parallel.stage_traffic(stage, query, point) for stage in parallel.stage_queries(query)]
+    for key in ("weight_bytes", "kv_read_bytes", "total_bytes"):
+        assert abs(sum(p[key] for p in parts) - whole[key]) <= pp      # each stage's bytes rounded to whole

@@ -104,13 +104,15 @@ EpOpt = Annotated[int, typer.Option(
     "--ep", metavar="E", help="Expert-parallel devices: 1, T (over the --tp devices) or T x D (with --dp): "
                               "each runs E/ep experts.")]
 PpOpt = Annotated[int, typer.Option(
-    "--pp", metavar="P", help="Pipeline-parallel stages (consecutive layers on each).")]
+    "--pp", metavar="P", help="Pipeline-parallel stages (consecutive layers on each, as vLLM splits them): per-stage "
+                              "FLOPs, send/recv, bubble (docs/cost-model.md, Pipeline parallelism).")]
 DpOpt = Annotated[int, typer.Option(
     "--dp", metavar="D", help="Data-parallel replicas (each its own requests or micro-batches).")]
 SpOpt = Annotated[bool, typer.Option(
     "--sp", help="Sequence parallel: each tensor-parallel all-reduce as a reduce-scatter and an all-gather.")]
 MicroBatchesOpt = Annotated[Optional[int], typer.Option(
-    "--micro-batches", metavar="M", show_default=False, help="Micro-batches a pipeline step is split into (--pp).")]
+    "--micro-batches", metavar="M", show_default=False, help="Micro-batches of B/M sequences a pipeline step is split into (--pp).  "
+                                                           "(default: 1, the batch through the stages once)")]
 OverlapOpt = Annotated[Overlap, typer.Option(
     help="Communication against compute: none (added, as engines run TP all-reduces) or full (hidden where "
          "shorter).")]

@@ -67,7 +67,7 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
 # the 6P rule, the LM head; with bytes and time, the per-term bytes, times and bounds, the smaller byte and
 # time columns; then inputs that are the same on every row move to the header, the shares of
 # the total go, and last the weights' bytes and the linear sum.
-_NARROWER = ("formula", "title", "V", "t_equal", "t_equal_time_exact", "context_exact", "tflops_per_s_causal",
+_NARROWER = ("formula", "title", "stage_bytes", "stage_time_s", "V", "t_equal", "t_equal_time_exact", "context_exact", "tflops_per_s_causal",
              "tflops_per_s_full", "peak_fraction", "exact", *(f"{t}_flops" for t in LINEAR_PARTS),
              "rule_6p_flops", "lm_head_flops",
              *(f"{t.name}{part}" for part in ("_bytes", "_time_s", "_bound") for t in TERMS),
@@ -158,7 +158,7 @@ def wrap(text: str, width: int | None) -> list[str]:
 
 
 def _is_flops(col: str) -> bool:
-    return col.endswith("_flops") or col.endswith("_flops_per_token") or col == "flops_per_device"
+    return col.endswith("_flops") or col.endswith("_flops_per_token") or col in ("flops_per_device", "flops")
 
 
 def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
@@ -172,7 +172,11 @@ def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
     if isinstance(value, float) and col.endswith(("intensity", "per_s")):
         return f"{value:.4g}"
     if col == "collectives" and isinstance(value, list):   # a layout's collectives: op where x count, bytes each
-        return "; ".join(f"{c['op']} {c['where']} x{c['count']} {units.nbytes(c['bytes'])}" for c in value)
+        return "; ".join(f"{'stage ' + str(c['stage']) + ' ' if 'stage' in c else ''}{c['op']} {c['where']} "
+                         f"x{c['count']} {units.nbytes(c['bytes'])}" for c in value)
+    if col.startswith("stage_") and isinstance(value, list):   # a pipeline's per-stage values, first to last
+        return "[" + ", ".join(_cell({col.removeprefix("stage_"): v}, col.removeprefix("stage_"), False)
+                               for v in value) + "]"
     if _is_flops(col) and isinstance(value, int):
         text = units.flops(value)
         if shares and col in _SHARED and row.get("total_flops"):

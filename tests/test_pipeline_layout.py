@@ -2,6 +2,7 @@
 step's time from the schedule (costcalc.parallel.pipeline_columns). Expected values are derived here
 from the model's sizes and vLLM's split, not read back from the code."""
 import json
+import re
 from fractions import Fraction
 
 import pytest
@@ -151,3 +152,14 @@ def test_the_stages_bytes_add_up_to_the_models_in_its_own_weight_formats(name, p
     parts = [parallel.stage_traffic(stage, query, point) for stage in parallel.stage_queries(query)]
     for key in ("weight_bytes", "kv_read_bytes", "total_bytes"):
         assert abs(sum(p[key] for p in parts) - whole[key]) <= pp      # each stage's bytes rounded to whole
+
+
+def test_the_table_shows_each_stage_in_its_unit_and_each_collective_with_its_stage(capsys):
+    code, out, err = run(capsys, "prefill", "-p", "llama-3.1-8b", "--seq", "1k", "--pp", "2", "--device", "h100",
+                         "--wide")
+    assert code == 0, err
+    row = calc.answer(Query(presets.load("llama-3.1-8b"), "prefill", Options(pp=2)), batch=[1], seq=[1024])
+    first, last = (f"{x / 1e12:.4g} TFLOP" for x in row["stage_flops"][0])
+    assert f"[{first}, {last}]" in out
+    assert "stage 0 send_recv stage boundary x1 8.389 MB" in out      # 1024 x 4096 x 2 bytes
+    assert re.search(r"\[\d[\d.]* ms, \d[\d.]* ms\]", out)              # stage_time_s in seconds' units

@@ -163,3 +163,16 @@ def test_the_table_shows_each_stage_in_its_unit_and_each_collective_with_its_sta
     assert f"[{first}, {last}]" in out
     assert "stage 0 send_recv stage boundary x1 8.389 MB" in out      # 1024 x 4096 x 2 bytes
     assert re.search(r"\[\d[\d.]* ms, \d[\d.]* ms\]", out)              # stage_time_s in seconds' units
+
+
+def test_expert_parallel_stages_split_the_experts_and_replicate_the_router():
+    spec = presets.load("qwen3-30b-a3b")           # 48 MoE layers, E 128, top-8
+    g, B, S = spec.groups[0].sizes, 2, 16
+    _, got = _columns("qwen3-30b-a3b", "prefill", Options(tp=2, ep=2, pp=2), {"B": B, "S": S})
+    whole = calc.prefill(spec, S, B)["total_flops"]
+    assert sum(got["stage_flops"][0]) * 2 == whole + got["replicated_flops"][0]
+    assert got["replicated"][0] == "router"
+    assert got["replicated_flops"][0] == (2 - 1) * 2 * B * S * g["d"] * g["E"] * spec["L"]   # the router, whole on both
+    a2a = [c for c in got["collectives"][0] if c["op"] == "all_to_all"]
+    assert {(c["stage"], c["count"]) for c in a2a} == {(0, 24), (1, 24)}                # 24 MoE layers a stage
+    assert all(c["bytes"] == (B * S // 2) * g["k"] * g["d"] * 2 for c in a2a)          # its share's k copies of d

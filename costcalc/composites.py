@@ -90,7 +90,9 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
 
 def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int]) -> Table:
     """The layout's columns (``parallel.columns``) of the prefill rows, the decode-phase rows and
-    their totals: FLOPs and bytes added, the collectives of both phases listed."""
+    their totals: FLOPs, bytes and times added, the collectives of both phases listed; on a device
+    the total rows' rates from the layout's times (``ttft_s``: the prefill's step on the layout,
+    ``tpot_s``: the decode phase's / (N-1), ``tokens_per_s``, ``batch_tokens_per_s``)."""
     from . import parallel
 
     n = len(new)
@@ -98,9 +100,13 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
     many = parallel.columns(phase, {"B": first["batch"], "S": first["seq"], "N": new}, n)
     out: Table = {}
     for key in one:
-        a, b = one[key], many[key]
+        a, b = one[key], many.get(key, [_absent(key)] * n)
         if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device"):
             total = [parallel.number(x + y) for x, y in zip(a, b)]
+        elif key.endswith("_bytes_per_device") or key.endswith("time_s"):
+            total = [x + y for x, y in zip(a, b)]
+        elif key.endswith("bound"):
+            total = [None] * n
         elif key == "collectives":
             total = [x + y for x, y in zip(a, b)]
         elif key == "replicated":
@@ -110,6 +116,17 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
         column = [None] * (3 * n)
         column[0::3], column[1::3], column[2::3] = a, b, total
         out[key] = column
+    if "comm_time_s" in out:     # on a device: the step times on the layout give the rates
+        totals = out["time_s"][2::3]
+        out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
+        rates = {"ttft_s": one["time_s"],
+                 "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(many["time_s"], new)],
+                 "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
+                 "batch_tokens_per_s": [b * k / t if t else None for b, k, t in zip(first["batch"], new, totals)]}
+        for key, values in rates.items():
+            column = [None] * (3 * n)
+            column[2::3] = values
+            out[key] = column
     return out
 
 

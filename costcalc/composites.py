@@ -228,7 +228,52 @@ def schedule(query: Query, seq: int, chunk: int, prefix: int = 0, batch: int = 1
         out[f"{name}_flops"] = column + [sum(column), single[f"{name}_flops"]]
     if query.traffic:
         out.update(_schedule_traffic(query, parts, out, single))
+    if not query.options.layout.single:
+        out.update(_schedule_layout(query, parts, out))
     return out
+
+
+def _schedule_layout(query: Query, parts: list, out: Table) -> Table:
+    """The layout's columns (``parallel.columns``) of each chunk, their ``total`` (FLOPs, bytes and
+    times added, the same collectives' counts added) and the ``unchunked`` pass."""
+    from . import parallel
+
+    batch, seq, prefix = out["batch"][0], out["seq"][0], out["prefix"][-1]
+    chunks: dict[str, list] = {}
+    for lo, hi, part in parts:
+        if hi > lo:
+            got = parallel.columns(part, {"B": [batch] * (hi - lo), "C": out["chunk"][lo:hi],
+                                          "T": out["prefix"][lo:hi]}, hi - lo)
+            for key in dict.fromkeys([*chunks, *got]):     # chunks without logits have no lm_head_bound
+                chunks.setdefault(key, [_absent(key)] * lo).extend(got.get(key, [_absent(key)] * (hi - lo)))
+    whole = parallel.columns(query, {"B": [batch], "C": [seq], "T": [prefix]}, 1)
+    return {key: column + [_layout_total(key, column, chunks), whole.get(key, [None])[0]]
+            for key, column in chunks.items()}
+
+
+def _layout_total(key: str, column: list, chunks: dict[str, list]):
+    """The ``total`` row's value of a layout column over the chunks."""
+    from . import parallel
+
+    if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device"):
+        return parallel.number(sum(column))
+    if key.endswith("_bytes_per_device") or key.endswith("time_s"):
+        return sum(column)
+    if key == "bound":
+        return _bound(sum(chunks["compute_time_s"]), sum(chunks["memory_time_s"]))
+    if key.endswith("_bound"):
+        return None
+    if key == "replicated":
+        named = dict.fromkeys(n for cell in column for n in cell.split(", ") if n != "none")
+        return ", ".join(named) or "none"
+    if key == "collectives":     # the same collective of every chunk: its counts added
+        merged: dict[tuple, dict] = {}
+        for cell in column:
+            for c in cell:
+                same = merged.setdefault((c["op"], c["where"], c["bytes"]), {**c, "count": 0})
+                same["count"] += c["count"]
+        return list(merged.values())
+    return column[0]
 
 
 def _schedule_traffic(query: Query, parts: list, out: Table, single: Row) -> Table:

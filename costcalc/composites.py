@@ -99,8 +99,8 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
     one = parallel.columns(prefill, {"B": first["batch"], "S": first["seq"]}, n)
     many = parallel.columns(phase, {"B": first["batch"], "S": first["seq"], "N": new}, n)
     out: Table = {}
-    for key in one:
-        a, b = one[key], many.get(key, [_absent(key)] * n)
+    for key in dict.fromkeys([*one, *many]):   # a term may move nothing in one phase
+        a, b = one.get(key, [_absent(key)] * n), many.get(key, [_absent(key)] * n)
         if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device"):
             total = [parallel.number(x + y) for x, y in zip(a, b)]
         elif key.endswith("_bytes_per_device") or key.endswith("time_s"):

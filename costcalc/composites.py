@@ -85,6 +85,7 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
         out.update(_generation_traffic(query, first, steps, ints(new_tokens, n)))
     if not query.options.layout.single:
         out.update(_generation_layout(prefill, phase, first, ints(new_tokens, n)))
+        out = _beside(out)
     return out
 
 
@@ -230,7 +231,14 @@ def schedule(query: Query, seq: int, chunk: int, prefix: int = 0, batch: int = 1
         out.update(_schedule_traffic(query, parts, out, single))
     if not query.options.layout.single:
         out.update(_schedule_layout(query, parts, out))
+        out = _beside(out)
     return out
+
+
+def _beside(table: Table) -> Table:
+    from .parallel import beside
+
+    return beside(table)
 
 
 def _schedule_layout(query: Query, parts: list, out: Table) -> Table:

@@ -284,6 +284,20 @@ def traffic_columns(query: Query, point: dict[str, Sequence[int]], n: int,
     return out
 
 
+def beside(table: dict[str, list]) -> dict[str, list]:
+    """A table with the communication time right after the compute and memory times (a layout's
+    rows on a device: the three side by side), every other column where it was."""
+    if "comm_time_s" not in table or "memory_time_s" not in table:
+        return table
+    out: dict[str, list] = {}
+    for key, column in table.items():
+        if key != "comm_time_s":
+            out[key] = column
+        if key == "memory_time_s":
+            out["comm_time_s"] = table["comm_time_s"]
+    return out
+
+
 def number(value: Any) -> Any:
     """An exact count as an int, an expected count that is a fraction as a float."""
     value = Fraction(value)

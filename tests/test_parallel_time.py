@@ -293,3 +293,18 @@ def test_no_interconnect_is_refused(tmp_path, capsys):
 def test_errors_are_one_line(capsys, args, message):
     code, _, err = run(capsys, *args)
     assert code != 0 and one_error(err, message), err
+
+
+def test_each_group_on_its_own_link():
+    """tp 8 inside one 8-GPU domain, the experts over tp x dp = 16 devices across two: the all-reduces
+    on NVLink, the all-to-alls on the NIC (the slowest hop, the larger latency)."""
+    got = row("deepseek-v3", "decode", device="h200", tp=8, ep=16, dp=2, batch=2, context=100)
+    up, out = profile("h200")["scale_up"], profile("h200")["scale_out"]
+    across = {"bytes_per_s_each_way": out["bytes_per_s_each_way"], "latency_s": max(up["latency_s"], out["latency_s"])}
+    inside = [c for c in got["collectives"] if c["op"] != "all_to_all"]
+    a2a = [c for c in got["collectives"] if c["op"] == "all_to_all"]
+    assert a2a and inside
+    expected = comm_by_hand(inside, {"all_reduce": 8, "all_gather": 8}, up) + \
+        comm_by_hand(a2a, {"all_to_all": 16}, across)
+    assert got["comm_time_s"] == pytest.approx(expected, rel=1e-12)
+    assert got["links"].startswith("tp8: scale_up") and "ep16: scale_out across domains" in got["links"]

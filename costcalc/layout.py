@@ -86,14 +86,9 @@ def check(query: Any) -> None:
     if layout.single:
         return
     flag = layout.flags
-    if query.workload.name not in WORKLOADS + ("generate",):
-        raise CostcalcError(f"{flag}: per-device costs are modelled for prefill, decode and generate, "
+    if query.workload.name not in WORKLOADS + ("generate", "chunked"):
+        raise CostcalcError(f"{flag}: per-device costs are modelled for prefill, chunked, decode and generate, "
                             f"not {query.workload.name} yet")
-    if query.traffic and layout.pp == 1:
-        raise CostcalcError(f"{flag}: bytes and time per device (--device, the dtypes) are not modelled yet; "
-                            f"per-device FLOPs and communication only")
-    if layout.dp > 1:
-        raise CostcalcError(f"{flag}: data parallelism (--dp) is not modelled yet")
     if layout.pp > 1:
         _check_pipeline(query, layout, flag)
     if layout.sp:
@@ -107,13 +102,14 @@ def check(query: Any) -> None:
 
 
 def _check_pipeline(query: Any, layout: Layout, flag: str) -> None:
-    """What a pipeline needs: no more stages than layers (``stages.partition`` says so), and, for bytes
-    and time, no expert parallelism yet (a stage's bytes are asked of one device's sizes, and the
-    routed experts a device holds under --ep are not a size)."""
+    """What a pipeline needs: no more stages than layers (``stages.partition`` says so); what it is not
+    modelled with yet is refused by name: data parallelism beside it and the chunk schedule (its rows
+    add up chunks of one stage list each)."""
     partition(sum(g.count for g in query.spec.groups), layout.pp)
-    if query.traffic and layout.ep > 1:
-        raise CostcalcError(f"{flag}: bytes and time per device with --ep and --pp are not modelled yet; "
-                            f"per-device FLOPs and communication only")
+    if layout.dp > 1:
+        raise CostcalcError(f"{flag}: data parallelism (--dp) with pipeline parallelism (--pp) is not modelled yet")
+    if query.workload.name == "chunked":
+        raise CostcalcError(f"{flag}: pipeline parallelism (--pp) of a chunk schedule is not modelled yet")
 
 
 def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str) -> None:

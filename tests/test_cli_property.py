@@ -96,9 +96,9 @@ VALUES = {
     "--tp": (["1", "2", "8"], ["0", "-1", "x", "", "3"]),
     "--ep": (["1", "2", "8"], ["0", "-1", "x", ""]),
     "--pp": (["1", "2", "4"], ["0", "-1", "x", ""]),
-    "--dp": (["1", "2"], ["0", "x"]),
+    "--dp": (["1", "2"], ["0", "-1", "x", ""]),
     "--micro-batches": (["1", "2", "4"], ["0", "-1", "x", ""]),
-    "--overlap": (["none", "full"], ["some", ""]),
+    "--overlap": (["none", "full"], ["", "x", "NONE", "partial"]),
     "--routing": _choice(Routing),
     "--weight-dtype": ([d.value for d in Dtype] + ["fp8-block128", "fp8-tensor", "nvfp4", "mxfp4", "gptq-int4-g128",
                                                    "awq-int4-g32", "ct-int4-g32-asym", "fp4-block1x32-ue8m0"],
@@ -135,7 +135,7 @@ VALUES["chunked --chunk"] = (["4", "17", "512"], ["0", "-1", "x", "", "1.5k", "3
 TIME = ["--device", "--device-file", "--weight-dtype", "--kv-dtype", "--act-dtype", "--group-size", "--routing",
         "--efficiency", "--state-dtype", "--index-dtype"]
 OUT = ["--format", "--output", "--wide"]
-LAYOUT = ["--tp", "--ep", "--pp", "--dp", "--sp", "--micro-batches", "--overlap"]   # cli/options.LAYOUT_OPTIONS
+LAYOUT = ["--tp", "--ep", "--pp", "--dp", "--sp", "--micro-batches", "--overlap"]
 COMMANDS = {   # each command's options, as its --help lists them (the model and positional ones aside)
     "prefill": ["--seq", "--batch", "--lengths", "--cached-prefix", "--convention", "--tile", "--logits", "--mla",
                 "--window-cache", "--padded", *LAYOUT, *TIME, *OUT],

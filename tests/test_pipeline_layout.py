@@ -122,9 +122,9 @@ def test_micro_batches_split_the_work_not_change_it():
     (["prefill", "-p", "llama-3.1-8b", "--seq", "64", "-b", "3", "--pp", "2", "--micro-batches", "2"],
      "batch 3 does not divide into 2 micro-batches"),
     (["prefill", "-p", "toy", "--seq", "64", "--pp", "3"], "more stages than the model's 2 layers"),
-    (["decode", "-p", "qwen3-30b-a3b", "--context", "64", "--tp", "2", "--ep", "2", "--pp", "2", "--device", "h100"],
-     "with --ep and --pp are not modelled yet"),
-    (["prefill", "-p", "toy", "--seq", "64", "--pp", "2", "--dp", "2"], "data parallelism (--dp) is not modelled yet"),
+    (["prefill", "-p", "toy", "--seq", "64", "--pp", "2", "--dp", "2"],
+     "data parallelism (--dp) with pipeline parallelism (--pp) is not modelled yet"),
+    (["chunked", "-p", "toy", "--seq", "8", "--chunk", "4", "--pp", "2"], "of a chunk schedule is not modelled yet"),
 ])
 def test_what_a_pipeline_cannot_do_is_one_error(capsys, args, message):
     code, _, err = run(capsys, *args)
@@ -149,7 +149,7 @@ def test_the_stages_bytes_add_up_to_the_models_in_its_own_weight_formats(name, p
     spec, point = presets.load(name), {"B": 2, "T": 300}
     whole = roofline.point(Query(spec, "decode", Options(), Precision()), point)
     query = Query(spec, "decode", Options(pp=pp), Precision())
-    parts = [parallel.stage_traffic(stage, query, point) for stage in parallel.stage_queries(query)]
+    parts = [parallel.stage_traffic(stage, point) for stage in parallel.stage_queries(query)]
     for key in ("weight_bytes", "kv_read_bytes", "total_bytes"):
         assert abs(sum(p[key] for p in parts) - whole[key]) <= pp      # each stage's bytes rounded to whole
 
@@ -176,3 +176,17 @@ def test_expert_parallel_stages_split_the_experts_and_replicate_the_router():
     a2a = [c for c in got["collectives"][0] if c["op"] == "all_to_all"]
     assert {(c["stage"], c["count"]) for c in a2a} == {(0, 24), (1, 24)}                # 24 MoE layers a stage
     assert all(c["bytes"] == (B * S // 2) * g["k"] * g["d"] * 2 for c in a2a)          # its share's k copies of d
+
+
+def test_a_pipeline_of_one_micro_batch_is_the_tp_ep_layout_plus_its_sends():
+    # the stages split the layers of one tp2.ep2 device: their bytes add up to that device's (H1's
+    # device_traffic over every layer), their times to its step time, plus the one boundary's send
+    h100 = devices.load("h100")
+    spec, point = presets.load("qwen3-30b-a3b"), {"B": [4], "T": [512]}
+    flat = Query(spec, "decode", Options(tp=2, ep=2), Precision(), Machine(h100))
+    piped = Query(spec, "decode", Options(tp=2, ep=2, pp=2), Precision(), Machine(h100))
+    one, two = parallel.columns(flat, point, 1), parallel.columns(piped, point, 1)
+    assert abs(sum(two["stage_bytes"][0]) - one["total_bytes_per_device"][0]) <= 2
+    send = h100.scale_up.latency_s + 4 * spec["d"] * 2 / h100.scale_up.bytes_per_s_each_way
+    assert two["time_s"][0] == pytest.approx(one["time_s"][0] + send, rel=1e-9)
+    assert two["comm_time_s"][0] < one["comm_time_s"][0]          # each stage: its own layers' collectives

@@ -9,7 +9,6 @@ import pytest
 
 from costcalc import calc, devices, parallel, presets
 from costcalc.collectives import link_for
-from costcalc.errors import CostcalcError
 from costcalc.evaluate import Options, Query
 from costcalc.roofline import Machine, Precision
 

@@ -85,6 +85,9 @@ def check(query: Any) -> None:
     if layout.single:
         return
     flag = layout.flags
+    if query.workload.name == "train":
+        _check_train(query, flag)
+        return
     if query.workload.name not in WORKLOADS + ("generate",):
         raise CostcalcError(f"{flag}: per-device costs are modelled for prefill, decode and generate, "
                             f"not {query.workload.name} yet")
@@ -98,6 +101,18 @@ def check(query: Any) -> None:
         raise CostcalcError(f"{flag}: sequence parallelism (--sp) is not modelled yet")
     if query.options.draft.value != "none":
         raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
+    for group in spec.groups:
+        _check_group(spec, group, layout, flag)
+    if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
+        raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
+
+
+def _check_train(query: Any, flag: str) -> None:
+    """A training step's layout (``costcalc.training``): tp, ep, dp, sp and --zero; not pp yet."""
+    layout, spec = query.options.layout, query.spec
+    if layout.pp > 1:
+        raise CostcalcError(f"{flag}: pipeline parallelism (--pp) for train is not modelled yet (lifted with the "
+                            f"pipeline schedules)")
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
     if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):

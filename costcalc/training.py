@@ -185,7 +185,8 @@ def parameters(query: Query) -> tuple[int, int]:
     return dense + table * (1 if spec.tied_embeddings else 2), experts
 
 
-def saved(query: Query, recompute: Recompute, tokens: int, optimizer: Optimizer) -> Fraction:
+def saved(query: Query, recompute: Recompute, tokens: int, optimizer: Optimizer,
+          held: Optional[list] = None) -> Fraction:
     """Activation bytes one device keeps for the backward of ``tokens`` tokens (its replica's B/D x S).
 
     Convention (named, docs/cost-model.md): each matmul's saved input, once where projections share
@@ -202,7 +203,7 @@ def saved(query: Query, recompute: Recompute, tokens: int, optimizer: Optimizer)
     act, lse = Fraction(optimizer.activation_bits, 8), Fraction(optimizer.lse_bits, 8)
     routed = Fraction(tokens, expert_share(layout))     # (token, expert) pairs per k: k copies each
     total = Fraction(0)
-    for group, ops in matrices(query):
+    for group, ops in held if held is not None else matrices(query):
         block, sizes = group.block, group.sizes
         if recompute == Recompute.full:
             total += group.count * tokens * d * hidden * act
@@ -327,8 +328,8 @@ def columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequence[int], 
     """The training columns of n rows (B = ``batch``, S = ``seq``): per device FLOPs (and the
     recomputation's), collectives, memory, and with a device ``fits`` and the times."""
     layout, optimizer = query.options.layout, plan.optimizer
-    psi = parameters(query)
-    keys = ["layout", "devices", "zero", "recompute", "optimizer", "flops_per_device", "recompute_flops_per_device",
+    psi, shapes = parameters(query), matrices(query)
+    keys = ["layout", "devices", "zero", "recompute", "optimizer", "flops_per_device", "recompute_flops",
             "replicated_flops", "params_per_device", "comm_bytes_per_device", "collectives",
             "weight_bytes_per_device", "grad_bytes_per_device", "optimizer_bytes_per_device",
             "activation_bytes_per_device", "total_bytes_per_device"]
@@ -344,11 +345,11 @@ def columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequence[int], 
         flops = sum(device.values())
         extra = recompute_flops(device, plan.recompute)
         found = steps(query, int(b), int(s), psi, optimizer)
-        activations = saved(query, plan.recompute, replica * int(s), optimizer)
+        activations = saved(query, plan.recompute, replica * int(s), optimizer, shapes)
         total = held["weight"] + held["grad"] + held["optimizer"] + _bytes(activations)
         row = {"layout": layout.label, "devices": layout.devices, "zero": query.options.zero,
                "recompute": plan.recompute.value, "optimizer": optimizer.name, "flops_per_device": number(flops),
-               "recompute_flops_per_device": number(extra),
+               "recompute_flops": number(extra),
                "replicated_flops": number(flops * layout.devices - sum(v[0] for v in whole.values())),
                "params_per_device": sum(psi),
                "comm_bytes_per_device": sum(x.collective.count * x.collective.bytes for x in found),

@@ -279,6 +279,8 @@ def train(
     points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
     each = _options(kinds, logits="all", tile=chosen, mla=mla, zero=zero, **layout)
     machine = traffic.machine
+    if machine is None and layout.get("overlap") == "full":
+        warn("--overlap full does nothing without --device (it changes time, not FLOPs, bytes or memory)")
     plan = training.Plan(training.Recompute.none if recompute is None else recompute,
                          training.OPTIMIZERS[OptimizerChoice(optimizer).value],
                          machine.device if machine is not None else None)

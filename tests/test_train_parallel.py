@@ -241,3 +241,16 @@ def test_one_line_errors(capsys, args, message):
 def test_unmodelled_layers_refused_by_name(capsys):
     code, out, err = run(capsys, "train", "-p", "qwen3-next-80b-a3b", "--seq", "256", "--recompute", "full")
     assert code != 0 and out == "" and one_error(err, "qwen3-next-80b-a3b's gdn.moe_shared_gate layers")
+
+
+def test_recomputation_adds_a_forward_to_the_time():
+    B, S, tp = 8, 256, 2
+    c, T = LLAMA, B * S
+    head = 3 * 2 * T * c["d"] * c["V"] // tp               # the LM head's train FLOPs on a device
+    attention = 3 * c["L"] * 2 * 2 * B * (c["h"] // tp) * c["d_h"] * S * (S + 1) // 2
+    h100 = devices.load("h100")
+    full = row("llama-3.1-8b", Plan(Recompute.full, device=h100), batch=B, seq=S, tp=tp)
+    assert full["recompute_flops"] == (llama_train_device(B, S, tp) - head) // 3     # the layers' forward again
+    assert full["compute_time_s"] == pytest.approx((full["flops_per_device"] + full["recompute_flops"]) / 989.5e12)
+    assert row("llama-3.1-8b", Plan(Recompute.selective), batch=B, seq=S, tp=tp)["recompute_flops"] == attention // 3
+    assert row("llama-3.1-8b", batch=B, seq=S, tp=tp)["recompute_flops"] == 0

@@ -104,8 +104,8 @@ SHARED_INPUT = {
                      "shared_expert_gate"), "ffn input"),
     **dict.fromkeys(("experts.gate_proj", "experts.up_proj"), "routed input"),
 }
-HIDDEN = ("attention input", "ffn input")
-CROSS_ENTROPY_BITS = 32   # Megatron's vocabulary-parallel cross-entropy reduces fp32 values, one per token     # d wide: sharded over the sequence under sequence parallel
+HIDDEN = ("attention input", "ffn input")   # d wide: sharded over the sequence under sequence parallel
+CROSS_ENTROPY_BITS = 32   # Megatron's vocabulary-parallel cross-entropy reduces fp32 values, one per token
 
 
 # The note under a table of training columns.
@@ -208,20 +208,17 @@ def saved(query: Query, recompute: Recompute, tokens: int, optimizer: Optimizer,
         if recompute == Recompute.full:
             total += group.count * tokens * d * hidden * act
             continue
-        inputs: dict[str, Fraction] = {}
+        inputs: dict[str, Fraction] = {}                 # elements of each saved input, by what it is
         for op, (fan_in, _, count) in ops.items():
             key = SHARED_INPUT.get(op, op)
-            if key == "routed input":
-                width = routed * sizes["k"] * fan_in
-            elif op == "experts.down_proj":
-                width = routed * sizes["k"] * fan_in
+            if key == "routed input" or op == "experts.down_proj":
+                inputs[key] = routed * sizes["k"] * fan_in
             elif op == "o_proj" and not (block.gated or block.head_gate):
                 continue                                 # O: the attention's own saved output
             elif key in HIDDEN:
-                width = tokens * fan_in * hidden
+                inputs[key] = tokens * fan_in * hidden
             else:                                        # its own input: one per shared expert
-                width = tokens * fan_in * count
-            inputs[key] = width
+                inputs[key] = tokens * fan_in * count
         layer = sum(inputs.values()) * act
         q, k, v, o, heads = attention_widths(block, sizes)
         layer += tokens * (q + k + v + o) * act

@@ -6,6 +6,8 @@ FLOPs a multiply-add, forward x3), the ZeRO paper's memory counts (arXiv 1910.02
 Korthikanti et al.'s per-layer activation breakdown (arXiv 2205.05198, section 4.1), not read back.
 """
 import json
+import os
+from datetime import timedelta
 from fractions import Fraction
 
 import pytest
@@ -254,3 +256,111 @@ def test_recomputation_adds_a_forward_to_the_time():
     assert full["compute_time_s"] == pytest.approx((full["flops_per_device"] + full["recompute_flops"]) / 989.5e12)
     assert row("llama-3.1-8b", Plan(Recompute.selective), batch=B, seq=S, tp=tp)["recompute_flops"] == attention // 3
     assert row("llama-3.1-8b", batch=B, seq=S, tp=tp)["recompute_flops"] == 0
+
+
+# --- a real engine: DDP and FSDP2 on two gloo ranks (slow) ---------------------------------------
+
+SMALL = {"name": "train-gloo", "arch": "gqa.dense", "L": 2, "d": 64, "h_q": 4, "h_kv": 2, "d_h": 16, "m": 128,
+         "V": 96}
+D, PER_RANK, SEQ = 2, 2, 8
+
+
+def _engine_rank(rank: int, folder: str, port: int) -> None:
+    """Three training steps of the verify decoder in bf16 on this rank's B/D sequences: DDP, FSDP2
+    with every unit resharded after forward (the root included), and FSDP2's default (the root
+    kept unsharded). Every c10d collective is recorded with its whole array (the larger buffer)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from costcalc.verify.build import from_spec
+    from costcalc.verify.model import causal_mask
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if str(func).startswith("c10d."):
+                sizes = [t.numel() * t.element_size() for t in tree_leaves((args, kwargs))
+                         if isinstance(t, torch.Tensor)]
+                self.seen.append([str(func).split(".")[1], max(sizes)])
+            return out
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=D,
+                            timeout=timedelta(seconds=60))
+    try:
+        spec = from_dict(SMALL, origin="test")
+        tokens = torch.randint(0, SMALL["V"], (PER_RANK, SEQ), generator=torch.Generator().manual_seed(rank))
+        found = {}
+        for case in ("ddp", "fsdp_reshard_all", "fsdp_default"):
+            model = from_spec(spec, dtype=torch.bfloat16)
+            norms = sum(p.numel() for p in model.parameters() if p.dim() == 1)
+            if case == "ddp":
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            else:
+                for layer in model.layers:
+                    fully_shard(layer, reshard_after_forward=True)
+                fully_shard(model, reshard_after_forward=True if case == "fsdp_reshard_all" else None)
+            record = Record()
+            with record:
+                model(tokens, causal_mask(SEQ), logits="all").float().sum().backward()
+            found[case] = record.seen
+        with open(os.path.join(folder, f"rank{rank}.json"), "w") as f:
+            json.dump({"found": found, "norms": norms}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(target, folder):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # join raises with a failing rank's traceback and ends the other; gloo times out a hung collective (60 s)
+    context = mp.start_processes(target, args=(str(folder), port), nprocs=D, join=False, start_method="spawn")
+    try:
+        while not context.join(timeout=300):
+            pass
+    finally:
+        for p in context.processes:
+            if p.is_alive():
+                p.terminate()
+            p.join(5)
+
+
+@pytest.mark.slow
+def test_ddp_and_fsdp2_on_two_gloo_ranks_move_costcalcs_bytes(tmp_path):
+    """The bytes DDP and FSDP2 put into their collectives, per rank, against costcalc's ``--dp 2``
+    (``--zero 3``) collectives: equal once the norms' weights -- which costcalc does not count
+    (matrices only), counted here from the torch model -- are added; FSDP2's default root (not
+    resharded after forward) gathers the embedding and LM head once, not twice: the difference named."""
+    pytest.importorskip("torch")
+    _spawn(_engine_rank, tmp_path)
+    spec = from_dict(SMALL, origin="test")
+    ddp = row(spec, batch=D * PER_RANK, seq=SEQ, dp=D)
+    zero3 = row(spec, batch=D * PER_RANK, seq=SEQ, dp=D, zero=3)
+    root = 2 * SMALL["d"] * SMALL["V"] * 2              # the embedding and the untied LM head, bf16
+
+    def total(rows, op, prefix="dp:"):
+        return sum(c["count"] * c["bytes"] for c in rows["collectives"] if c["op"] == op and c["where"].startswith(prefix))
+
+    for rank in range(D):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        norms = got["norms"] * 2                         # bf16 bytes of the 1-D weights costcalc leaves out
+
+        def moved(case, op):
+            return sum(size for name, size in got["found"][case] if name.startswith(op))
+
+        assert moved("ddp", "allreduce") == total(ddp, "all_reduce") + norms
+        assert moved("fsdp_reshard_all", "_allgather") == total(zero3, "all_gather") + 2 * norms
+        assert moved("fsdp_reshard_all", "_reduce_scatter") == total(zero3, "reduce_scatter") + norms
+        # FSDP2's default: the root unit (embedding, LM head, the final norm's d weights) gathered once
+        assert moved("fsdp_default", "_allgather") == total(zero3, "all_gather") + 2 * norms - root - SMALL["d"] * 2

@@ -397,15 +397,15 @@ def _bytes(value: Fraction) -> int:
     return -(-value.numerator // value.denominator)
 
 
-def answer(query: Query, plan: Optional[Plan] = None, **inputs: Sequence[int]) -> dict[str, list]:
-    """``calc.answer`` of the whole step (the single-device FLOPs, as today) with the training
-    columns beside it: per device on the query's layout."""
-    from . import calc
+def single(query: Query) -> Query:
+    """The same step on one device: the whole step's FLOPs (``calc.answer`` of it), which
+    ``extend`` puts the per-device columns beside."""
+    return query.but(tp=1, ep=1, dp=1, sp=False, zero=0)
 
-    plan = plan or Plan()
+
+def extend(query: Query, plan: Plan, whole: dict[str, list]) -> dict[str, list]:
+    """``whole`` (the step's table on one device: ``calc.answer(single(query))``) with the training
+    columns of ``query``'s layout beside it."""
     check_kinds(query)
-    single = query.but(tp=1, ep=1, dp=1, sp=False, zero=0)
-    out = calc.answer(single, **inputs)
-    n = len(out["total_flops"])
-    out.update(columns(query, plan, out["batch"], out["seq"], n))
-    return out
+    whole.update(columns(query, plan, whole["batch"], whole["seq"], len(whole["total_flops"])))
+    return whole

@@ -15,7 +15,8 @@ import pytest
 from costcalc import collectives, devices, params, presets
 from costcalc.evaluate import Options, Query
 from costcalc.spec import from_dict
-from costcalc.training import OPTIMIZERS, Plan, Recompute, answer
+from costcalc import calc
+from costcalc.training import OPTIMIZERS, Plan, Recompute, extend, single
 
 from cli_run import one_error, run
 
@@ -24,7 +25,8 @@ LLAMA = dict(d=4096, h=32, h_kv=8, d_h=128, m=14336, V=128256, L=32)   # llama-3
 
 def row(spec, plan=None, batch=8, seq=256, **layout):
     spec = presets.load(spec) if isinstance(spec, str) else spec
-    table = answer(Query(spec, "train", Options(logits="all", **layout)), plan or Plan(), batch=[batch], seq=[seq])
+    query = Query(spec, "train", Options(logits="all", **layout))
+    table = extend(query, plan or Plan(), calc.answer(single(query), batch=[batch], seq=[seq]))
     return {k: v[0] for k, v in table.items()}
 
 
@@ -197,6 +199,13 @@ def test_fits_against_the_device_memory():
     h100 = devices.load("h100")
     assert row("llama-3.1-8b", Plan(device=h100), batch=8, seq=256, tp=1, dp=8, zero=3)["fits"] is True
     assert row("llama-3.1-8b", Plan(device=h100), batch=1, seq=256)["fits"] is False    # 16 x 8B > 80 GB
+
+
+def test_calc_answer_of_a_train_query_on_a_layout_is_the_training_answer():
+    query = Query(presets.load("llama-3.1-8b"), "train", Options(logits="all", tp=2, dp=2))
+    got = calc.answer(query, batch=[8], seq=[128])
+    assert got["flops_per_device"] == [llama_train_device(4, 128, 2)]
+    assert got["params_per_device"] == [llama_psi(2)]
 
 
 TODAY = ["preset", "workload", "convention", "batch", "seq", "logits", "attn_proj_flops", "ffn_flops",

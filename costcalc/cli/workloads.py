@@ -290,7 +290,8 @@ def train(
         emit(concat([interleave([calc.answer(q, **points) for q in row]) for row in queries]),
              fmt, output, [notes.TRAIN], wide)
         return
-    emit(concat([interleave([training.answer(q, plan, **points) for q in row]) for row in queries]),
+    emit(concat([interleave([training.extend(q, plan, calc.answer(training.single(q), **points)) for q in row])
+                 for row in queries]),
          fmt, output, [notes.TRAIN, training.NOTE], wide)
 
 

@@ -29,9 +29,9 @@ from . import collectives as comm
 from .errors import CostcalcError
 from .evaluate import Query
 from .layout import Layout, shard
-from .parallel import Collective, number, operator_columns
+from .parallel import Collective, expert_share, number, operator_columns, replica, step_time
 from .spec import Group
-from .vocab import Choice, Overlap
+from .vocab import Choice
 
 
 class Recompute(Choice):
@@ -129,19 +129,8 @@ def check_kinds(query: Query) -> None:
 
 
 def replica_batch(batch: int, layout: Layout) -> int:
-    """B / D sequences a data-parallel replica runs; B must divide by D."""
-    if batch % layout.dp:
-        raise CostcalcError(f"--batch {batch} does not divide by --dp {layout.dp}: each data-parallel replica "
-                            f"takes B / D whole sequences")
-    return batch // layout.dp
-
-
-def expert_share(layout: Layout) -> int:
-    """What divides a replica's routed (token, expert) pairs on one device: tp where the experts are
-    split over devices (ep = tp: the replica's tensor-parallel devices share its tokens' experts;
-    ep = tp x dp: every device dispatches its replica's own tokens, and receives as many), 1 without
-    expert parallelism (every device runs every expert at m_e / tp)."""
-    return layout.tp if layout.ep > 1 else 1
+    """B / D sequences a data-parallel replica runs (``parallel.replica``: B must divide by D)."""
+    return replica({"B": batch}, layout)["B"]
 
 
 def expert_dp(layout: Layout) -> int:
@@ -201,7 +190,7 @@ def saved(query: Query, recompute: Recompute, tokens: int, optimizer: Optimizer,
     hidden = Fraction(1, layout.tp) if layout.sp else Fraction(1)
     d = query.spec["d"]
     act, lse = Fraction(optimizer.activation_bits, 8), Fraction(optimizer.lse_bits, 8)
-    routed = Fraction(tokens, expert_share(layout))     # (token, expert) pairs per k: k copies each
+    routed = Fraction(tokens, expert_share(layout).runs)   # (token, expert) pairs per k: k copies each
     total = Fraction(0)
     for group, ops in held if held is not None else matrices(query):
         block, sizes = group.block, group.sizes
@@ -335,14 +324,14 @@ def columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequence[int], 
     out: dict[str, list] = {k: [] for k in keys}
     held = memory(query, psi, optimizer)
     for b, s in zip(batch, seq):
-        replica = replica_batch(int(b), layout)
-        point = {"B": [replica], "S": [int(s)]}
+        own = replica_batch(int(b), layout)
+        point = {"B": [int(b)], "S": [int(s)]}
         device = _device_operators(query, point)
-        whole = operator_columns(query, {"B": [int(b)], "S": [int(s)]}, 1, sharded=False)
+        whole = operator_columns(query, point, 1, sharded=False)
         flops = sum(device.values())
         extra = recompute_flops(device, plan.recompute)
         found = steps(query, int(b), int(s), psi, optimizer)
-        activations = saved(query, plan.recompute, replica * int(s), optimizer, shapes)
+        activations = saved(query, plan.recompute, own * int(s), optimizer, shapes)
         total = held["weight"] + held["grad"] + held["optimizer"] + _bytes(activations)
         row = {"layout": layout.label, "devices": layout.devices, "zero": query.options.zero,
                "recompute": plan.recompute.value, "optimizer": optimizer.name, "flops_per_device": number(flops),
@@ -360,26 +349,17 @@ def columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequence[int], 
             overlap = query.options.overlap
             row.update({"device": plan.device.name, "fits": total <= plan.device.mem_bytes,
                         "compute_time_s": compute, "comm_time_s": talk,
-                        "time_s": max(compute, talk) if overlap == Overlap.full else compute + talk,
+                        "time_s": step_time(compute, talk, overlap),
                         "overlap": overlap.value})
         for k in keys:
             out[k].append(row[k])
     return out
 
 
-def _device_operators(query: Query, point: dict[str, list[int]]) -> dict[str, Any]:
-    """One device's FLOPs per operator at a replica's point: the recipes at the device's sizes, the
-    routed experts' expected pairs divided by ``expert_share`` (``parallel.operator_columns``
-    divides them by ep, which under ep = tp x dp counts the pairs of the whole batch's tokens)."""
-    layout = query.options.layout
-    got = operator_columns(query, point, 1, sharded=True)
-    out = {}
-    for op, column in got.items():
-        value = Fraction(column[0])
-        if op.startswith("experts.") and layout.ep > 1:
-            value = value * layout.ep / expert_share(layout)
-        out[op] = value
-    return out
+def _device_operators(query: Query, point: dict[str, list[int]]) -> dict[str, Fraction]:
+    """One device's FLOPs per operator at a point of the whole batch (``parallel.operator_columns``:
+    the recipes at the device's sizes and its replica's batch, its part of the routed pairs)."""
+    return {op: Fraction(column[0]) for op, column in operator_columns(query, point, 1, sharded=True).items()}
 
 
 def recompute_flops(device: dict[str, Any], recompute: Recompute) -> Fraction:

@@ -234,7 +234,7 @@ def test_cli_layout_columns(capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--dp", "3"], "--batch 8 does not divide by --dp 3"),
+    (["--dp", "3"], "--dp 3: batch 8 does not divide by 3"),
     (["--tp", "2", "--pp", "2"], "pipeline parallelism (--pp) for train is not modelled yet"),
     (["--zero", "1"], "--zero 1 shards over the data-parallel devices: it needs --dp > 1"),
     (["--dp", "2", "--zero", "4"], "--zero is a ZeRO stage 0, 1, 2 or 3"),

@@ -25,8 +25,14 @@
   draft runs (a layer group of its block: its own latent or K/V per token) are held too.
 - ``fits`` leaves ``reserve`` of the device free (activations, workspace, fragmentation);
   ``max_batch`` at this context, ``max_context`` at this batch (what memory allows: the
-  model's trained context length is not modelled), and ``devices_needed`` for weights and
-  cache split evenly (an estimate: no parallelism overheads).
+  model's trained context length is not modelled), and ``fits_on``, the smallest layout that
+  fits (``search``).
+- Under a layout (``--tp``, ``--ep``, ``--pp``, ``--dp``): one device's (``per_device``, each stage's):
+  its TP shards (``layout.device_spec``'s weight plan: vocabulary-parallel embedding and LM head, the
+  router and MLA's down-projections whole), E/ep routed experts, its stage's layers (the embedding on
+  the first stage, the LM head on the last, both with tied embeddings), the cache of its KV heads
+  (h_kv/tp, one replicated head where h_kv < tp, MLA's latent whole) for its replica's B/D sequences
+  (docs/cost-model.md, "Memory per device").
 """
 from __future__ import annotations
 
@@ -151,7 +157,8 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
         check(spec, layout, query.options, batch)
         stages_ = per_device(query, layout, batch, context, usable)
         top = max(stages_, key=lambda st: st["total_bytes"])      # the device that decides the fit
-        found = search(query, batch, context, usable)
+        whole = weight_bytes(query) + kv_cache_bytes(query, batch, context) + state_bytes(query, batch)
+        found = search(query, batch, context, usable, whole <= usable, whole)
         row = {"preset": spec.name, "device": device.name, "layout": layout.label, "devices": layout.devices,
                "batch": batch, "context": context, **labels, **dtypes,
                "weight_bytes_per_device": top["weight_bytes"], "kv_cache_bytes_per_device": top["kv_cache_bytes"],
@@ -160,8 +167,7 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
                "max_batch": min(st["max_batch"] for st in stages_) * layout.dp,
                "max_context": _least(st["max_context"] for st in stages_),
                "fits_on": found.label,
-               **({"stages": [{k: v for k, v in st.items() if k != "max_context" or v != "unbounded"}
-                              for st in stages_]} if layout.pp > 1 else {})}
+               **({"stages": stages_} if layout.pp > 1 else {})}
         return row, found.line(spec.name, batch, context, device.name)
     weights = weight_bytes(query)
     per_token = _caches(query)
@@ -171,7 +177,7 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
     room = usable - weights
     max_batch = room // per_sequence if room > 0 and per_sequence else 0
     held = weights + cache + states
-    found = search(query, batch, context, usable, held <= usable)
+    found = search(query, batch, context, usable, held <= usable, held)
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels, **dtypes,
            "weight_bytes_resident": weights, "kv_cache_bytes": cache,
            **({"state_bytes": states} if spec.has_mixers else {}), "total_bytes": held,
@@ -270,10 +276,10 @@ def stage_layers(spec: ModelSpec, pp: int) -> list[list[int]]:
 
 
 def _stage(one: Shard, counts: list[int], first: bool, last: bool, pp: int, batch: int, context: int,
-           usable: int) -> dict[str, Any]:
+           usable: int, limits: bool = True) -> dict[str, Any]:
     """One stage's device: its layers' matrices, the embedding on the first stage, the LM head on
     the last (tied under pp > 1: the last stage holds a copy of the table, as vLLM loads it), the
-    caches of its layers for ``batch`` sequences of ``context``, and its limits."""
+    caches of its layers for ``batch`` sequences of ``context``, and (``limits``) its limits."""
     weights = sum((n * w for n, w in zip(counts, one.layer)), Fraction(0))
     weights += (one.embedding if first else 0) + (one.head if last else 0) + (one.embedding if last and one.tied and pp > 1
                                                                               else 0)
@@ -281,6 +287,8 @@ def _stage(one: Shard, counts: list[int], first: bool, last: bool, pp: int, batc
     rows = [(keep, n * per, n * state, every) for n, group in zip(counts, one.caches) if n
             for keep, per, state, every in group]
     cache, states = _cache_bytes(rows, batch, context), round(batch * sum(r[2] for r in rows))
+    if not limits:
+        return {"total_bytes": weights + cache + states}
     room = usable - weights
     per_sequence = _cache_bytes(rows, 1, context) + round(sum(r[2] for r in rows))
     return {"layers": sum(counts), "weight_bytes": weights, "kv_cache_bytes": cache,
@@ -290,13 +298,13 @@ def _stage(one: Shard, counts: list[int], first: bool, last: bool, pp: int, batc
 
 
 def per_device(query: Query, layout: Layout, batch: int, context: int, usable: int,
-               one: Optional[Shard] = None) -> list[dict[str, Any]]:
+               one: Optional[Shard] = None, limits: bool = True) -> list[dict[str, Any]]:
     """Each pipeline stage's device (one list entry per stage, first to last) under ``layout``:
-    weight, KV cache and total bytes, and the largest batch (per replica) and context it allows,
-    for the B/D sequences of its replica."""
+    weight, KV cache and total bytes, and (``limits``) the largest batch (per replica) and context
+    it allows, for the B/D sequences of its replica."""
     one = one or shard(query, layout)
     counts = stage_layers(query.spec, layout.pp)
-    return [_stage(one, c, i == 0, i == len(counts) - 1, layout.pp, batch // layout.dp, context, usable)
+    return [_stage(one, c, i == 0, i == len(counts) - 1, layout.pp, batch // layout.dp, context, usable, limits)
             for i, c in enumerate(counts)]
 
 
@@ -339,13 +347,18 @@ def candidates(spec: ModelSpec, domain: int) -> Iterator[Layout]:
                 yield Layout(tp=tp, ep=ep, pp=n // tp)
 
 
-def search(query: Query, batch: int, context: int, usable: int, single: Optional[bool] = None) -> Search:
+def search(query: Query, batch: int, context: int, usable: int, single: Optional[bool] = None,
+           held: Optional[int] = None) -> Search:
     """The smallest valid layout (``check`` passes) whose every device fits ``batch`` sequences of
     ``context`` in ``usable`` bytes, trying ``candidates`` in order; ``single``: whether one device
-    fits (the row's own answer, which a draft's weights may change), else worked out."""
+    fits (the row's own answer, which a draft's weights may change), else worked out. ``held``: the
+    whole model's bytes on one device (its row's ``total_bytes``): no layout of fewer than
+    ``held / usable`` devices fits (a device holds at least its share: shards add up to the whole,
+    replicas and a tied table only add), so those are checked, not weighed."""
     spec, device = query.spec, query.machine.device
     domain = device.scale_up.domain if device.scale_up is not None and device.scale_up.domain else 1
     layers = sum(g.count for g in spec.groups)
+    floor = -(-held // usable) if held is not None and usable > 0 else 1
     shards: dict[tuple[int, int], Shard] = {}
     short, refused = None, None
     for layout in candidates(spec, domain):
@@ -357,11 +370,14 @@ def search(query: Query, batch: int, context: int, usable: int, single: Optional
             except CostcalcError as exc:
                 refused = refused or str(exc)
                 continue
-            key = (layout.tp, layout.ep)
-            if key not in shards:
-                shards[key] = shard(query, layout)
-            fits = all(st["total_bytes"] <= usable
-                       for st in per_device(query, layout, batch, context, usable, shards[key]))
+            if layout.devices < floor:
+                fits = False
+            else:
+                key = (layout.tp, layout.ep)
+                if key not in shards:
+                    shards[key] = shard(query, layout)
+                fits = all(st["total_bytes"] <= usable for st in
+                           per_device(query, layout, batch, context, usable, shards[key], limits=False))
         if fits:
             return Search(layout, short)
         short = layout

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Optional
 
 from .errors import CostcalcError
@@ -155,10 +155,11 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
               **{k: v for k, v in precision.labels(spec).items() if k == "index_dtype"}, "reserve": reserve}
     if not layout.single:
         check(spec, layout, query.options, batch)
-        stages_ = per_device(query, layout, batch, context, usable)
+        asked = Held(batch, context, usable)
+        stages_ = per_device(query, layout, asked)
         top = max(stages_, key=lambda st: st["total_bytes"])      # the device that decides the fit
         whole = weight_bytes(query) + kv_cache_bytes(query, batch, context) + state_bytes(query, batch)
-        found = search(query, batch, context, usable, whole <= usable, whole)
+        found = search(query, asked, whole <= usable, whole)
         row = {"preset": spec.name, "device": device.name, "layout": layout.label, "devices": layout.devices,
                "batch": batch, "context": context, **labels, **dtypes,
                "weight_bytes_per_device": top["weight_bytes"], "kv_cache_bytes_per_device": top["kv_cache_bytes"],
@@ -177,7 +178,7 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
     room = usable - weights
     max_batch = room // per_sequence if room > 0 and per_sequence else 0
     held = weights + cache + states
-    found = search(query, batch, context, usable, held <= usable, held)
+    found = search(query, Held(batch, context, usable), held <= usable, held)
     row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels, **dtypes,
            "weight_bytes_resident": weights, "kv_cache_bytes": cache,
            **({"state_bytes": states} if spec.has_mixers else {}), "total_bytes": held,
@@ -275,15 +276,21 @@ def stage_layers(spec: ModelSpec, pp: int) -> list[list[int]]:
     return out
 
 
-def _stage(one: Shard, counts: list[int], first: bool, last: bool, pp: int, batch: int, context: int,
-           usable: int, limits: bool = True) -> dict[str, Any]:
-    """One stage's device: its layers' matrices, the embedding on the first stage, the LM head on
-    the last (tied under pp > 1: the last stage holds a copy of the table, as vLLM loads it), the
-    caches of its layers for ``batch`` sequences of ``context``, and (``limits``) its limits."""
-    weights = sum((n * w for n, w in zip(counts, one.layer)), Fraction(0))
-    weights += (one.embedding if first else 0) + (one.head if last else 0) + (one.embedding if last and one.tied and pp > 1
-                                                                              else 0)
-    weights = round(weights)
+@dataclass(frozen=True)
+class Held:
+    """What each device of a layout is asked to hold: ``batch`` sequences (a replica's, B/D) of
+    ``context`` tokens, in ``usable`` bytes."""
+    batch: int
+    context: int
+    usable: int
+
+
+def _stage(one: Shard, counts: list[int], ends: Fraction, asked: Held, limits: bool = True) -> dict[str, Any]:
+    """One stage's device: its layers' matrices and ``ends`` (the embedding, the LM head: the
+    bytes a stage holds besides its layers), the caches of its layers for ``asked``'s sequences,
+    and (``limits``) its limits."""
+    batch, context, usable = asked.batch, asked.context, asked.usable
+    weights = round(sum((n * w for n, w in zip(counts, one.layer)), Fraction(0)) + ends)
     rows = [(keep, n * per, n * state, every) for n, group in zip(counts, one.caches) if n
             for keep, per, state, every in group]
     cache, states = _cache_bytes(rows, batch, context), round(batch * sum(r[2] for r in rows))
@@ -297,15 +304,20 @@ def _stage(one: Shard, counts: list[int], first: bool, last: bool, pp: int, batc
             "max_context": _max_context(rows, batch, room - states)}
 
 
-def per_device(query: Query, layout: Layout, batch: int, context: int, usable: int,
-               one: Optional[Shard] = None, limits: bool = True) -> list[dict[str, Any]]:
+def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] = None,
+               limits: bool = True) -> list[dict[str, Any]]:
     """Each pipeline stage's device (one list entry per stage, first to last) under ``layout``:
     weight, KV cache and total bytes, and (``limits``) the largest batch (per replica) and context
-    it allows, for the B/D sequences of its replica."""
+    it allows, for the B/D of ``asked``'s B sequences its replica holds (``one``: the layout's
+    ``shard``, where worked out already). The first stage holds the embedding, the last the LM head;
+    with tied embeddings and pp > 1 the last holds a copy of the table too, as vLLM loads it."""
     one = one or shard(query, layout)
     counts = stage_layers(query.spec, layout.pp)
-    return [_stage(one, c, i == 0, i == len(counts) - 1, layout.pp, batch // layout.dp, context, usable, limits)
-            for i, c in enumerate(counts)]
+    replica = replace(asked, batch=asked.batch // layout.dp)
+    last = len(counts) - 1
+    ends = [(one.embedding if i == 0 else 0) + (one.head if i == last else 0)
+            + (one.embedding if i == last and one.tied and layout.pp > 1 else 0) for i in range(len(counts))]
+    return [_stage(one, c, ends[i], replica, limits) for i, c in enumerate(counts)]
 
 
 @dataclass(frozen=True)
@@ -347,14 +359,14 @@ def candidates(spec: ModelSpec, domain: int) -> Iterator[Layout]:
                 yield Layout(tp=tp, ep=ep, pp=n // tp)
 
 
-def search(query: Query, batch: int, context: int, usable: int, single: Optional[bool] = None,
-           held: Optional[int] = None) -> Search:
-    """The smallest valid layout (``check`` passes) whose every device fits ``batch`` sequences of
-    ``context`` in ``usable`` bytes, trying ``candidates`` in order; ``single``: whether one device
-    fits (the row's own answer, which a draft's weights may change), else worked out. ``held``: the
-    whole model's bytes on one device (its row's ``total_bytes``): no layout of fewer than
-    ``held / usable`` devices fits (a device holds at least its share: shards add up to the whole,
-    replicas and a tied table only add), so those are checked, not weighed."""
+def search(query: Query, asked: Held, single: Optional[bool] = None, held: Optional[int] = None) -> Search:
+    """The smallest valid layout (``check`` passes) whose every device holds what it is ``asked``,
+    trying ``candidates`` in order; ``single``: whether one device fits (the row's own answer, which
+    a draft's weights may change), else worked out. ``held``: the whole model's bytes on one device
+    (its row's ``total_bytes``): no layout of fewer than ``held / usable`` devices fits (a device
+    holds at least its share: shards add up to the whole, replicas and a tied table only add), so
+    those are checked, not weighed."""
+    usable = asked.usable
     spec, device = query.spec, query.machine.device
     domain = device.scale_up.domain if device.scale_up is not None and device.scale_up.domain else 1
     layers = sum(g.count for g in spec.groups)
@@ -377,7 +389,7 @@ def search(query: Query, batch: int, context: int, usable: int, single: Optional
                 if key not in shards:
                     shards[key] = shard(query, layout)
                 fits = all(st["total_bytes"] <= usable for st in
-                           per_device(query, layout, batch, context, usable, shards[key], limits=False))
+                           per_device(query, layout, asked, shards[key], limits=False))
         if fits:
             return Search(layout, short)
         short = layout

@@ -105,8 +105,8 @@ def test_tied_embeddings_under_pp_are_held_by_the_first_and_the_last_stage():
     assert spec.tied_embeddings
     V, d = spec["V"], spec["d"]
     whole = row("granite-3.1-8b-base", 1, 1000)
-    stages = memory.per_device(Query(spec, "decode", memory.SERVING, BF16, H100), Layout(pp=2), 1, 1000,
-                               whole["usable_bytes"])
+    stages = memory.per_device(Query(spec, "decode", memory.SERVING, BF16, H100), Layout(pp=2),
+                               memory.Held(1, 1000, whole["usable_bytes"]))
     assert sum(st["weight_bytes"] for st in stages) == whole["weight_bytes_resident"] + 2 * V * d   # a second table
     assert sum(st["kv_cache_bytes"] for st in stages) == whole["kv_cache_bytes"]
 
@@ -115,7 +115,7 @@ def test_one_device_layout_is_the_single_row():
     for name, machine in (("llama-3.1-70b", H100), ("deepseek-v3", H200), ("gemma-2-9b", H100)):
         one = row(name, 3, 5000, machine)
         query = Query(presets.load(name), "decode", memory.SERVING, BF16, machine)
-        (stage,) = memory.per_device(query, Layout(), 3, 5000, one["usable_bytes"])
+        (stage,) = memory.per_device(query, Layout(), memory.Held(3, 5000, one["usable_bytes"]))
         assert (stage["weight_bytes"], stage["kv_cache_bytes"], stage["total_bytes"], stage["max_batch"],
                 stage["max_context"]) == (one["weight_bytes_resident"], one["kv_cache_bytes"], one["total_bytes"],
                                           one["max_batch"], one["max_context"])
@@ -157,7 +157,8 @@ def candidates_before(spec, found: Layout, domain: int):
 def test_the_smallest_layout_fits_and_none_of_fewer_devices_does(name, machine, batch, context, expect):
     spec = presets.load(name)
     got = row(name, batch, context, machine)
-    found = memory.search(Query(spec, "decode", memory.SERVING, BF16, machine), batch, context, got["usable_bytes"])
+    found = memory.search(Query(spec, "decode", memory.SERVING, BF16, machine),
+                          memory.Held(batch, context, got["usable_bytes"]))
     assert got["fits_on"] == found.label
     if expect is not None:
         assert found.label == expect

@@ -364,13 +364,13 @@ def search(query: Query, asked: Held, single: Optional[bool] = None, held: Optio
     trying ``candidates`` in order; ``single``: whether one device fits (the row's own answer, which
     a draft's weights may change), else worked out. ``held``: the whole model's bytes on one device
     (its row's ``total_bytes``): no layout of fewer than ``held / usable`` devices fits (a device
-    holds at least its share: shards add up to the whole, replicas and a tied table only add), so
+    holds at least its share: shards add up to the whole, replicas, a tied table and the scales of a
+    block format's partial blocks only add; a device's three rounded sums lose under 2 bytes), so
     those are checked, not weighed."""
     usable = asked.usable
     spec, device = query.spec, query.machine.device
     domain = device.scale_up.domain if device.scale_up is not None and device.scale_up.domain else 1
     layers = sum(g.count for g in spec.groups)
-    floor = -(-held // usable) if held is not None and usable > 0 else 1
     shards: dict[tuple[int, int], Shard] = {}
     short, refused = None, None
     for layout in candidates(spec, domain):
@@ -382,7 +382,7 @@ def search(query: Query, asked: Held, single: Optional[bool] = None, held: Optio
             except CostcalcError as exc:
                 refused = refused or str(exc)
                 continue
-            if layout.devices < floor:
+            if held is not None and layout.devices * (usable + 2) < held:
                 fits = False
             else:
                 key = (layout.tp, layout.ep)

@@ -204,3 +204,14 @@ def test_a_single_device_row_keeps_its_columns_with_fits_on_last(capsys):
 def test_bad_layouts_are_one_line_errors(capsys, args, message):
     code, out, err = run(capsys, "memory", *args, "-t", "1k", "--device", "h200")
     assert code != 0 and one_error(err, message), err
+
+
+def test_a_table_shows_each_stage_readably_and_json_lists_them(capsys):
+    args = ["memory", "-p", "llama-3.1-70b", "-b", "8", "-t", "32k", "--device", "h100", "--tp", "2", "--pp", "2"]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("stages"))
+    assert line.split(None, 1)[1] == "40 layers 56.75 GB; 40 layers 56.75 GB"
+    code, out, err = run(capsys, *args, "-f", "json")
+    stages = json.loads(out)[0]["stages"]
+    assert [st["layers"] for st in stages] == [40, 40] and stages[0]["total_bytes"] == stages[1]["total_bytes"]

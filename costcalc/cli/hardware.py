@@ -146,6 +146,9 @@ def memory(
     answers = [answer(Query(spec, "decode", options, precision, machine), int(b), int(t), reserve, placed)
                for spec in specs for b, t in zip(points["batch"], points["context"])]
     rows = [row for row, _ in answers]
+    if output_format(fmt, outputs.target(output)) in ("table", "markdown"):   # each stage's device, readable
+        rows = [{**row, "stages": "; ".join(f"{st['layers']} layers {units.nbytes(st['total_bytes'])}"
+                                             for st in row["stages"])} if "stages" in row else row for row in rows]
     lines = list(dict.fromkeys(line for _, line in answers))
     emit(rows, fmt, output, [notes.MEMORY] + ([notes.MEMORY_LAYOUT] if not placed.single else [])
          + ([notes.STATE] if any(s.has_mixers for s in specs) else [])

@@ -67,6 +67,7 @@ def answer(query: Query, **inputs: Sequence[int]) -> Table:
 
         wl = query.workload
         out.update(parallel.columns(query, {i.symbol: out[i.column] for i in wl.inputs}, len(out["total_flops"])))
+        out = parallel.beside(out)
     return out
 
 

@@ -85,22 +85,29 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
         out.update(_generation_traffic(query, first, steps, ints(new_tokens, n)))
     if not query.options.layout.single:
         out.update(_generation_layout(prefill, phase, first, ints(new_tokens, n)))
+        out = _beside(out)
     return out
 
 
 def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int]) -> Table:
     """The layout's columns (``parallel.columns``) of the prefill rows, the decode-phase rows and
-    their totals: FLOPs and bytes added, the collectives of both phases listed."""
+    their totals: FLOPs, bytes and times added, the collectives of both phases listed; on a device
+    the total rows' rates from the layout's times (``ttft_s``: the prefill's step on the layout,
+    ``tpot_s``: the decode phase's / (N-1), ``tokens_per_s``, ``batch_tokens_per_s``)."""
     from . import parallel
 
     n = len(new)
     one = parallel.columns(prefill, {"B": first["batch"], "S": first["seq"]}, n)
     many = parallel.columns(phase, {"B": first["batch"], "S": first["seq"], "N": new}, n)
     out: Table = {}
-    for key in one:
-        a, b = one[key], many[key]
+    for key in dict.fromkeys([*one, *many]):   # a term may move nothing in one phase
+        a, b = one.get(key, [_absent(key)] * n), many.get(key, [_absent(key)] * n)
         if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device"):
             total = [parallel.number(x + y) for x, y in zip(a, b)]
+        elif key.endswith("_bytes_per_device") or key.endswith("time_s"):
+            total = [x + y for x, y in zip(a, b)]
+        elif key.endswith("bound"):
+            total = [None] * n
         elif key == "collectives":
             total = [x + y for x, y in zip(a, b)]
         elif key == "replicated":
@@ -110,6 +117,17 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
         column = [None] * (3 * n)
         column[0::3], column[1::3], column[2::3] = a, b, total
         out[key] = column
+    if "comm_time_s" in out:     # on a device: the step times on the layout give the rates
+        totals = out["time_s"][2::3]
+        out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
+        rates = {"ttft_s": one["time_s"],
+                 "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(many["time_s"], new)],
+                 "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
+                 "batch_tokens_per_s": [b * k / t if t else None for b, k, t in zip(first["batch"], new, totals)]}
+        for key, values in rates.items():
+            column = [None] * (3 * n)
+            column[2::3] = values
+            out[key] = column
     return out
 
 
@@ -211,7 +229,59 @@ def schedule(query: Query, seq: int, chunk: int, prefix: int = 0, batch: int = 1
         out[f"{name}_flops"] = column + [sum(column), single[f"{name}_flops"]]
     if query.traffic:
         out.update(_schedule_traffic(query, parts, out, single))
+    if not query.options.layout.single:
+        out.update(_schedule_layout(query, parts, out))
+        out = _beside(out)
     return out
+
+
+def _beside(table: Table) -> Table:
+    from .parallel import beside
+
+    return beside(table)
+
+
+def _schedule_layout(query: Query, parts: list, out: Table) -> Table:
+    """The layout's columns (``parallel.columns``) of each chunk, their ``total`` (FLOPs, bytes and
+    times added, the same collectives' counts added) and the ``unchunked`` pass."""
+    from . import parallel
+
+    batch, seq, prefix = out["batch"][0], out["seq"][0], out["prefix"][-1]
+    chunks: dict[str, list] = {}
+    for lo, hi, part in parts:
+        if hi > lo:
+            got = parallel.columns(part, {"B": [batch] * (hi - lo), "C": out["chunk"][lo:hi],
+                                          "T": out["prefix"][lo:hi]}, hi - lo)
+            for key in dict.fromkeys([*chunks, *got]):     # chunks without logits have no lm_head_bound
+                chunks.setdefault(key, [_absent(key)] * lo).extend(got.get(key, [_absent(key)] * (hi - lo)))
+    whole = parallel.columns(query, {"B": [batch], "C": [seq], "T": [prefix]}, 1)
+    return {key: column + [_layout_total(key, column, chunks), whole.get(key, [None])[0]]
+            for key, column in chunks.items()}
+
+
+def _layout_total(key: str, column: list, chunks: dict[str, list]):
+    """The ``total`` row's value of a layout column over the chunks."""
+    from . import parallel
+
+    if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device"):
+        return parallel.number(sum(column))
+    if key.endswith("_bytes_per_device") or key.endswith("time_s"):
+        return sum(column)
+    if key == "bound":
+        return _bound(sum(chunks["compute_time_s"]), sum(chunks["memory_time_s"]))
+    if key.endswith("_bound"):
+        return None
+    if key == "replicated":
+        named = dict.fromkeys(n for cell in column for n in cell.split(", ") if n != "none")
+        return ", ".join(named) or "none"
+    if key == "collectives":     # the same collective of every chunk: its counts added
+        merged: dict[tuple, dict] = {}
+        for cell in column:
+            for c in cell:
+                same = merged.setdefault((c["op"], c["where"], c["bytes"]), {**c, "count": 0})
+                same["count"] += c["count"]
+        return list(merged.values())
+    return column[0]
 
 
 def _schedule_traffic(query: Query, parts: list, out: Table, single: Row) -> Table:

@@ -85,13 +85,10 @@ def check(query: Any) -> None:
     if layout.single:
         return
     flag = layout.flags
-    if query.workload.name not in WORKLOADS + ("generate",):
-        raise CostcalcError(f"{flag}: per-device costs are modelled for prefill, decode and generate, "
+    if query.workload.name not in WORKLOADS + ("generate", "chunked"):
+        raise CostcalcError(f"{flag}: per-device costs are modelled for prefill, chunked, decode and generate, "
                             f"not {query.workload.name} yet")
-    if query.traffic:
-        raise CostcalcError(f"{flag}: bytes and time per device (--device, the dtypes) are not modelled yet; "
-                            f"per-device FLOPs and communication only")
-    for name, what in (("pp", "pipeline parallelism (--pp)"), ("dp", "data parallelism (--dp)")):
+    for name, what in (("pp", "pipeline parallelism (--pp)"),):
         if getattr(layout, name) > 1:
             raise CostcalcError(f"{flag}: {what} is not modelled yet")
     if layout.sp:

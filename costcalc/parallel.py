@@ -13,16 +13,27 @@ runs its E/ep experts over the expected routed (token, expert) pairs, n k / ep: 
 experts' FLOPs divided by ``ep``.
 
 Communication per device per step is a list of collectives (op, where, count, message bytes):
-``Collective``. No time is given here (the time of a collective needs the links' bandwidths).
+``Collective``. Data parallelism (``dp``) runs D replicas, each with B / D of the batch and its own
+tensor-parallel group: one device's numbers are a replica's at B / D, except the routed experts under
+``ep = tp * dp``, which are routed the tokens of every replica.
+
+Bytes and time per device (``device_traffic``): the workload's bytes recipes evaluated by
+``roofline.point`` on the groups one device holds (``layout.device_spec``), its share of the routed
+experts given by ``roofline.Share``; each collective takes ``collectives.time`` over the link its group
+spans (``link``), and ``--overlap`` says how the two meet (``step_time``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
+from . import collectives as links_model
+from .errors import CostcalcError
 from .evaluate import Query, _group_columns, add
-from .layout import kv_replicated, shard
+from .layout import device_spec, kv_replicated, shard
+from .spec import ModelSpec
+from .vocab import Logits, Overlap
 
 ACT_BITS = 16   # the activations' dtype of a collective: bf16 (--act-dtype with a layout: not yet)
 
@@ -33,15 +44,49 @@ def operator_columns(query: Query, point: dict[str, Sequence[int]], n: int,
     (``sharded`` False) or of one device (the recipes at ``shard`` sizes, the routed experts'
     expected pairs divided by ep: exact fractions where they do not divide)."""
     layout = query.options.layout
+    runs = expert_share(layout).runs
+    if sharded:
+        point = replica(point, layout)
     out: dict[str, list] = {}
     for group, recipe in query.recipes():
         own = shard(group, layout) if sharded else group
         got = _group_columns(query, (own, recipe), point, n, list(recipe.operators))
         for op, column in got.items():
-            if sharded and layout.ep > 1 and op.startswith("experts."):
-                column = [_exact(Fraction(v, layout.ep)) for v in column]
+            if sharded and runs > 1 and op.startswith("experts."):
+                column = [_exact(Fraction(v, runs)) for v in column]
             out[op] = add([out[op], column]) if op in out else column
     return out
+
+
+def replica(point: dict[str, Any], layout: Any) -> dict[str, Any]:
+    """A point at one data-parallel replica's batch, B / D (B must divide by D)."""
+    if layout.dp == 1 or "B" not in point:
+        return point
+    values = point["B"]
+    if hasattr(values, "dtype"):
+        bad = [int(b) for b in values[values % layout.dp != 0][:1]]
+        own = values // layout.dp
+    else:
+        bad = [b for b in values if b % layout.dp] if isinstance(values, (list, tuple)) else \
+            ([values] if values % layout.dp else [])
+        own = [b // layout.dp for b in values] if isinstance(values, (list, tuple)) else values // layout.dp
+    if bad:
+        raise CostcalcError(f"--dp {layout.dp}: batch {bad[0]} does not divide by {layout.dp} (each data-parallel "
+                            f"replica runs B / {layout.dp} of the sequences)")
+    return {**point, "B": own}
+
+
+def expert_share(layout: Any) -> "Share":
+    """One device's part of the routed experts (``roofline.Share``), for recipes evaluated at one
+    replica's batch: E / ep experts held; without ep, all of them at 1/tp of their width (``shard``);
+    with ep, its experts run 1/tp of the replica's routed pairs (ep = tp: the replica's tokens over its tp
+    devices; ep = tp x dp: every replica's tokens over tp x dp devices, B n k / ep, that is the
+    replica's B/D n k / tp), and are routed the tokens of ep / tp replicas."""
+    from .roofline import Share
+
+    if layout.ep == 1:
+        return Share()
+    return Share(ep=layout.ep, runs=layout.tp, replicas=layout.ep // layout.tp)
 
 
 def _exact(value: Fraction) -> Any:
@@ -59,6 +104,7 @@ class Collective:
     where: str
     count: int
     bytes: int
+    ranks: Optional[int] = None   # the group it runs over (None: tp, or ep for an all-to-all)
 
     def row(self) -> dict[str, Any]:
         return {"op": self.op, "where": self.where, "count": self.count, "bytes": self.bytes}
@@ -66,7 +112,7 @@ class Collective:
 
 def forwards(query: Query, point: dict[str, int]) -> tuple[int, int, int]:
     """(forward passes, tokens per pass, logit rows per pass) of one point of a compiled workload."""
-    name, b = query.workload.name, point["B"]
+    name, b = query.workload.name, replica(point, query.options.layout)["B"]
     if name == "prefill":
         tokens = b * point["S"]
     elif name == "cached_prefill":
@@ -74,17 +120,19 @@ def forwards(query: Query, point: dict[str, int]) -> tuple[int, int, int]:
     else:
         tokens = b
     steps = point["N"] - 1 if name == "decode_phase" else 1
-    rows = tokens if query.logits.value == "all" else b
+    rows = tokens if query.logits == Logits.all else 0 if query.logits == Logits.none else b
     return steps, tokens, rows
 
 
 def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
-    """The collectives one device runs at one point. TP: an all-reduce of the B n x d activations
-    after each attention's o_proj and each FFN's down projection (a layer without an FFN: one), and
-    an all-gather of the vocabulary-parallel logits. EP (the all-to-all convention: each device
-    dispatches the tokens of its share, ceil(B n / ep), the busiest device's): per MoE layer a
-    dispatch and a combine all-to-all of its tokens' k copies x d, beside the all-reduce that sums
-    the shared experts' partial outputs and gathers the routed ones back on every device."""
+    """The collectives one device runs at one point (B: the whole batch; a replica's B / D under dp).
+    TP: an all-reduce of the B n x d activations after each attention's o_proj and each FFN's down
+    projection (a layer without an FFN: one), and an all-gather of the vocabulary-parallel logits
+    (none where the forward runs no LM head). EP (the all-to-all convention: each device dispatches
+    the tokens of its share of its replica, ceil(B n / tp), the busiest device's; over ep devices):
+    per MoE layer a dispatch and a combine all-to-all of its tokens' k copies x d, beside the
+    all-reduce that sums the shared experts' partial outputs and gathers the routed ones back on
+    every device of the tensor-parallel group."""
     layout, spec = query.options.layout, query.spec
     steps, tokens, rows = forwards(query, point)
     a = ACT_BITS // 8
@@ -93,30 +141,40 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
     if layout.tp > 1:
         attention = sum(g.count for g in spec.groups if g.block.attention)
         ffn = sum(g.count for g in spec.groups if g.block.ffn != "none")
-        out.append(Collective("all_reduce", "o_proj", steps * attention, tokens * d * a))
+        out.append(Collective("all_reduce", "o_proj", steps * attention, tokens * d * a, layout.tp))
         if ffn:
-            out.append(Collective("all_reduce", "ffn down_proj", steps * ffn, tokens * d * a))
-        out.append(Collective("all_gather", "lm_head", steps, rows * spec.sizes["V"] * a))
+            out.append(Collective("all_reduce", "ffn down_proj", steps * ffn, tokens * d * a, layout.tp))
+        if rows:
+            out.append(Collective("all_gather", "lm_head", steps, rows * spec.sizes["V"] * a, layout.tp))
     if layout.ep > 1:
         moe = [g for g in spec.groups if g.block.ffn == "moe"]
-        share = -(-tokens // layout.ep)
+        share = -(-tokens // layout.tp)
         for where in ("dispatch", "combine"):
             for k in sorted({g.sizes["k"] for g in moe}):
                 layers = sum(g.count for g in moe if g.sizes["k"] == k)
-                out.append(Collective("all_to_all", f"experts {where}", steps * layers, share * k * d * a))
+                out.append(Collective("all_to_all", f"experts {where}", steps * layers, share * k * d * a, layout.ep))
     return [c for c in out if c.count]
+
+
+def ranks(collective: Collective, layout: Any) -> int:
+    """The devices a collective runs over: its own ``ranks``, else tp (ep for an all-to-all)."""
+    if collective.ranks is not None:
+        return collective.ranks
+    return layout.ep if collective.op == links_model.ALL_TO_ALL else layout.tp
 
 
 def columns(query: Query, point: dict[str, Sequence[int]], n: int) -> dict[str, list]:
     """The layout's columns of n rows: ``layout``, ``devices``, ``flops_per_device``, the
     replicated work (``replicated_flops``: FLOPs the devices run beyond the model's, and the
-    operators that run it, ``replicated``), ``comm_bytes_per_device`` and ``collectives``."""
+    operators that run it, ``replicated``), ``comm_bytes_per_device`` and ``collectives``; with the
+    dtypes, one device's bytes (``traffic_columns``)."""
     layout = query.options.layout
     whole = operator_columns(query, point, n, sharded=False)
     device = operator_columns(query, point, n, sharded=True)
     out: dict[str, list] = {"layout": [layout.label] * n, "devices": [layout.devices] * n,
                             "flops_per_device": [], "replicated_flops": [], "replicated": [],
                             "comm_bytes_per_device": [], "collectives": []}
+    found = []
     for i in range(n):
         extra = {op: device[op][i] * layout.devices - whole[op][i] for op in whole}
         out["flops_per_device"].append(number(sum(device[op][i] for op in device)))
@@ -125,9 +183,118 @@ def columns(query: Query, point: dict[str, Sequence[int]], n: int) -> dict[str, 
         if kv_replicated(query.spec, layout):
             named = [f"{op} (KV heads replicated: h_kv < tp)" if op in ("k_proj", "v_proj") else op for op in named]
         out["replicated"].append(", ".join(named) or "none")
-        found = collectives(query, {k: int(v[i]) for k, v in point.items()})
-        out["comm_bytes_per_device"].append(sum(c.count * c.bytes for c in found))
-        out["collectives"].append([c.row() for c in found])
+        found.append(collectives(query, {k: int(v[i]) for k, v in point.items()}))
+        out["comm_bytes_per_device"].append(sum(c.count * c.bytes for c in found[-1]))
+        out["collectives"].append([c.row() for c in found[-1]])
+    if query.traffic:
+        collectives_list = out.pop("collectives")
+        out.update(traffic_columns(query, point, n, found))
+        out["collectives"] = collectives_list      # the longest cell last
+    return out
+
+
+def device_query(query: Query, spec: ModelSpec) -> Query:
+    """The question about one device: ``spec`` (the groups it holds, at its sizes) on one device."""
+    return query.but(spec=spec, tp=1, ep=1, pp=1, dp=1, sp=False, micro_batches=None, zero=0)
+
+
+def device_traffic(query: Query, point: dict[str, int], spec: Optional[ModelSpec] = None) -> dict[str, Any]:
+    """One device's bytes (and, with a device, times) at one point of the whole question (B: the
+    whole batch): ``roofline.point`` on the groups the device holds, ``spec`` (default
+    ``layout.device_spec``: every layer at one tensor-parallel device's sizes), at its replica's batch
+    B / D, with its share of the routed experts (``expert_share``). Returns roofline.point's keys
+    (``<kind>_bytes``, ``total_bytes``, ``<term>_bytes``; ``compute_time_s``, ``memory_time_s``,
+    ``time_s`` -- the device's roofline time, no communication --, ``bound``, ``<term>_time_s``,
+    ``<term>_bound``) and ``operators``: op -> {flops, bytes, compute_s, memory_s, time_s}."""
+    from . import roofline
+    from .roofline import Precision
+
+    layout = query.options.layout
+    if query.precision is None:
+        query = query.but(precision=Precision())
+    own = device_query(query, device_spec(query.spec, layout) if spec is None else spec)
+    return roofline.point(own, replica(point, layout), expert_share(layout), per_operator=True)
+
+
+def link(device: Any, n: int) -> links_model.Link:
+    """The link a group of n devices spans (``collectives.link_for``): placed inside one scale-up
+    domain while it fits one (n <= its GPUs), else across domains; a device without interconnect
+    fields is refused (``Device.link``)."""
+    if device.scale_up is None and device.scale_out is None:
+        device.link("scale_up")
+    return links_model.link_for(n, device.scale_up, device.scale_out)
+
+
+def comm_time(found: Sequence[Collective], layout: Any, device: Any) -> float:
+    """Seconds of a step's collectives on one device: each ``collectives.time(op, n, bytes, link)``
+    (alpha + factor(n) bytes / B) x its count, n the group it runs over."""
+    return sum(c.count * links_model.time(c.op, ranks(c, layout), c.bytes, link(device, ranks(c, layout)))
+               for c in found)
+
+
+def links(layout: Any, device: Any) -> str:
+    """The links a layout's groups use, one short phrase each (groups on the same link together)."""
+    groups = {}
+    for name, n in (("tp", layout.tp), ("ep", layout.ep)):
+        if n > 1:
+            used = link(device, n)
+            kind = "scale_up" if used is device.scale_up else "scale_out" if used is device.scale_out else \
+                "scale_out across domains"
+            text = f"{kind} {used.bandwidth(n):.3g} B/s each way, alpha {used.latency_s:.3g} s"
+            groups.setdefault(text, []).append(f"{name}{n}")
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items()) or "none"
+
+
+def step_time(roofline_s: float, comm_s: float, overlap: Overlap) -> float:
+    """A step's time on the layout: its device's roofline time and its communication, added
+    (``--overlap none``) or the larger of the two (``full``)."""
+    return roofline_s + comm_s if overlap == Overlap.none else max(roofline_s, comm_s)
+
+
+PER_DEVICE = ("weight", "kv_read", "total")   # <kind>_bytes_per_device columns
+
+
+def traffic_columns(query: Query, point: dict[str, Sequence[int]], n: int,
+                    found: list[list[Collective]]) -> dict[str, list]:
+    """One device's bytes of n rows (``weight_bytes_per_device``, ``kv_read_bytes_per_device``,
+    ``total_bytes_per_device``) and, with a device, its times: ``compute_time_s``, ``memory_time_s``,
+    each term's ``<term>_time_s`` and ``<term>_bound`` and ``bound`` (one device's roofline), the
+    step's ``comm_time_s`` (``found``: each row's collectives), ``time_s`` (the step on the layout),
+    ``overlap`` and the ``links`` used."""
+    from .vocab import TERMS
+
+    layout, machine = query.options.layout, query.machine
+    spec = device_spec(query.spec, layout)     # once: the weight plan is worked out once per spec
+    rows = [device_traffic(query, {k: int(v[i]) for k, v in point.items()}, spec) for i in range(n)]
+    out: dict[str, list] = {f"{kind}_bytes_per_device": [r[f"{kind}_bytes"] for r in rows] for kind in PER_DEVICE}
+    if machine is None:
+        return out
+    comm = [comm_time(f, layout, machine.device) for f in found]
+    for name in ("compute_time_s", "memory_time_s", "bound"):
+        out[name] = [r[name] for r in rows]
+    out["comm_time_s"] = comm
+    out["time_s"] = [step_time(r["time_s"], c, query.options.overlap) for r, c in zip(rows, comm)]
+    out["overlap"] = [query.options.overlap.value] * n
+    out["links"] = [links(layout, machine.device)] * n
+    names = {name for r in rows for name in r}
+    for term in TERMS:
+        for name, absent in ((f"{term.name}_time_s", 0.0), (f"{term.name}_bound", None)):
+            if name in names:
+                out[name] = [r.get(name, absent) for r in rows]
+    return out
+
+
+def beside(table: dict[str, list]) -> dict[str, list]:
+    """A table with the communication time right after the compute and memory times (a layout's
+    rows on a device: the three side by side), every other column where it was."""
+    if "comm_time_s" not in table or "memory_time_s" not in table:
+        return table
+    out: dict[str, list] = {}
+    for key, column in table.items():
+        if key != "comm_time_s":
+            out[key] = column
+        if key == "memory_time_s":
+            out["comm_time_s"] = table["comm_time_s"]
     return out
 
 

@@ -254,8 +254,34 @@ def experts_touched(E: int, k: int, tokens: int, routing: Routing) -> Fraction:
     return Fraction(E * -math.expm1(tokens * math.log1p(-k / E)))   # beyond exact: a double, ~1e-16 relative
 
 
-def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
-    """Bytes (and, with a machine, times) of one point of a compiled workload, over the groups."""
+@dataclass(frozen=True)
+class Share:
+    """One expert-parallel device's part of the routed experts (``parallel.device_traffic``): it holds
+    E / ``ep`` of each MoE layer's experts, runs 1 / ``runs`` of the routed (token, expert) pairs of the
+    point it is evaluated at, and its experts are routed the tokens of ``replicas`` such points (its
+    expert-parallel group's: more than 1 where the group spans data-parallel replicas). The whole model
+    on one device: ``Share()``."""
+    ep: int = 1
+    runs: int = 1
+    replicas: int = 1
+
+    def touched(self, group: Group, routed: int, precision: "Precision") -> Fraction:
+        """The routed experts of its own a forward reads in a layer of ``group``: of the E / ep it holds,
+        the expected share ``experts_touched(E, k, n) / ep`` (``--routing expected``: uniform routing
+        spreads them evenly) or ``min(E / ep, n k)`` (worst), n = the group's routed tokens."""
+        if group.block.ffn != "moe" or self.ep == 1:
+            return group_experts_touched(group, routed * self.replicas, precision)
+        E, k, n = group.sizes["E"], group.sizes["k"], routed * self.replicas
+        if precision.routing == Routing.worst:
+            return min(Fraction(E, self.ep), Fraction(n * k))
+        return experts_touched(E, k, n, precision.routing) / self.ep
+
+
+def point(query: Query, values: dict[str, int], share: Share = Share(),
+          per_operator: bool = False) -> dict[str, Any]:
+    """Bytes (and, with a machine, times) of one point of a compiled workload, over the groups; with
+    ``share``, of one expert-parallel device's part of the routed experts; with ``per_operator``, each
+    operator's FLOPs, bytes and times too (``operators``: op -> {flops, bytes, compute_s, memory_s, time_s})."""
     wl, precision, machine = query.workload, query.precision, query.machine
     if not wl.traffic:
         raise CostcalcError(f"{wl.name}: no memory-traffic model (bytes are modelled for prefill, chunks, "
@@ -268,21 +294,25 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
     per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC if kind != "weight"}   # bytes, exact
     key_bytes = {}      # by operator: K/V elements in the KV dtype, an indexer's keys in the index dtype
     plan = precision.weights(query.spec)
+    each: dict[str, dict[str, Any]] = {}     # per operator, over the groups (``per_operator``)
     for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
         elements = recipe.evaluate(base)
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
         flops = flops_recipe.evaluate(base, operators)
         term_of = flops_recipe.term_of
-        touched = group_experts_touched(group, routed, precision)
+        touched = share.touched(group, routed, precision)
         for op in operators:
             moved = Fraction(0)
+            runs = share.runs if routed_expert(op) else 1     # a device's share of the routed pairs
             for kind in TRAFFIC:
                 count = elements.get(f"{op}.{kind}", 0)
                 if not count:        # nothing moved: exact sums, so skipping a zero changes no number
                     continue
                 if kind == "weight":    # each matrix in its own format: bytes exact per matrix
                     part = count * (touched if routed_expert(op) else 1) * plan.rate(index, op)
+                elif runs > 1:
+                    part = Fraction(count, runs) * per_element[kind]
                 elif kind.startswith("kv"):
                     if op not in key_bytes:
                         key_bytes[op] = precision.key_bits(op, query.spec) / 8
@@ -295,13 +325,21 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
             # step reads its state elementwise: no scan FLOPs) is its own term (scan, conv)
             term = term_of.get(op, op)
             term_bytes[term] += moved
+            ran = flops.get(op, 0) if runs == 1 else Fraction(flops.get(op, 0), runs)
+            if per_operator:
+                mine = each.setdefault(op, {"flops": Fraction(0), "bytes": Fraction(0)})
+                mine["flops"] += ran
+                mine["bytes"] += moved
             if machine is None:
                 continue
-            t_c, t_m = flops.get(op, 0) / machine.peak(precision), float(moved) / machine.bandwidth()
+            t_c, t_m = float(ran) / machine.peak(precision), float(moved) / machine.bandwidth()
             compute, memory, total = compute + t_c, memory + t_m, total + max(t_c, t_m)
             term_times[term][0] += t_c
             term_times[term][1] += t_m
             term_times[term][2] += max(t_c, t_m)
+            if per_operator:
+                for key, t in (("compute_s", t_c), ("memory_s", t_m), ("time_s", max(t_c, t_m))):
+                    mine[key] = mine.get(key, 0.0) + t
     out: dict[str, Any] = {f"{kind}_bytes": _whole(kinds[kind]) for kind in traffic_kinds(query.spec)}
     out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in traffic_kinds(query.spec))
     out.update({f"{t}_bytes": _whole(moved) for t, moved in term_bytes.items() if moved})
@@ -309,6 +347,8 @@ def point(query: Query, values: dict[str, int]) -> dict[str, Any]:
         out.update(compute_time_s=compute, memory_time_s=memory, time_s=total, bound=bound(compute, memory))
         out.update({f"{t}_bound": bound(c, m) for t, (c, m, _) in term_times.items() if c or m})
         out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
+    if per_operator:
+        out["operators"] = each
     return out
 
 

@@ -95,6 +95,10 @@ VALUES = {
     "--draft": (["mtp"], ["", "eagle", "MTP"]),
     "--tp": (["1", "2", "8"], ["0", "-1", "x", "", "3"]),
     "--ep": (["1", "2", "8"], ["0", "-1", "x", ""]),
+    "--pp": (["1", "2", "4"], ["0", "-1", "x", ""]),
+    "--dp": (["1", "2"], ["0", "-1", "x", ""]),
+    "--micro-batches": (["1", "2", "4"], ["0", "-1", "x", ""]),
+    "--overlap": (["none", "full"], ["", "x", "NONE", "partial"]),
     "--routing": _choice(Routing),
     "--weight-dtype": ([d.value for d in Dtype] + ["fp8-block128", "fp8-tensor", "nvfp4", "mxfp4", "gptq-int4-g128",
                                                    "awq-int4-g32", "ct-int4-g32-asym", "fp4-block1x32-ue8m0"],
@@ -131,15 +135,16 @@ VALUES["chunked --chunk"] = (["4", "17", "512"], ["0", "-1", "x", "", "1.5k", "3
 TIME = ["--device", "--device-file", "--weight-dtype", "--kv-dtype", "--act-dtype", "--group-size", "--routing",
         "--efficiency", "--state-dtype", "--index-dtype"]
 OUT = ["--format", "--output", "--wide"]
+LAYOUT = ["--tp", "--ep", "--pp", "--dp", "--sp", "--micro-batches", "--overlap"]
 COMMANDS = {   # each command's options, as its --help lists them (the model and positional ones aside)
     "prefill": ["--seq", "--batch", "--lengths", "--cached-prefix", "--convention", "--tile", "--logits", "--mla",
-                "--window-cache", "--padded", "--tp", "--ep", *TIME, *OUT],
+                "--window-cache", "--padded", *LAYOUT, *TIME, *OUT],
     "chunked": ["--seq", "--chunk", "--prefix", "--batch", "--convention", "--tile", "--logits", "--mla",
-                "--window-cache", *TIME, *OUT],
-    "decode": ["--context", "--batch", "--convention", "--tile", "--mla", "--window-cache", "--draft", "--tp", "--ep",
+                "--window-cache", *LAYOUT, *TIME, *OUT],
+    "decode": ["--context", "--batch", "--convention", "--tile", "--mla", "--window-cache", "--draft", *LAYOUT,
                *TIME, *OUT],
     "generate": ["--prompt", "--new", "--batch", "--convention", "--tile", "--logits", "--mla", "--window-cache",
-                 "--draft", "--tp", "--ep", *TIME, *OUT],
+                 "--draft", *LAYOUT, *TIME, *OUT],
     "train": ["--seq", "--batch", "--convention", "--tile", "--mla", *OUT],
     "crossover": ["--mla", "--device", "--device-file", "--batch", "--weight-dtype", "--kv-dtype", "--group-size",
                   "--routing", *OUT],
@@ -161,7 +166,7 @@ REQUIRED = {"prefill": ["--seq"], "train": ["--seq"], "chunked": ["--seq", "--ch
             "memory": ["--context", "--device"], "presets import": ["--name", "--output"]}
 NEEDS = {"prefill": ["--seq"], "train": ["--seq"], "decode": ["--context"], "generate": ["--prompt", "--new"]}
 MODEL = {"prefill", "chunked", "decode", "generate", "train", "crossover", "memory", "compare", "mfu"}
-FLAGS = ("--padded", "--latex", "--wide", "--force")
+FLAGS = ("--padded", "--latex", "--wide", "--force", "--sp")
 MODEL_OPTIONS = {"--preset", "--config", "--preset-file"}
 # The model: mostly a built-in preset; sometimes a file of one's own, none, or two (an error).
 SOURCES = ([("--preset",)] * 4 + [("--config",), ("--preset-file",), (), ("--preset", "--config"),

@@ -53,7 +53,12 @@ def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: st
 
 def answer(query: Query, **inputs: Sequence[int]) -> Table:
     """``table`` for a query: its FLOPs, the columns its workload adds (``Workload.extras``),
-    and with dtypes or a device its bytes and time."""
+    and with dtypes or a device its bytes and time. A training step on a layout is
+    the whole step's with ``training``'s columns beside it (forward and backward per device, memory)."""
+    if query.workload.name == "train" and not query.options.layout.single:
+        from . import training
+
+        return training.extend(query, training.Plan(), answer(training.single(query), **inputs))
     out = evaluate.table(query, **inputs)
     for extra in query.workload.extras:
         out.update(EXTRAS[extra](query, out))

@@ -86,6 +86,9 @@ def check(query: Any) -> None:
     if layout.single:
         return
     flag = layout.flags
+    if query.workload.name == "train":
+        _check_train(query, flag)
+        return
     if query.workload.name not in WORKLOADS + ("generate", "chunked"):
         raise CostcalcError(f"{flag}: per-device costs are modelled for prefill, chunked, decode and generate, "
                             f"not {query.workload.name} yet")
@@ -110,6 +113,18 @@ def _check_pipeline(query: Any, layout: Layout, flag: str) -> None:
         raise CostcalcError(f"{flag}: data parallelism (--dp) with pipeline parallelism (--pp) is not modelled yet")
     if query.workload.name == "chunked":
         raise CostcalcError(f"{flag}: pipeline parallelism (--pp) of a chunk schedule is not modelled yet")
+
+
+def _check_train(query: Any, flag: str) -> None:
+    """A training step's layout (``costcalc.training``): tp, ep, dp, sp and --zero; not pp yet."""
+    layout, spec = query.options.layout, query.spec
+    if layout.pp > 1:
+        raise CostcalcError(f"{flag}: pipeline parallelism (--pp) for train is not modelled yet (lifted with the "
+                            f"pipeline schedules)")
+    for group in spec.groups:
+        _check_group(spec, group, layout, flag)
+    if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
+        raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
 
 
 def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str) -> None:

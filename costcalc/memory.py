@@ -25,20 +25,29 @@
   draft runs (a layer group of its block: its own latent or K/V per token) are held too.
 - ``fits`` leaves ``reserve`` of the device free (activations, workspace, fragmentation);
   ``max_batch`` at this context, ``max_context`` at this batch (what memory allows: the
-  model's trained context length is not modelled), and ``devices_needed`` for weights and
-  cache split evenly (an estimate: no parallelism overheads).
+  model's trained context length is not modelled), and ``fits_on``, the smallest layout that
+  fits (``search``).
+- Under a layout (``--tp``, ``--ep``, ``--pp``, ``--dp``): one device's (``per_device``, each stage's):
+  its TP shards (``layout.device_spec``'s weight plan: vocabulary-parallel embedding and LM head, the
+  router and MLA's down-projections whole), E/ep routed experts, its stage's layers (the embedding on
+  the first stage, the LM head on the last, both with tied embeddings), the cache of its KV heads
+  (h_kv/tp, one replicated head where h_kv < tp, MLA's latent whole) for its replica's B/D sequences
+  (docs/cost-model.md, "Memory per device").
 """
 from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Optional
 
 from .errors import CostcalcError
 from .evaluate import Options, Query, positive
+from .layout import Layout, _check_group, device_spec
 from .ranges import MAX_VALUE
 from .spec import ModelSpec
-from .vocab import WindowCache
+from .stages import partition, stages
+from .vocab import Draft, WindowCache
 
 DEFAULT_RESERVE = 0.1
 SERVING = Options(window_cache="rolling")   # what a serving cache keeps: windows and chunks only theirs
@@ -79,7 +88,12 @@ def _caches(query: Query) -> list[tuple[int, Fraction, Fraction, int]]:
     """Per layer group: (tokens its KV cache keeps at most, or 0 for all; KV bytes per ``every``
     tokens; state bytes per sequence; ``every``: 1, or R_c for a DeepSeek-V4 layer's compressed
     entries, its second row)."""
-    out = []
+    return [row for rows in _group_caches(query) for row in rows]
+
+
+def _group_caches(query: Query) -> list[list[tuple[int, Fraction, Fraction, int]]]:
+    """``_caches``' rows, a list per layer group of the model (all its ``count`` layers)."""
+    out: list[list[tuple[int, Fraction, Fraction, int]]] = []
     rolling = query.options.window_cache == WindowCache.rolling
     kv = query.precision.bits("kv") / 8
     rate = {k: query.precision.key_bits(k.rsplit(".", 1)[0], query.spec) / 8 for k in PER_TOKEN + PER_ENTRY}
@@ -88,17 +102,18 @@ def _caches(query: Query) -> list[tuple[int, Fraction, Fraction, int]]:
         numbers = {**group.numbers(), "B": 1}
         got = recipe.evaluate({**numbers, "T": 1}, [recipe.name(k) for k in present]) if present else {}
         elements = {k: got[recipe.name(k)] for k in present}
+        out.append([])
         if group.block.v4:           # its own cache rolls: the window's keys, then the entries
-            out.append((group.sizes["W"], elements["attention.kv_write"] * kv, Fraction(0), 1))
+            out[-1].append((group.sizes["W"], elements["attention.kv_write"] * kv, Fraction(0), 1))
             entry = [k for k in PER_ENTRY if recipe.name(k) in recipe.outputs]
             if entry:                # the step at position R_c completes the first entry
                 one = recipe.evaluate({**numbers, "T": group.sizes["R_c"] - 1}, [recipe.name(k) for k in entry])
-                out.append((0, sum(one[recipe.name(k)] * rate[k] for k in entry), Fraction(0), group.sizes["R_c"]))
+                out[-1].append((0, sum(one[recipe.name(k)] * rate[k] for k in entry), Fraction(0), group.sizes["R_c"]))
             continue
         keep = {"window": group.sizes.get("W"), "chunk": group.sizes.get("W_c")}.get(group.block.attention) or 0
         per_token = sum(elements.get(k, 0) * rate[k] for k in PER_TOKEN)   # an indexer's keys in the index dtype
         state = sum(elements.get(k, 0) * query.precision.bits(kind, query.spec) / 8 for k, kind in PER_SEQUENCE.items())
-        out.append((keep if rolling else 0, per_token, state, 1))
+        out[-1].append((keep if rolling else 0, per_token, state, 1))
     return out
 
 
@@ -111,39 +126,276 @@ def _cache_bytes(caches: list[tuple[int, Fraction, Fraction, int]], batch: int, 
                      for keep, per, _, every in caches))
 
 
-def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE) -> dict[str, Any]:
+def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE,
+        layout: Layout = Layout()) -> dict[str, Any]:
     """The ``memory`` row on the query's device, in its dtypes: resident weights, KV cache,
     whether they fit, and the limits. The query's options: the MLA form (``auto``: a decode
     step's, docs/cost-model.md, MLA) and the window cache (``rolling``, ``SERVING``'s: windows
-    and chunks keep only theirs; ``whole``: every layer keeps every token)."""
+    and chunks keep only theirs; ``whole``: every layer keeps every token). Under a ``layout``
+    (``check``-ed) the row is one device's (``per_device``); ``fits_on`` names the smallest layout
+    that fits (``search``)."""
+    return answer(query, batch, context, reserve, layout)[0]
+
+
+def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE,
+           layout: Layout = Layout()) -> tuple[dict[str, Any], str]:
+    """``fit``'s row and the one line saying what fits (``Search.line``)."""
     spec, device, precision = query.spec, query.machine.device, query.precision
     batch, context = positive("batch", batch), positive("context", context)
     if not 0 <= reserve < 1:
         raise CostcalcError(f"reserve must be a fraction in [0, 1), got {reserve}")
-    weights = weight_bytes(query)
-    per_token = _caches(query)
-    states = state_bytes(query, batch)
-    cache = _cache_bytes(per_token, batch, context)
     usable = math.floor(device.mem_bytes * (1 - reserve))
-    per_sequence = _cache_bytes(per_token, 1, context) + state_bytes(query, 1)
-    room = usable - weights
-    max_batch = room // per_sequence if room > 0 and per_sequence else 0
     labels = {**({"mla": query.but(workload="decode").form.value} if spec.has_mla else {}),
               **({"window_cache": query.options.window_cache.value} if _bounded(spec) else {}),
               **({"scan": query.labels()["scan"]} if spec.has_mixers else {}),   # the conv window it holds
               **({"state_dtype": precision.state_dtype(spec).value} if spec.has_states else {}),
               **({"draft": query.options.draft.value} if query.draft is not None else {})}
+    dtypes = {**{k: v for k, v in precision.labels(spec).items() if k in ("weight_dtype", "weight_dtype_source")},
+              "kv_dtype": precision.kv.value,
+              **{k: v for k, v in precision.labels(spec).items() if k == "index_dtype"}, "reserve": reserve}
+    if not layout.single:
+        check(spec, layout, query.options, batch)
+        asked = Held(batch, context, usable)
+        stages_ = per_device(query, layout, asked)
+        top = max(stages_, key=lambda st: st["total_bytes"])      # the device that decides the fit
+        whole = weight_bytes(query) + kv_cache_bytes(query, batch, context) + state_bytes(query, batch)
+        found = search(query, asked, whole <= usable, whole)
+        row = {"preset": spec.name, "device": device.name, "layout": layout.label, "devices": layout.devices,
+               "batch": batch, "context": context, **labels, **dtypes,
+               "weight_bytes_per_device": top["weight_bytes"], "kv_cache_bytes_per_device": top["kv_cache_bytes"],
+               "total_bytes_per_device": top["total_bytes"], "device_bytes": device.mem_bytes,
+               "usable_bytes": usable, "fits": all(st["total_bytes"] <= usable for st in stages_),
+               "max_batch": min(st["max_batch"] for st in stages_) * layout.dp,
+               "max_context": _least(st["max_context"] for st in stages_),
+               "fits_on": found.label,
+               **({"stages": stages_} if layout.pp > 1 else {})}
+        return row, found.line(spec.name, batch, context, device.name)
+    weights = weight_bytes(query)
+    per_token = _caches(query)
+    states = state_bytes(query, batch)
+    cache = _cache_bytes(per_token, batch, context)
+    per_sequence = _cache_bytes(per_token, 1, context) + state_bytes(query, 1)
+    room = usable - weights
+    max_batch = room // per_sequence if room > 0 and per_sequence else 0
     held = weights + cache + states
-    row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels,
-           **{k: v for k, v in precision.labels(spec).items() if k in ("weight_dtype", "weight_dtype_source")},
-           "kv_dtype": precision.kv.value,
-           **{k: v for k, v in precision.labels(spec).items() if k == "index_dtype"}, "reserve": reserve,
+    found = search(query, Held(batch, context, usable), held <= usable, held)
+    row = {"preset": spec.name, "device": device.name, "batch": batch, "context": context, **labels, **dtypes,
            "weight_bytes_resident": weights, "kv_cache_bytes": cache,
            **({"state_bytes": states} if spec.has_mixers else {}), "total_bytes": held,
            "device_bytes": device.mem_bytes, "usable_bytes": usable, "fits": held <= usable,
            "max_batch": max_batch, "max_context": _max_context(per_token, batch, room - states),
-           "devices_needed": math.ceil(held / usable) if usable else None}
-    return row
+           "fits_on": found.label}
+    return row, found.line(spec.name, batch, context, device.name)
+
+
+def _least(values):
+    """The smallest of some ``max_context`` values ("unbounded" above every number)."""
+    values = list(values)
+    numbers = [v for v in values if v != "unbounded"]
+    return min(numbers) if numbers else "unbounded"
+
+
+# ---------------------------------------------------------------------------------------------
+# Many devices: one device's bytes under a layout, and the smallest layout that fits.
+
+def check(spec: ModelSpec, layout: Layout, options: Options, batch: Optional[int] = None) -> None:
+    """A layout for ``memory``: what ``layout.check`` requires of the model (heads, KV heads,
+    widths, vocabulary and experts dividing, or the KV heads replicated; the block kinds modelled
+    under parallelism: mixers and sparse layers refused by name), at most as many stages as layers,
+    no draft, and the batch dividing by the data-parallel replicas. One error naming the problem."""
+    if layout.single:
+        return
+    flag = layout.flags
+    if layout.sp:
+        raise CostcalcError(f"{flag}: sequence parallelism splits activations, which memory does not hold")
+    if options.draft != Draft.none:
+        raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
+    for group in spec.groups:
+        _check_group(spec, group, layout, flag)
+    if spec["V"] % layout.tp:
+        raise CostcalcError(f"--tp {layout.tp}: {spec.name}'s vocabulary V {spec['V']} does not divide by {layout.tp}")
+    if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
+        raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
+    partition(sum(g.count for g in spec.groups), layout.pp)
+    if batch is not None and batch % layout.dp:
+        raise CostcalcError(f"--dp {layout.dp}: batch {batch} does not divide by {layout.dp} (each data-parallel "
+                            f"replica holds B/D of the sequences)")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one device of a (tp, ep) layout holds, before the stages split the layers: per layer
+    group one layer's matrices (``layer``: at the tensor-parallel sizes, ``layout.device_spec``;
+    the routed experts' E/ep of them; the router and every matrix without a split size whole),
+    the embedding's rows V/tp (``embedding``), what the last stage holds besides its layers
+    (``head``: an untied LM head's V/tp columns, and any other matrix held once; a tied one is
+    the embedding itself), and per layer group one layer's caches (``caches``: ``_caches``' rows
+    at the device's KV heads: h_kv/tp, one replicated head where h_kv < tp, MLA's whole latent)."""
+    layer: tuple
+    embedding: Fraction
+    head: Fraction
+    tied: bool
+    caches: tuple
+
+
+def shard(query: Query, layout: Layout) -> Shard:
+    """One device's ``Shard`` of the query's model under a (tp, ep) layout."""
+    one = device_spec(query.spec, layout)
+    plan = query.precision.weights(one)
+    size = plan.group_size
+
+    def matrices(ops: dict) -> Fraction:
+        return sum(Fraction(n, layout.ep if op.startswith(ROUTED) else 1) * fmt.bytes(i, o, size)
+                   for op, (i, o, n, fmt) in ops.items())
+
+    rows, width, table = plan.embedding
+    head = sum((fmt.bytes(i, o, size) for op, (i, o, fmt) in plan.once.items() if op != "lm_head" or not plan.tied),
+               Fraction(0))
+    groups = one.groups
+    caches = _group_caches(Query(one, "decode", query.options, query.precision, query.machine))
+    return Shard(tuple(matrices(ops) for ops in plan.groups), table.bytes(width, rows, size), head, plan.tied,
+                 tuple(tuple((keep, per / g.count, state / g.count, every) for keep, per, state, every in rows_)
+                       for rows_, g in zip(caches, groups)))
+
+
+ROUTED = "experts."   # a routed expert's matrices (``parallel``'s prefix): E of them, E/ep a device
+
+
+def stage_layers(spec: ModelSpec, pp: int) -> list[list[int]]:
+    """Per stage, first to last, the layers it holds of each of the model's layer groups
+    (``stages.stages``: vLLM's split)."""
+    left, index, out = [g.count for g in spec.groups], 0, []
+    for held in stages(spec, pp):
+        counts = [0] * len(left)
+        for group in held:
+            while left[index] == 0:
+                index += 1
+            counts[index] += group.count
+            left[index] -= group.count
+        out.append(counts)
+    return out
+
+
+@dataclass(frozen=True)
+class Held:
+    """What each device of a layout is asked to hold: ``batch`` sequences (a replica's, B/D) of
+    ``context`` tokens, in ``usable`` bytes."""
+    batch: int
+    context: int
+    usable: int
+
+
+def _stage(one: Shard, counts: list[int], ends: Fraction, asked: Held, limits: bool = True) -> dict[str, Any]:
+    """One stage's device: its layers' matrices and ``ends`` (the embedding, the LM head: the
+    bytes a stage holds besides its layers), the caches of its layers for ``asked``'s sequences,
+    and (``limits``) its limits."""
+    batch, context, usable = asked.batch, asked.context, asked.usable
+    weights = round(sum((n * w for n, w in zip(counts, one.layer)), Fraction(0)) + ends)
+    rows = [(keep, n * per, n * state, every) for n, group in zip(counts, one.caches) if n
+            for keep, per, state, every in group]
+    cache, states = _cache_bytes(rows, batch, context), round(batch * sum(r[2] for r in rows))
+    if not limits:
+        return {"total_bytes": weights + cache + states}
+    room = usable - weights
+    per_sequence = _cache_bytes(rows, 1, context) + round(sum(r[2] for r in rows))
+    return {"layers": sum(counts), "weight_bytes": weights, "kv_cache_bytes": cache,
+            **({"state_bytes": states} if states else {}), "total_bytes": weights + cache + states,
+            "max_batch": room // per_sequence if room > 0 and per_sequence else 0,
+            "max_context": _max_context(rows, batch, room - states)}
+
+
+def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] = None,
+               limits: bool = True) -> list[dict[str, Any]]:
+    """Each pipeline stage's device (one list entry per stage, first to last) under ``layout``:
+    weight, KV cache and total bytes, and (``limits``) the largest batch (per replica) and context
+    it allows, for the B/D of ``asked``'s B sequences its replica holds (``one``: the layout's
+    ``shard``, where worked out already). The first stage holds the embedding, the last the LM head;
+    with tied embeddings and pp > 1 the last holds a copy of the table too, as vLLM loads it."""
+    one = one or shard(query, layout)
+    counts = stage_layers(query.spec, layout.pp)
+    replica = replace(asked, batch=asked.batch // layout.dp)
+    last = len(counts) - 1
+    ends = [(one.embedding if i == 0 else 0) + (one.head if i == last else 0)
+            + (one.embedding if i == last and one.tied and layout.pp > 1 else 0) for i in range(len(counts))]
+    return [_stage(one, c, ends[i], replica, limits) for i, c in enumerate(counts)]
+
+
+@dataclass(frozen=True)
+class Search:
+    """The smallest layout that fits (``fits``, None if none searched does), the largest one
+    searched that does not (``short``), and, where none fits, the bound searched or why no layout
+    of many devices could be asked."""
+    fits: Optional[Layout]
+    short: Optional[Layout]
+    bound: str = ""
+
+    @property
+    def label(self) -> Optional[str]:
+        return self.fits.label if self.fits is not None else None
+
+    def line(self, preset: str, batch: int, context: int, device: str) -> str:
+        at = f"{preset}, batch {batch}, context {context} on {device}"
+        if self.fits is None:
+            return f"{at}: no layout fits ({self.bound})"
+        devices = f"{self.fits.devices} device{'s' if self.fits.devices > 1 else ''}"
+        if self.short is None:
+            return f"{at}: {self.fits.label} fits ({devices})"
+        return (f"{at}: {self.fits.label} fits ({devices}), {self.short.label} does not"
+                + (", nor any layout of fewer devices" if self.short.devices > 1 else ""))
+
+
+def candidates(spec: ModelSpec, domain: int) -> Iterator[Layout]:
+    """The layouts ``search`` tries, in its order: by devices n = tp x pp from 1 up to
+    ``domain`` x L; at each n the most tensor parallel first (tp a divisor of n, at most the
+    scale-up ``domain``), then pipeline; for a model with MoE layers ep 1, then ep = tp. Data
+    parallelism is not searched (a replica must hold the whole batch's model)."""
+    layers = sum(g.count for g in spec.groups)
+    moe = any(g.block.ffn == "moe" for g in spec.groups)
+    for n in range(1, domain * layers + 1):
+        for tp in range(min(n, domain), 0, -1):
+            if n % tp or n // tp > layers:
+                continue
+            for ep in ((1, tp) if moe and tp > 1 else (1,)):
+                yield Layout(tp=tp, ep=ep, pp=n // tp)
+
+
+def search(query: Query, asked: Held, single: Optional[bool] = None, held: Optional[int] = None) -> Search:
+    """The smallest valid layout (``check`` passes) whose every device holds what it is ``asked``,
+    trying ``candidates`` in order; ``single``: whether one device fits (the row's own answer, which
+    a draft's weights may change), else worked out. ``held``: the whole model's bytes on one device
+    (its row's ``total_bytes``): no layout of fewer than ``held / usable`` devices fits (a device
+    holds at least its share: shards add up to the whole, replicas, a tied table and the scales of a
+    block format's partial blocks only add; a device's three rounded sums lose under 2 bytes), so
+    those are checked, not weighed."""
+    usable = asked.usable
+    spec, device = query.spec, query.machine.device
+    domain = device.scale_up.domain if device.scale_up is not None and device.scale_up.domain else 1
+    layers = sum(g.count for g in spec.groups)
+    shards: dict[tuple[int, int], Shard] = {}
+    short, refused = None, None
+    for layout in candidates(spec, domain):
+        if layout.single and single is not None:
+            fits = single
+        else:
+            try:
+                check(spec, layout, query.options)
+            except CostcalcError as exc:
+                refused = refused or str(exc)
+                continue
+            if held is not None and layout.devices * (usable + 2) < held:
+                fits = False
+            else:
+                key = (layout.tp, layout.ep)
+                if key not in shards:
+                    shards[key] = shard(query, layout)
+                fits = all(st["total_bytes"] <= usable for st in
+                           per_device(query, layout, asked, shards[key], limits=False))
+        if fits:
+            return Search(layout, short)
+        short = layout
+    if short is not None and short.single and refused:
+        return Search(None, short, f"one device does not; {refused}")
+    return Search(None, short, f"none of tp 1 to {domain} (the scale-up domain) x pp 1 to {layers} does")
 
 
 def _bounded(spec: ModelSpec) -> bool:

@@ -100,9 +100,17 @@ MEMORY = ("Resident weights: every matrix (all experts, embedding, an untied LM 
           "which), scales and zero points included. KV "
           "cache: per layer group the tokens its cache keeps (a sliding-window layer at most W, a chunked one "
           "W_c, as serving caches keep them; every token with --window-cache whole) x K/V width (MLA absorbed: latent + RoPE key) x "
-          "batch, in the KV dtype. fits leaves --reserve of the device free; devices_needed splits weights and "
-          "cache evenly (no parallelism overheads); max_context is what memory allows, not the model's "
-          "trained context length.")
+          "batch, in the KV dtype. fits leaves --reserve of the device free; max_context is what memory allows, not "
+          "the model's trained context length. fits_on: the smallest layout whose every device fits (fewest devices "
+          "tp x pp, tp up to the device's scale-up domain; at equal counts the most tp, then ep 1 before ep = tp; "
+          "no dp), blank if none does.")
+MEMORY_LAYOUT = ("Per device: the largest device's (the stage that decides the fit): its TP shards (heads, widths, "
+                 "vocabulary-parallel embedding and LM head; what has no split size, such as the router or MLA's "
+                 "down-projections, whole), E/ep routed experts, its stage's layers (the first holds the "
+                 "embedding, the last the LM head: tied, a copy), and their cache for its replica's B/D sequences "
+                 "(h_kv/tp KV heads, one replicated head a device where h_kv < tp; MLA's latent whole on every "
+                 "rank, as vLLM keeps it); max_batch is the whole layout's (per replica x dp).")
+FITS_ON_LINES = 8   # a table's notes say what fits, one line a row, for at most this many distinct answers
 DRAFT = ("draft = the model's multi-token-prediction module run once each decode step (--draft mtp): eh_proj, its "
          "decoder block over its own KV cache and the LM head for one draft token, beside the step's own FLOPs; "
          "per_token and the rates still count one token a step -- the draft tokens accepted (speculative "

@@ -1,5 +1,7 @@
 """Bytes, memory and time: the byte identities, the roofline's bounds, devices and the CLI keys."""
 import json
+import math
+import re
 from fractions import Fraction
 
 import pytest
@@ -130,9 +132,17 @@ def test_memory_limits_are_the_largest_that_fit():
     assert fit(spec, device, row["max_batch"], 32_768)["fits"] and not more["fits"]
     longest = row["max_context"]
     assert fit(spec, device, 8, longest)["fits"] and not fit(spec, device, 8, longest + 1)["fits"]
-    assert row["devices_needed"] == 1
+    assert row["fits_on"] == "tp1"
     big = fit(presets.load("llama-3.1-405b"), device, 1, 8192)
-    assert not big["fits"] and big["devices_needed"] >= 11 and big["max_batch"] == 0
+    assert not big["fits"] and big["max_batch"] == 0
+    # no device of a layout holds less than its share of the whole: at least ceil(total / usable) devices
+    assert _devices(big["fits_on"]) >= math.ceil(big["total_bytes"] / big["usable_bytes"]) >= 11
+
+
+def _devices(label: str) -> int:
+    """Devices of a layout label (tp x pp x dp), read from the label's own spelling."""
+    degrees = dict(re.fullmatch(r"([a-z]+)(\d+)", part).groups() for part in label.split("."))
+    return int(degrees["tp"]) * int(degrees.get("pp", 1)) * int(degrees.get("dp", 1))
 
 
 @pytest.mark.parametrize("workload, args", [("decode", {"context": [4095, 100_000]}),
@@ -263,7 +273,7 @@ def test_devices_show_and_memory_and_crossover_keys(capsys):
                        "-f", "json")
     row = json.loads(out)[0]
     assert code == 0 and {"weight_bytes_resident", "kv_cache_bytes", "total_bytes", "device_bytes", "fits",
-                          "max_batch", "max_context", "devices_needed"} <= set(row)
+                          "max_batch", "max_context", "fits_on"} <= set(row)
     code, out, _ = run(capsys, "crossover", "-p", "llama-3.1-8b", "--device", "h100", "--batch", "64", "-f", "json")
     row = json.loads(out)[0]
     assert code == 0 and row["t_equal"] == 26624.0 and 1700 < row["t_equal_time"] < 2048

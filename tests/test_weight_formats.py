@@ -271,9 +271,13 @@ def test_deepseek_v3_answers_in_its_shipped_fp8_and_says_so(capsys):
     row = _memory_row(capsys)
     assert row["weight_dtype"] == "fp8-block128; bf16: router lm_head embedding"
     assert row["weight_dtype_source"] == "preset"
-    assert row["devices_needed"] == 6                    # 11 in bf16
+    # the smallest layout: no fewer devices than the bytes need (6 in fp8, 11 in bf16) -- 6 is that bound itself
+    assert row["fits_on"] == "tp2.pp3" and math.ceil(row["total_bytes"] / row["usable_bytes"]) == 6
     bf16 = _memory_row(capsys, "--weight-dtype", "bf16")
-    assert (bf16["weight_dtype"], bf16["weight_dtype_source"], bf16["devices_needed"]) == ("bf16", "--weight-dtype", 11)
+    assert (bf16["weight_dtype"], bf16["weight_dtype_source"]) == ("bf16", "--weight-dtype")
+    assert math.ceil(bf16["total_bytes"] / bf16["usable_bytes"]) == 11
+    # 11 devices: only tp1.pp11 (128 heads do not divide by 11) and it does not fit; 12: tp4.pp3 first
+    assert bf16["fits_on"] == "tp4.pp3"
 
 
 def test_an_unquantized_model_is_bf16_by_default():
@@ -526,4 +530,5 @@ def test_the_new_quantized_presets_answer_in_their_shipped_formats_and_say_so(ca
     if name == "deepseek-v4-flash":
         assert row["weight_bytes_resident"] == _deepseek_v4_checkpoint(config)
         usable = devices.load("h200").mem_bytes * 9 / 10          # the default --reserve 0.1
-        assert row["devices_needed"] == math.ceil(row["total_bytes"] / usable) == 2
+        assert math.ceil(row["total_bytes"] / usable) == 2 and not row["fits"]
+        assert row["fits_on"] is None      # its layers are not modelled under a layout: none is searched

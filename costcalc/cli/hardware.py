@@ -1,6 +1,7 @@
 """Commands about devices: the profiles, and whether a model and its cache fit."""
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Optional
 
 import typer
@@ -9,7 +10,7 @@ from .. import devices as device_data, notes, units
 from ..errors import CostcalcError
 from ..vocab import WindowCache
 from .options import (ConfigOpt, DeviceFileOpt, DraftOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic,
-                      WideOpt, axes, for_models, mla_form, models, warn, with_some_traffic)
+                      WideOpt, axes, for_models, mla_form, models, warn, with_layout, with_some_traffic)
 from .options import draft as draft_choice
 from .emit import emit, emit_listing, output_format, write_fields, write_text
 from .. import outputs
@@ -95,6 +96,7 @@ def _flat(d) -> dict:
 
 @with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing", "state_dtype",
                    "index_dtype")
+@functools.partial(with_layout, keep=("tp", "ep", "pp", "dp"))
 def memory(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -105,6 +107,7 @@ def memory(
                                          help="Tokens each sequence holds in its KV cache (e.g. 128k); a list or "
                                               "range sweeps.")] = ...,
     traffic: Traffic = Traffic(),
+    layout: dict = None,
     reserve: Annotated[float, typer.Option(help="Fraction of the device's memory kept free "
                                                 "(activations, workspace).")] = 0.1,
     mla: MlaOpt = Mla.auto,
@@ -117,12 +120,14 @@ def memory(
     output: OutputOpt = None,
     wide: WideOpt = False,
 ) -> None:
-    """Does it fit: resident weights, the KV cache of B x T, the largest batch and context.
+    """Does it fit: resident weights, the KV cache of B x T, the largest batch and context, and the
+    smallest layout that fits (fits_on); with --tp/--ep/--pp/--dp, per device of that layout.
 
-    Example: costcalc memory --preset llama-3.1-70b --batch 32 --context 8k --device h100
+    Example: costcalc memory --preset llama-3.1-70b --batch 8 --context 32k --device h100 --tp 2
     """
     from ..evaluate import Options, Query
-    from ..memory import fit
+    from ..layout import Layout
+    from ..memory import answer, check
 
     specs = models(preset, preset_file, config)
     precision, machine = for_models(traffic, specs)
@@ -135,7 +140,17 @@ def memory(
              f"window or chunked layers")
     options = Options(mla=mla_form(mla, specs), window_cache=window_cache or WindowCache.rolling,
                       draft=draft_choice(draft))
-    rows = [fit(Query(spec, "decode", options, precision, machine), int(b), int(t), reserve)
-            for spec in specs for b, t in zip(points["batch"], points["context"])]
-    emit(rows, fmt, output, [notes.MEMORY] + ([notes.STATE] if any(s.has_mixers for s in specs) else [])
-         + ([notes.DRAFT] if any("draft" in row for row in rows) else []), wide)
+    placed = Layout(**layout)
+    for spec in specs:          # the layout against each model before any row
+        check(spec, placed, options)
+    answers = [answer(Query(spec, "decode", options, precision, machine), int(b), int(t), reserve, placed)
+               for spec in specs for b, t in zip(points["batch"], points["context"])]
+    rows = [row for row, _ in answers]
+    if output_format(fmt, outputs.target(output)) in ("table", "markdown"):   # each stage's device, readable
+        rows = [{**row, "stages": "; ".join(f"{st['layers']} layers {units.nbytes(st['total_bytes'])}"
+                                             for st in row["stages"])} if "stages" in row else row for row in rows]
+    lines = list(dict.fromkeys(line for _, line in answers))
+    emit(rows, fmt, output, [notes.MEMORY] + ([notes.MEMORY_LAYOUT] if not placed.single else [])
+         + ([notes.STATE] if any(s.has_mixers for s in specs) else [])
+         + ([notes.DRAFT] if any("draft" in row for row in rows) else [])
+         + (lines if len(lines) <= notes.FITS_ON_LINES else []), wide)

@@ -5,15 +5,15 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from .. import calc, notes
+from .. import calc, notes, training
 from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from ..ranges import check_rows
-from ..vocab import WindowCache
+from ..vocab import Choice, WindowCache
 from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt, FormatOpt, Logits, LogitsOpt, Mla,
                       MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, Traffic, WideOpt, WindowCacheOpt, axes,
                       conventions, for_models, int_list, mla_form, models, warn, with_layout,
-                      with_traffic)
+                      with_some_traffic, with_traffic)
 from .emit import concat, emit, interleave
 from .options import draft as draft_choice
 from .options import window_cache as cache_choice
@@ -235,6 +235,21 @@ def generate(
                             block=3) for spec in specs]), fmt, output, wide=wide)
 
 
+OptimizerChoice = Choice("OptimizerChoice", {name: name for name in training.OPTIMIZERS})
+ZeroOpt = Annotated[int, typer.Option(
+    "--zero", metavar="Z", help="ZeRO stage over the --dp devices: 0 (DDP), 1 (optimizer state sharded), 2 (and "
+                                "gradients), 3 (and weights: FSDP's full sharding).")]
+RecomputeOpt = Annotated[Optional[training.Recompute], typer.Option(
+    "--recompute", show_default=False, help="Activations kept for the backward: none (every saved tensor; the "
+                                            "default), selective (attention core recomputed) or full (each layer's "
+                                            "input only).")]
+OptimizerOpt = Annotated[OptimizerChoice, typer.Option(
+    "--optimizer", help="Optimizer convention: adam (bf16 weights and gradients, fp32 master weights and two fp32 "
+                        "moments: 16 bytes a parameter).")]
+
+
+@with_layout
+@with_some_traffic("device", "device_file")
 def train(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -244,20 +259,40 @@ def train(
     convention: ConventionOpt = Convention.causal,
     tile: TileOpt = None,
     mla: MlaOpt = Mla.auto,
+    zero: ZeroOpt = 0,
+    recompute: RecomputeOpt = None,
+    optimizer: OptimizerOpt = OptimizerChoice("adam"),
+    layout: dict = None,
+    traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
 ) -> None:
-    """Training step: forward with all-position logits x3, beside the 6P rule of thumb.
+    """Training step: forward with all-position logits x3, beside the 6P rule of thumb; with a
+    layout (--tp, --ep, --dp, --sp, --zero), --recompute or --device: per device FLOPs,
+    collectives, memory and time.
 
     Example: costcalc train --preset llama-3.1-70b --seq 8192 --batch 16
     """
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
-    each = _options(kinds, logits="all", tile=chosen, mla=mla)
-    emit(concat([interleave([calc.answer(Query(spec, "train", o), **points) for o in each]) for spec in specs]),
-         fmt, output, [notes.TRAIN], wide)
+    each = _options(kinds, logits="all", tile=chosen, mla=mla, zero=zero, **layout)
+    machine = traffic.machine
+    if machine is None and layout.get("overlap") == "full":
+        warn("--overlap full does nothing without --device (it changes time, not FLOPs, bytes or memory)")
+    plan = training.Plan(training.Recompute.none if recompute is None else recompute,
+                         training.OPTIMIZERS[OptimizerChoice(optimizer).value],
+                         machine.device if machine is not None else None)
+    queries = [[Query(spec, "train", o) for o in each] for spec in specs]
+    asked = not each[0].layout.single or machine is not None or recompute is not None
+    if not asked:
+        emit(concat([interleave([calc.answer(q, **points) for q in row]) for row in queries]),
+             fmt, output, [notes.TRAIN], wide)
+        return
+    emit(concat([interleave([training.extend(q, plan, calc.answer(training.single(q), **points)) for q in row])
+                 for row in queries]),
+         fmt, output, [notes.TRAIN, training.NOTE], wide)
 
 
 def _decode_note(specs, cache: str = "whole") -> str:

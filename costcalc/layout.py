@@ -105,14 +105,9 @@ def check(query: Any) -> None:
 
 
 def _check_pipeline(query: Any, layout: Layout, flag: str) -> None:
-    """What a pipeline needs: no more stages than layers (``stages.partition`` says so); what it is not
-    modelled with yet is refused by name: data parallelism beside it and the chunk schedule (its rows
-    add up chunks of one stage list each)."""
+    """What a pipeline needs: no more stages than layers (``stages.partition`` says so). With --dp each
+    replica is a whole pipeline; a chunk schedule runs each chunk as a pipeline forward."""
     partition(sum(g.count for g in query.spec.groups), layout.pp)
-    if layout.dp > 1:
-        raise CostcalcError(f"{flag}: data parallelism (--dp) with pipeline parallelism (--pp) is not modelled yet")
-    if query.workload.name == "chunked":
-        raise CostcalcError(f"{flag}: pipeline parallelism (--pp) of a chunk schedule is not modelled yet")
 
 
 def _check_train(query: Any, flag: str) -> None:

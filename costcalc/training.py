@@ -29,8 +29,8 @@ from . import collectives as comm, pipeline
 from .errors import CostcalcError
 from .evaluate import Query
 from .layout import Layout, shard
-from .parallel import (STAGE_TENSORS, Collective, expert_share, micro_batches, number, operator_columns, replica,
-                       stage_queries, step_time)
+from .parallel import (STAGE_TENSORS, Collective, _micro_point, expert_share, micro_batches, number, operator_columns,
+                       replica, stage_queries, step_time)
 from .spec import Group
 from .vocab import Choice
 
@@ -440,10 +440,7 @@ def chunks(query: Query, v: int) -> list:
 
 def _micro(batch: int, layout: Layout, m: int) -> int:
     """The sequences of one micro-batch of one replica: B / D / m (B must divide by D m)."""
-    if batch % (layout.dp * m):
-        into = f"{layout.dp} replicas of {m} micro-batches" if layout.dp > 1 else f"{m} micro-batches"
-        raise CostcalcError(f"{layout.flags} --micro-batches {m}: batch {batch} does not divide into {into}")
-    return batch // layout.dp // m
+    return _micro_point({"B": batch}, m, layout.flags, layout.dp)["B"] // layout.dp
 
 
 def boundary(query: Query, device: Any, low: int, high: int) -> Optional[bool]:

@@ -195,3 +195,40 @@ def test_cli_pipeline_columns(capsys):
 def test_single_device_and_unpipelined_rows_keep_their_columns(capsys):
     code, out, _ = run(capsys, "train", "-p", "llama-3.1-8b", "--seq", "256", "-b", "8", "--tp", "2", "-f", "json")
     assert code == 0 and not {"bubble", "stage_flops", "schedule"} & set(json.loads(out)[0])
+
+
+# --- inference pipelines: replicas of a pipeline (--dp) and a chunk schedule's chunks (chunked --pp) ------------
+
+def llama_prefill(B, S, tp, layers, head):
+    """Prefill FLOPs (logits at the last position) of ``layers`` Llama-3.1-8B layers on one of tp devices."""
+    return llama_layers(B, S, tp, layers) // 3 + (2 * B * LLAMA["d"] * LLAMA["V"] // tp if head else 0)
+
+
+def test_replicas_of_a_pipeline_run_b_over_d_sequences(capsys):
+    B, S, m = 8, 64, 2
+    code, out, err = run(capsys, "prefill", "-p", "llama-3.1-8b", "--seq", str(S), "-b", str(B), "--tp", "2", "--pp",
+                         "2", "--dp", "2", "--micro-batches", str(m), "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)[0]
+    assert got["layout"] == "tp2.pp2.dp2" and got["devices"] == 8
+    assert got["stage_flops"] == [llama_prefill(B // 2, S, 2, 16, False), llama_prefill(B // 2, S, 2, 16, True)]
+    assert sum(got["stage_flops"]) * 2 * 2 == got["total_flops"] and got["replicated_flops"] == 0
+    sends = [c for c in got["collectives"] if c["op"] == "send_recv"]
+    assert sends == [{"op": "send_recv", "where": "stage boundary", "count": m, "bytes": B // 2 // m * S * 4096 * 2,
+                      "stage": 0}]
+
+
+def test_a_chunk_schedule_on_a_pipeline_adds_its_chunks(capsys):
+    code, out, err = run(capsys, "chunked", "-p", "llama-3.1-8b", "--seq", "1k", "--chunk", "384", "--tp", "2",
+                         "--pp", "2", "--convention", "causal", "--device", "h100", "-f", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    chunks, total = rows[:3], rows[3]
+    assert total["phase"] == "total" and [r["phase"] for r in chunks] == ["chunk 1", "chunk 2", "chunk 3"]
+    assert total["stage_flops"] == [sum(r["stage_flops"][s] for r in chunks) for s in (0, 1)]
+    assert sum(total["stage_flops"]) * 2 == total["total_flops"]
+    assert total["time_s"] == pytest.approx(sum(r["time_s"] for r in chunks))
+    sends = [c for c in total["collectives"] if c["op"] == "send_recv"]
+    assert sum(c["count"] for c in sends) == 3 and {c["stage"] for c in sends} == {0}
+    heads = [c for c in total["collectives"] if c["where"] == "lm_head"]
+    assert [(c["stage"], c["count"]) for c in heads] == [(1, 1)]    # the last chunk's logits, on the last stage

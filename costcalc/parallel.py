@@ -384,15 +384,22 @@ def boundary_link(query: Query, index: int) -> links_model.Link:
     stages, then the data-parallel replicas (replica r, stage s, TP rank t is device (r pp + s) tp + t), so a
     boundary inside one scale-up domain for every t and r is the scale-up link, else the scale-out hop
     (``collectives.link_for``)."""
-    layout, device = query.options.layout, query.machine.device
-    tp, pp = layout.tp, layout.pp
+    device = query.machine.device
     if device.scale_up is None and device.scale_out is None:
         device.link("scale_up")      # refused in one line, naming the fields
     up = device.scale_up
     domain = up.domain if up is not None and up.domain else None
-    within = domain is None or all(((r * pp + index) * tp + t) // domain == ((r * pp + index + 1) * tp + t) // domain
-                                   for r in range(layout.dp) for t in range(tp))
+    within = peers_within(query.options.layout, domain, index, index + 1)
     return links_model.link_for(2, up, device.scale_out, within=within)
+
+
+def peers_within(layout: Any, domain: Optional[int], a: int, b: int) -> bool:
+    """Whether every device of pipeline rank ``a`` and its peer on rank ``b`` (same TP rank, same replica)
+    sit in one scale-up domain of ``domain`` devices (None: no domain, one link): replica r, stage s, TP rank
+    t is device (r pp + s) tp + t."""
+    tp, pp = layout.tp, layout.pp
+    return domain is None or all(((r * pp + a) * tp + t) // domain == ((r * pp + b) * tp + t) // domain
+                                 for r in range(layout.dp) for t in range(tp))
 
 
 def stage_traffic(stage: Stage, point: dict[str, int]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from .errors import CostcalcError
 from .evaluate import Query
 from .layout import Layout, shard
 from .parallel import (STAGE_TENSORS, Collective, _micro_point, expert_share, micro_batches, number, operator_columns,
-                       replica, stage_queries, step_time)
+                       peers_within, replica, stage_queries, step_time)
 from .spec import Group
 from .vocab import Choice
 
@@ -446,16 +446,10 @@ def _micro(batch: int, layout: Layout, m: int) -> int:
 def boundary(query: Query, device: Any, low: int, high: int) -> Optional[bool]:
     """Whether every device of rank ``low``'s stage and its peer on rank ``high`` (same TP rank, same
     replica) sit in one scale-up domain. Placement: tensor-parallel innermost, then the stages, then the
-    data-parallel replicas: replica r, stage s, TP rank t is device (r pp + s) tp + t."""
+    data-parallel replicas (``parallel.peers_within``)."""
     if device is None:
         return None
-    up = device.link("scale_up")
-    if up.domain is None:
-        return True
-    layout = query.options.layout
-    tp, pp = layout.tp, layout.pp
-    return all(((r * pp + low) * tp + t) // up.domain == ((r * pp + high) * tp + t) // up.domain
-               for r in range(layout.dp) for t in range(tp))
+    return peers_within(query.options.layout, device.link("scale_up").domain, low, high)
 
 
 def _pipeline_steps(query: Query, stage: Query, index: int, count: int, tokens: int, m: int,

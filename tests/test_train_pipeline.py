@@ -232,3 +232,16 @@ def test_a_chunk_schedule_on_a_pipeline_adds_its_chunks(capsys):
     assert sum(c["count"] for c in sends) == 3 and {c["stage"] for c in sends} == {0}
     heads = [c for c in total["collectives"] if c["where"] == "lm_head"]
     assert [(c["stage"], c["count"]) for c in heads] == [(1, 1)]    # the last chunk's logits, on the last stage
+
+
+
+def test_boundary_peers_in_one_domain_by_placement():
+    from costcalc.layout import Layout
+    from costcalc.parallel import peers_within
+    # replica r, stage s, TP rank t is device (r pp + s) tp + t; 8-GPU domains
+    assert peers_within(Layout(tp=4, pp=2, dp=2), 8, 0, 1)        # 0-3 -> 4-7; 8-11 -> 12-15
+    assert not peers_within(Layout(tp=8, pp=2), 8, 0, 1)          # 0-7 -> 8-15
+    assert peers_within(Layout(tp=2, pp=4, dp=2), 8, 3, 0)        # interleaved's wrap: 6-7 -> 0-1; 14-15 -> 8-9
+    assert not peers_within(Layout(tp=2, pp=3, dp=2), 8, 0, 1)    # replica 1: 6-7 -> 8-9
+    assert peers_within(Layout(tp=2, pp=3, dp=2), 8, 1, 2)        # 2-3 -> 4-5; 8-9 -> 10-11
+    assert peers_within(Layout(tp=8, pp=2), None, 0, 1)           # no domain: one link

@@ -82,6 +82,20 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class Place:
+    """A device's part of a pipeline (``--pp``): whether it holds the first stage (the embedding) and the
+    last (the LM head), the step's ``micro`` micro-batches, the pipeline's ``pp`` stages (its data-parallel
+    groups span tp x pp x dp devices). The default: the whole model, one pass, no pipeline."""
+    first: bool = True
+    last: bool = True
+    micro: int = 1
+    pp: int = 1
+
+
+WHOLE = Place()
+
+
+@dataclass(frozen=True)
 class Step:
     """A collective of the step with the group it runs over: ``ranks`` devices among ``span``
     consecutive ones (a data-parallel group's ranks are strided by tp: it spans tp x dp devices),
@@ -167,9 +181,9 @@ def matrices(query: Query) -> list[tuple[Group, dict[str, tuple[int, int, int]]]
     return out
 
 
-def parameters(query: Query, ends: tuple[bool, bool] = (True, True)) -> tuple[int, int]:
+def parameters(query: Query, place: Place = WHOLE) -> tuple[int, int]:
     """(Psi outside the routed experts, Psi of the routed experts) one device holds: its matrices,
-    and the vocabulary-parallel embedding and LM head (d x V/tp each; a tied LM head once). ``ends``:
+    and the vocabulary-parallel embedding and LM head (d x V/tp each; a tied LM head once). ``place``:
     whether the device holds the first stage (the embedding) and the last (the LM head) of a pipeline;
     a tied table is held by both (Megatron keeps a copy on the last stage)."""
     spec, tp = query.spec, query.options.layout.tp
@@ -182,13 +196,12 @@ def parameters(query: Query, ends: tuple[bool, bool] = (True, True)) -> tuple[in
             else:
                 dense += held
     table = spec["d"] * (spec["V"] // tp)
-    if all(ends):
+    if place.first and place.last:
         return dense + table * (1 if spec.tied_embeddings else 2), experts
-    return dense + table * sum(ends), experts
+    return dense + table * (place.first + place.last), experts
 
 
-def saved(query: Query, recompute: Recompute, tokens: int, optimizer: Optimizer,
-          held: Optional[list] = None, head: bool = True) -> Fraction:
+def saved(query: Query, plan: Plan, tokens: int, held: Optional[list] = None, head: bool = True) -> Fraction:
     """Activation bytes one device keeps for the backward of ``tokens`` tokens (its replica's B/D x S).
 
     Convention (named, docs/cost-model.md): each matmul's saved input, once where projections share
@@ -198,8 +211,10 @@ def saved(query: Query, recompute: Recompute, tokens: int, optimizer: Optimizer,
     inputs, dropout masks, the loss's logits. Under tensor parallelism every tensor is at the
     device's sizes; the d-wide ones (a layer's input, the attention's and FFN's inputs, the LM
     head's input) are whole on every device, or 1/tp under sequence parallel. ``selective``: no
-    logsumexp (the core is recomputed from Q, K, V); ``full``: a layer's input only. ``head`` False: a
-    pipeline stage without the LM head (its input not saved)."""
+    logsumexp (the core is recomputed from Q, K, V); ``full``: a layer's input only (``plan``: the
+    recomputation and the optimizer's activation dtypes). ``head`` False: a pipeline stage without the LM
+    head (its input not saved)."""
+    recompute, optimizer = plan.recompute, plan.optimizer
     layout = query.options.layout
     hidden = Fraction(1, layout.tp) if layout.sp else Fraction(1)
     d = query.spec["d"]
@@ -243,16 +258,14 @@ def attention_widths(block: Any, sizes: dict[str, int]) -> tuple[int, int, int, 
     return h * d_h, h_kv * d_h, h_kv * d_v, h * d_v, h
 
 
-def steps(query: Query, batch: int, seq: int, psi: tuple[int, int], optimizer: Optimizer,
-          ends: tuple[bool, bool] = (True, True), micro: int = 1, pp: int = 1) -> list[Step]:
-    """The collectives one device runs in a training step of B sequences of S tokens. A pipeline
-    stage (``ends``: whether it is the first, the last): its layers' TP and EP collectives, the
-    embedding's on the first and the LM head's on the last, each ``micro`` times (a micro-batch of
-    B / D / micro sequences each), and the data-parallel ones of its parameters once, over groups that
-    span the ``pp`` stages' devices (replicas of the pipeline placed outermost)."""
+def steps(query: Query, tokens: int, psi: tuple[int, int], optimizer: Optimizer, place: Place = WHOLE) -> list[Step]:
+    """The collectives one device runs in a training step whose (micro-)batch is ``tokens`` of its
+    replica. A pipeline stage (``place``): its layers' TP and EP collectives, the embedding's on the
+    first stage and the LM head's on the last, each of the ``place.micro`` micro-batches, and the
+    data-parallel ones of its parameters once, over groups that span the stages' devices (replicas of
+    the pipeline placed outermost)."""
     layout, spec = query.options.layout, query.spec
-    tokens = replica_batch(batch, layout) * seq // micro
-    first, last = ends
+    first, last, micro = place.first, place.last, place.micro
     a = optimizer.activation_bits // 8
     d = spec["d"]
     out: list[Step] = []
@@ -287,7 +300,7 @@ def steps(query: Query, batch: int, seq: int, psi: tuple[int, int], optimizer: O
                 out.append(Step(Collective("all_to_all", f"ep {where}", layers * micro, share * k * d * a),
                                 layout.ep, layout.ep))
     if layout.dp > 1:
-        out += _data_parallel(query, psi, optimizer, layout.tp * pp * layout.dp)
+        out += _data_parallel(query, psi, optimizer, layout.tp * place.pp * layout.dp)
     return [s for s in out if s.collective.count]
 
 
@@ -356,8 +369,8 @@ def columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequence[int], 
         whole = operator_columns(query, point, 1, sharded=False)
         flops = sum(device.values())
         extra = recompute_flops(device, plan.recompute)
-        found = steps(query, int(b), int(s), psi, optimizer)
-        activations = saved(query, plan.recompute, own * int(s), optimizer, shapes)
+        found = steps(query, own * int(s), psi, optimizer)
+        activations = saved(query, plan, own * int(s), shapes)
         total = held["weight"] + held["grad"] + held["optimizer"] + _bytes(activations)
         row = {"layout": layout.label, "devices": layout.devices, "zero": query.options.zero,
                "recompute": plan.recompute.value, "optimizer": optimizer.name, "flops_per_device": number(flops),
@@ -452,32 +465,33 @@ def boundary(query: Query, device: Any, low: int, high: int) -> Optional[bool]:
     return peers_within(query.options.layout, device.link("scale_up").domain, low, high)
 
 
-def _pipeline_steps(query: Query, stage: Query, index: int, count: int, tokens: int, m: int,
-                    optimizer: Optimizer, plan: Plan) -> list[Step]:
-    """The send/recv of model chunk ``index`` of ``count`` per step: its output activation to the next
-    chunk (every chunk but the last) and the gradient of its input to the one before (every chunk but
-    the first), m each, of one micro-batch's tokens x d in bf16 (``STAGE_TENSORS``; 1/tp of the tokens
-    under sequence parallel: the tensor is sharded over the sequence), between peers of the same TP rank."""
+def _pipeline_steps(query: Query, plan: Plan, index: int, place: Place, tokens: int) -> list[Step]:
+    """The send/recv of model chunk ``index`` (``place``: whether it is the first, the last) per step: its
+    output activation to the next chunk (every chunk but the last) and the gradient of its input to the
+    one before (every chunk but the first), one each a micro-batch, of a micro-batch's ``tokens`` x d in
+    bf16 (``STAGE_TENSORS``; 1/tp of the tokens under sequence parallel: the tensor is sharded over the
+    sequence), between peers of the same TP rank; with tied embeddings, on the first and the last, the
+    table's gradient all-reduce (``_tied``)."""
     layout, d = query.options.layout, query.spec["d"]
     own = -(-tokens // layout.tp) if layout.sp else tokens
-    message = STAGE_TENSORS * own * d * optimizer.activation_bits // 8
-    p, out = layout.pp, []
-    if index < count - 1:
+    message = STAGE_TENSORS * own * d * plan.optimizer.activation_bits // 8
+    p, m, out = layout.pp, place.micro, []
+    if not place.last:
         out.append(Step(Collective(comm.SEND_RECV, "pp forward: activation to the next stage", m, message), 2, 2,
                         boundary(query, plan.device, index % p, (index + 1) % p)))
-    if index > 0:
+    if not place.first:
         out.append(Step(Collective(comm.SEND_RECV, "pp backward: activation gradient to the previous stage", m,
                                    message), 2, 2, boundary(query, plan.device, index % p, (index - 1) % p)))
-    return out
+    return out + (_tied(query, plan) if place.first or place.last else [])
 
 
-def _tied(query: Query, count: int, optimizer: Optimizer, plan: Plan) -> list[Step]:
+def _tied(query: Query, plan: Plan) -> list[Step]:
     """Megatron's embedding group: with tied embeddings the first and last stages each hold the table
     and all-reduce its gradient (d x V/tp, once a step) -- the first rank's and the last's."""
     spec, layout = query.spec, query.options.layout
-    if not spec.tied_embeddings or count == 1:
+    if not spec.tied_embeddings:
         return []
-    size = spec["d"] * (spec["V"] // layout.tp) * optimizer.grad_bits // 8
+    size = spec["d"] * (spec["V"] // layout.tp) * plan.optimizer.grad_bits // 8
     return [Step(Collective("all_reduce", "pp: tied embedding and LM head gradients (first and last stage)", 1,
                             size), 2, 2, boundary(query, plan.device, 0, layout.pp - 1))]
 
@@ -490,13 +504,13 @@ def pipeline_columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequen
     time: the schedule's makespan over each chunk's forward and backward (``pipeline.makespan``) and
     the data-parallel collectives after it. Per-device columns are the busiest rank's."""
     layout, optimizer, recompute = query.options.layout, plan.optimizer, plan.recompute
-    schedule, v = plan.schedule or pipeline.ONE_F_ONE_B, plan.virtual
+    schedule, v = _schedule(plan), plan.virtual
     p, m = layout.pp, micro_batches(query)
     pipeline.order(schedule, p, m, v)                    # the schedule's own checks, one line each
     parts = chunks(query, v)
     count = len(parts)
-    ends = [(i == 0, i == count - 1) for i in range(count)]
-    psis = [parameters(stage, ends[i]) for i, stage in enumerate(parts)]
+    places = [Place(i == 0, i == count - 1, m, p) for i in range(count)]
+    psis = [parameters(stage, places[i]) for i, stage in enumerate(parts)]
     shapes = [matrices(stage) for stage in parts]
     ranks = [[i for i in range(count) if i % p == r] for r in range(p)]
     keys = ["layout", "devices", "zero", "recompute", "optimizer", *PIPELINE_KEYS, "flops_per_device",
@@ -515,12 +529,9 @@ def pipeline_columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequen
         ops = [_device_operators(stage, point) for stage in parts]
         flops = [sum(o.values(), Fraction(0)) for o in ops]           # one micro-batch, forward x3
         extra = [recompute_flops(o, recompute) for o in ops]
-        found = [steps(stage, int(b), int(s), psis[i], optimizer, ends[i], m, p)
-                 + _pipeline_steps(query, stage, i, count, size * int(s), m, optimizer, plan)
-                 + (_tied(query, count, optimizer, plan) if ends[i][0] or ends[i][1] else [])
-                 for i, stage in enumerate(parts)]
-        acts = [saved(stage, recompute, size * int(s), optimizer, shapes[i], head=ends[i][1])
-                for i, stage in enumerate(parts)]
+        found = [steps(stage, size * int(s), psis[i], optimizer, places[i])
+                 + _pipeline_steps(query, plan, i, places[i], size * int(s)) for i, stage in enumerate(parts)]
+        acts = [saved(stage, plan, size * int(s), shapes[i], head=places[i].last) for i, stage in enumerate(parts)]
         flight = pipeline.in_flight(schedule, p, m, v, acts)
         depth = pipeline.in_flight(schedule, p, m, v, [1] * count)
         rank_flops = [m * sum(flops[i] for i in own) for own in ranks]
@@ -547,7 +558,7 @@ def pipeline_columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequen
                "activation_bytes_per_device": max(_bytes(Fraction(a)) for a in flight),
                "total_bytes_per_device": totals[busy]}
         if plan.device is not None:
-            row.update(_pipeline_time(query, plan, schedule, m, flops, extra, found, ranks))
+            row.update(_pipeline_time(query, plan, flops, extra, found))
             row.update(device=plan.device.name, fits=max(totals) <= plan.device.mem_bytes,
                        overlap=query.options.overlap.value)
         for k in keys:
@@ -555,14 +566,20 @@ def pipeline_columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequen
     return out
 
 
-def _pipeline_time(query: Query, plan: Plan, schedule: str, m: int, flops: list, extra: list,
-                   found: list[list[Step]], ranks: list[list[int]]) -> dict[str, Any]:
+def _schedule(plan: Plan) -> str:
+    """A pipeline's schedule: the plan's, else 1F1B (Megatron's and torch.distributed.pipelining's default)."""
+    return plan.schedule or pipeline.ONE_F_ONE_B
+
+
+def _pipeline_time(query: Query, plan: Plan, flops: list, extra: list, found: list[list[Step]]) -> dict[str, Any]:
     """The step's times: chunk c's forward of a micro-batch takes a third of its FLOPs at the bf16 peak
     and its forward TP/EP collectives (under --overlap), then its send; its backward two thirds (the
     train workload's x3: backward = 2 x forward) plus the recomputation's forward, its backward
     collectives, then its gradient's send. ``time_s``: the schedule's makespan over those, then the
     data-parallel (and tied-embedding) collectives of the busiest rank, under --overlap."""
     device, overlap, v = plan.device, query.options.overlap, plan.virtual
+    schedule, m, p = _schedule(plan), micro_batches(query), query.options.layout.pp
+    ranks = [[i for i in range(len(flops)) if i % p == r] for r in range(p)]
     peak = device.peak("bf16")
     fwd, bwd, after = [], [], [0.0] * len(ranks)
     for i, (f, r, listed) in enumerate(zip(flops, extra, found)):

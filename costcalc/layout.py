@@ -94,8 +94,6 @@ def check(query: Any) -> None:
     for name, what in (("pp", "pipeline parallelism (--pp)"), ("dp", "data parallelism (--dp)")):
         if getattr(layout, name) > 1:
             raise CostcalcError(f"{flag}: {what} is not modelled yet")
-    if layout.sp:
-        raise CostcalcError(f"{flag}: sequence parallelism (--sp) is not modelled yet")
     if query.options.draft.value != "none":
         raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
     for group in spec.groups:

@@ -473,12 +473,21 @@ class MoEFeedForward(nn.Module):
         self.experts = nn.ModuleList(expert(c.d, lc.m_e) for _ in range(lc.E))
         self.shared_experts = nn.ModuleList(expert(c.d, lc.m_s) for _ in range(lc.E_s))
         self.shared_expert_gate = nn.Linear(c.d, 1, bias=False) if lc.block.shared_gate else None
+        self.balanced = False            # True: ``balanced_route`` instead of the top-k (verify.parallel)
+
+    def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights [T, k], experts [T, k]): the router's top-k, or with ``balanced`` the fixed
+        balanced assignment weighted by the router's scores of those experts."""
+        scores_TE = self.router(x_TD.unsqueeze(0)).squeeze(0).softmax(-1)
+        if not self.balanced:
+            return scores_TE.topk(self.k, dim=-1)
+        experts_TK = balanced_route(x_TD.shape[0], self.k, scores_TE.shape[-1], x_TD.device)
+        return scores_TE.gather(-1, experts_TK), experts_TK
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, S, d = x.shape
         x_TD = x.reshape(B * S, d)
-        scores_TE = self.router(x_TD.unsqueeze(0)).squeeze(0).softmax(-1)
-        weights_TK, experts_TK = scores_TE.topk(self.k, dim=-1)
+        weights_TK, experts_TK = self.route(x_TD)
         weights_TK = weights_TK / weights_TK.sum(-1, keepdim=True)
         out_TD = torch.zeros_like(x_TD)
         for e, expert in enumerate(self.experts):
@@ -495,6 +504,13 @@ class MoEFeedForward(nn.Module):
                 shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
             out = out + shared
         return out
+
+
+def balanced_route(tokens: int, k: int, experts: int, device=None) -> torch.Tensor:
+    """A fixed, balanced routing [tokens, k]: token t's j-th expert is (t k + j) mod E, so the
+    T k (token, expert) pairs cycle over the experts and each gets T k / E of them where E divides
+    T k: the expected n k / ep pairs a rank of an expert-parallel layout are then exact."""
+    return (torch.arange(tokens, device=device)[:, None] * k + torch.arange(k, device=device)[None, :]) % experts
 
 
 class Layer(nn.Module):

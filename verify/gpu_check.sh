@@ -13,7 +13,7 @@ OUT="${OUT:-reports/gpu}"
 mkdir -p "$OUT"
 if [ "${DRY:-0}" = 1 ]; then
   DEV=cpu; DT=float32; SEQ=64; SEQ_MOE=32; SEQ_MLA=32; REP=1; REP_REST=0; ATT=128,256; TILE=16
-  SEQ_SHORT=16; SEQ_LONG=48; BATCH_BIG=4; BATCH_MID=2
+  SEQ_SHORT=16; SEQ_LONG=48; BATCH_BIG=4; BATCH_MID=2; SEQ_PAR=8
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
   DENSE=(--preset-file verify/dry/dense.json)
   MOE=(--preset-file verify/dry/moe.json)
@@ -22,6 +22,7 @@ if [ "${DRY:-0}" = 1 ]; then
 else
   DEV=cuda; DT=bfloat16; SEQ=4096,32768; SEQ_MOE=4096; SEQ_MLA=2048; REP=5; REP_REST=5; ATT=4096,16384,32768
   SEQ_SHORT=4096; SEQ_LONG=32768; BATCH_BIG=64; BATCH_MID=8   # 64 x 4k and 8 x 32k: K/V caches of 34 GB
+  SEQ_PAR=2048
   TILE=128
   DENSE=(--preset llama-3.1-8b)
   MOE=(--preset qwen3-30b-a3b --layers 2)
@@ -70,4 +71,14 @@ later moe
 later window
 later mla
 for pid in "${pids[@]}"; do wait "$pid"; done   # set -e: a failed step fails the script
+# 5. Tensor parallel (tp 2, nccl): the dense stack (two layers) sharded over two GPUs, each rank's FLOPs per
+#    operator and collectives held to the per-device numbers (verify --tp). DRY=1: two CPU processes on gloo.
+#    Skipped, in one line, where fewer than two GPUs are visible.
+if [ "${DRY:-0}" = 1 ]; then GPUS=2; else GPUS=$(python3 -c 'import torch; print(torch.cuda.device_count())'); fi
+if [ "$GPUS" -ge 2 ]; then
+  py verify "${DENSE[@]}" --layers 2 --device "$DEV" --dtype "$DT" --tp 2 --workloads prefill,decode \
+     --seq "$SEQ_PAR" --batch 2 -f csv -o "$OUT/parallel-tp2.csv" 2>&1 | tee "$OUT/parallel-tp2.log"
+else
+  echo "gpu_check: parallel case (tp 2) skipped: $GPUS GPU(s) visible, 2 needed"
+fi
 echo "gpu_check: done, reports in $OUT"

@@ -103,10 +103,11 @@ class CommRecorder(TorchDispatchMode):
     """Records every c10d collective run inside it: (op, where, message bytes), ``where`` the label
     of the innermost ``at(where)`` (empty outside any). The in-place ``c10d`` ops and the functional
     ``_c10d_functional`` ones (what DTensor and Hugging Face's tensor parallel run) alike; waits
-    (``wait_tensor``) are not collectives and are not recorded."""
+    (``wait_tensor``) and the functional ops' autograd wrapper (``_wrap_tensor_autograd``) move no
+    data and are not recorded."""
 
     NAMESPACES = ("c10d", "_c10d_functional")
-    SKIP = ("wait_tensor", "barrier", "monitored_barrier_")
+    SKIP = ("wait_tensor", "barrier", "monitored_barrier_", "_wrap_tensor_autograd")
 
     def __init__(self) -> None:
         super().__init__()
@@ -508,7 +509,10 @@ def launch(world: int, target: str, kwargs: dict, backend: str = "gloo", timeout
     with its message, the first to fail named."""
     import multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    # forkserver: one server process imports torch and this module once, each rank is forked from it
+    # (single-threaded, torch's thread pools not yet started); spawn would import them once a rank.
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
     with tempfile.TemporaryDirectory(prefix="costcalc-ranks-") as folder:
         port = free_port()
         procs = [ctx.Process(target=_rank_main, args=(r, world, port, folder, backend, target, kwargs),

@@ -476,7 +476,9 @@ def free_port() -> int:
 
 
 def _rank_main(rank: int, world: int, port: int, folder: str, backend: str, target: str, kwargs: dict) -> None:
-    """A spawned rank: the process group up, ``target`` run, its result (or its error) in a file."""
+    """A spawned rank: the process group up, ``target`` run, its result (or its error) in a file. An
+    error is written before the process group is torn down, so the rank that failed first says so
+    first (the others then fail on the closed connection)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # Ctrl-C is the parent's: it terminates the ranks
     torch.set_num_threads(int(os.environ.get("COSTCALC_RANK_THREADS", "1")))
     try:
@@ -488,18 +490,32 @@ def _rank_main(rank: int, world: int, port: int, folder: str, backend: str, targ
             module, name = target.rsplit(":", 1)
             fn = getattr(__import__(module, fromlist=[name]), name)
             result = fn(rank, **kwargs)
+        except BaseException as exc:                  # noqa: BLE001 -- every failure reaches the parent
+            _report(folder, rank, exc)
+            raise SystemExit(1)
         finally:
             dist.destroy_process_group()
-        with open(os.path.join(folder, f"rank{rank}.json.part"), "w") as f:
-            json.dump(result, f)
-        os.replace(os.path.join(folder, f"rank{rank}.json.part"), os.path.join(folder, f"rank{rank}.json"))
-    except BaseException as exc:                      # noqa: BLE001 -- every failure reaches the parent
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if not isinstance(exc, CostcalcError):
-            message = f"{type(exc).__name__}: {message}"
-        with open(os.path.join(folder, f"rank{rank}.error"), "w") as f:
-            f.write(message + "\n" + traceback.format_exc())
+        _write(os.path.join(folder, f"rank{rank}.json"), json.dumps(result))
+    except SystemExit:
+        raise
+    except BaseException as exc:                      # noqa: BLE001 -- the process group did not come up
+        _report(folder, rank, exc)
         raise SystemExit(1)
+
+
+def _report(folder: str, rank: int, exc: BaseException) -> None:
+    """A rank's error for the parent: when (a clock all processes share), the message, the traceback."""
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if not isinstance(exc, CostcalcError):
+        message = f"{type(exc).__name__}: {message}"
+    _write(os.path.join(folder, f"rank{rank}.error"), f"{time.monotonic_ns()}\n{message}\n{traceback.format_exc()}")
+
+
+def _write(path: str, text: str) -> None:
+    """Whole or not at all: the parent may read it as soon as it is there."""
+    with open(path + ".part", "w") as f:
+        f.write(text)
+    os.replace(path + ".part", path)
 
 
 def launch(world: int, target: str, kwargs: dict, backend: str = "gloo", timeout: float = TIMEOUT_S) -> list:
@@ -544,12 +560,18 @@ def launch(world: int, target: str, kwargs: dict, backend: str = "gloo", timeout
 
 
 def _failure(folder: str, codes: list) -> str:
-    """The first failing rank's message (a rank that wrote one), else the exit codes."""
-    for r, code in enumerate(codes):
+    """The message of the rank that failed first (the others then fail on a closed connection), else
+    the exit codes."""
+    found = []
+    for r in range(len(codes)):
         path = os.path.join(folder, f"rank{r}.error")
         if os.path.exists(path):
             with open(path) as f:
-                return f"rank {r}: {f.readline().strip()}"
+                when, message = f.readline(), f.readline()
+            found.append((int(when), r, message.strip()))
+    if found:
+        _, r, message = min(found)
+        return f"rank {r}: {message}"
     failed = ", ".join(f"rank {r} exit code {c}" for r, c in enumerate(codes) if c not in (None, 0))
     return f"a rank ended without a result ({failed})"
 

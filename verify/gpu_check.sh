@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU verification at real sizes on one H200, about 8 minutes. Writes reports under $OUT.
+# GPU verification at real sizes on one H200, about 8 minutes (step 5, tensor parallel over two GPUs,
+# is skipped in one line where fewer are visible). Writes reports under $OUT.
 #   PYTHONPATH=. OUT=/tmp/out bash verify/gpu_check.sh
-# DRY=1 runs the same four steps on CPU, each on a small preset file with the structure of the
+# DRY=1 runs the same steps on CPU, each on a small preset file with the structure of the
 # real model (verify/dry/*.json), in about 20 s: run it so before a GPU run (the slow tests do:
 # python -m pytest -m slow -k gpu_check). It times only step 1 (steps 2-4 count, --repeats 0)
 # and runs torch on one thread (tiny matmuls gain nothing from more, and lose much on a busy

@@ -66,9 +66,11 @@ def test_sequence_parallel_needs_tokens_that_divide_by_tp(capsys):
     (["--tp", "2", "--ep", "2"], "has no MoE layers"),
     (["--tp", "2", "--timeout", "0"], "--timeout: 0 is not positive"),
     (["--tp", "2", "--sp", "--batch", "1", "--workloads", "decode"], "a forward of 1 tokens does not divide"),
+    (["--tp", "2", "--ep", "2", "--batch", "1"], "a decode forward of 1 tokens"),    # on the MoE file
 ])
 def test_parallel_verify_refusals_are_one_line(capsys, extra, message):
-    code, _, err = run(capsys, "verify", "--preset-file", str(DENSE), "--seq", "8", *extra)
+    model = MOE if "--ep" in extra and "has no MoE" not in message else DENSE
+    code, _, err = run(capsys, "verify", "--preset-file", str(model), "--seq", "8", *extra)
     assert code != 0 and one_error(err, message), err
 
 

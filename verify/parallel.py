@@ -21,9 +21,10 @@ FlopCounterMode over DTensor counts the global FLOPs):
   runs whole on every rank (replicated); rank r dispatches the k copies of its share of the tokens
   (ceil(B n / ep)) to the experts' ranks with ``all_to_all_single`` and gets their outputs back
   with a second one (combine); the routed outputs and the shared experts' partial outputs are then
-  summed by the FFN's all-reduce. The routing is fixed and balanced (``model.balanced_route``: token
-  t's j-th expert is (t k + j) mod E), so costcalc's expected n k / ep pairs a rank are exact; the
-  split sizes follow from it on every rank, so no count exchange runs.
+  summed by the FFN's all-reduce. The routing is fixed and balanced (``model.balanced_route``: the
+  (token, choice) pairs cycle over the ranks' expert groups), so costcalc's expected n k / ep pairs a
+  rank are exact where ep divides B n; the split sizes follow from it on every rank, so no count
+  exchange runs.
 
 Messages travel in costcalc's activation dtype (``costcalc.parallel.ACT_BITS``: bf16), whatever the
 compute dtype. Per rank a ``verify.counting.Counter`` counts the FLOPs of every operator and a
@@ -59,7 +60,7 @@ from costcalc.spec import ModelSpec
 
 from . import build
 from .counting import Counter
-from .model import Decoder, DecoderConfig, MoEFeedForward, balanced_route, causal_mask
+from .model import Decoder, DecoderConfig, MoEFeedForward, causal_mask
 
 ACT_DTYPE = {16: torch.bfloat16, 32: torch.float32}[ACT_BITS]
 WORKLOADS = ("prefill", "decode")
@@ -161,6 +162,13 @@ def check(spec: ModelSpec, layout: Layout) -> None:
                                 f"MLP or MoE FFNs)")
 
 
+def balance(model: nn.Module, layout: Layout) -> None:
+    """Every MoE layer of ``model`` routed by ``balanced_route`` over the ep ranks' expert groups."""
+    for module in model.modules():
+        if isinstance(module, MoEFeedForward):
+            module.balanced = layout.ep
+
+
 def _rows(weight: torch.Tensor, part: int, index: int) -> torch.Tensor:
     return weight[index * part:(index + 1) * part]
 
@@ -198,9 +206,7 @@ class ShardedDecoder(Decoder):
                     self._moe(mine.ffn, whole.ffn, lc)
                 elif mine.ffn is not None:
                     self._ffn(mine.ffn, whole.ffn, lc.m)
-        for module in self.modules():
-            if isinstance(module, MoEFeedForward):
-                module.balanced = True
+        balance(self, layout)
 
     def _attention(self, mine, whole, lc, wc) -> None:
         r, d_h = self.rank, lc.d_h
@@ -393,9 +399,7 @@ def run_rank(rank: int, spec: ModelSpec, layout: Layout, workloads: Sequence[str
     dev = torch.device(f"cuda:{rank}") if device == "cuda" else torch.device("cpu")
     torch_dtype = build.DTYPES[dtype]
     full = build.from_spec(spec, dtype=torch_dtype, device=dev, seed=seed)
-    for module in full.modules():
-        if isinstance(module, MoEFeedForward):
-            module.balanced = True
+    balance(full, layout)
     model = ShardedDecoder(spec, full, layout, rank).eval()
     out = []
     with torch.no_grad():
@@ -588,10 +592,14 @@ def verify(spec: ModelSpec, layout: Layout, workloads: Sequence[str] = WORKLOADS
         raise CostcalcError("verify's parallel mode needs a layout: --tp 2 or more")
     check(spec, layout)
     for name in workloads:                              # costcalc's own checks: divisibility, what is modelled
-        Query(spec, name, Options(tp=layout.tp, ep=layout.ep, sp=layout.sp))
+        query = Query(spec, name, Options(tp=layout.tp, ep=layout.ep, sp=layout.sp))
         for seq in seqs:
-            collectives(Query(spec, name, Options(tp=layout.tp, ep=layout.ep, sp=layout.sp)),
-                        points(name, seq, batch))
+            collectives(query, points(name, seq, batch))
+            tokens = batch * (seq if name == "prefill" else 1)
+            if layout.ep > 1 and tokens % layout.ep:
+                raise CostcalcError(f"verify --ep {layout.ep}: a {name} forward of {tokens} tokens does not divide by "
+                                    f"{layout.ep}; costcalc's all-to-all is the busiest rank's, which only every "
+                                    f"rank sends where the tokens divide (use --batch {layout.ep})")
     if dtype not in build.DTYPES:
         raise CostcalcError(f"unknown dtype {dtype!r}; expected one of {', '.join(build.DTYPES)}")
     if device == "auto":

@@ -183,10 +183,12 @@ class ShardedDecoder(Decoder):
 
     def __init__(self, spec: ModelSpec, full: Decoder, layout: Layout, rank: int) -> None:
         local = DecoderConfig.from_spec(device_spec(spec, layout))
-        super().__init__(local)
+        with torch.device("meta"):                         # every weight is copied in below
+            super().__init__(local)
+            self.to(dtype=full.lm_head.weight.dtype)
+        self.to_empty(device=full.lm_head.weight.device)
         self.layout, self.rank, self.recorder = layout, rank, None
-        self.to(dtype=full.lm_head.weight.dtype, device=full.lm_head.weight.device)
-        tp, r = layout.tp, rank
+        r = rank
         with torch.no_grad():
             self.full_embed = full.embed.weight            # whole on every rank (its lookups cost nothing)
             del self.embed
@@ -550,7 +552,11 @@ def launch(world: int, target: str, kwargs: dict, backend: str = "gloo", timeout
                 if time.monotonic() > deadline:
                     raise CostcalcError(f"the {world} ranks did not finish in {timeout:g} s (ended)")
                 procs[codes.index(None)].join(0.05)
-            return [json.load(open(os.path.join(folder, f"rank{r}.json"))) for r in range(world)]
+            results = []
+            for r in range(world):
+                with open(os.path.join(folder, f"rank{r}.json")) as f:
+                    results.append(json.load(f))
+            return results
         finally:
             for p in procs:
                 if p.is_alive():
@@ -597,7 +603,7 @@ def verify(spec: ModelSpec, layout: Layout, workloads: Sequence[str] = WORKLOADS
             collectives(query, points(name, seq, batch))
             tokens = batch * (seq if name == "prefill" else 1)
             if layout.ep > 1 and tokens % layout.ep:
-                raise CostcalcError(f"verify --ep {layout.ep}: a {name} forward of {tokens} tokens does not divide by "
+                raise CostcalcError(f"verify --ep {layout.ep}: a {name} forward of {tokens} token{'s' * (tokens != 1)} does not divide by "
                                     f"{layout.ep}; costcalc's all-to-all is the busiest rank's, which only every "
                                     f"rank sends where the tokens divide (use --batch {layout.ep})")
     if dtype not in build.DTYPES:

@@ -10,7 +10,7 @@ from .. import outputs
 from ..core.registry import WORKLOADS as REGISTRY
 from ..errors import CostcalcError
 from .options import (ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, WideOpt, WindowCacheOpt, int_list,
-                      mla_form, model, warn, with_layout)
+                      mla_form, model, warn, LAYOUT_OPTIONS, bundled)
 from .emit import TABLE_WIDTH, Out, emit, output_format
 from .options import window_cache as cache_choice
 from ..vocab import WindowCache
@@ -29,8 +29,15 @@ PARALLEL_WORKLOADS = ("prefill", "decode")   # costcalc.verify.parallel.WORKLOAD
 PARALLEL_TIMEOUT_S = 300
 
 
+VerifySpOpt = Annotated[bool, typer.Option(
+    "--sp", help="Sequence parallel (with --tp): each sum after o_proj and down_proj as a reduce_scatter, "
+                 "then an all_gather (the collectives' op names).")]
+
+
 def _layout_options(command):
-    return with_layout(command, keep=("tp", "ep", "sp"))
+    """--tp and --ep as the workload commands have them; --sp with a help that fits verify's columns."""
+    return bundled("layout", {"tp": LAYOUT_OPTIONS["tp"], "ep": LAYOUT_OPTIONS["ep"], "sp": (VerifySpOpt, False)},
+                   lambda **given: given)(command)
 
 
 @_layout_options

@@ -97,8 +97,10 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
         attention = sum(g.count for g in spec.groups if g.block.attention)
         ffn = sum(g.count for g in spec.groups if g.block.ffn != "none")
         if layout.sp and tokens % layout.tp:
-            raise CostcalcError(f"--sp: a forward of {tokens} token{'s' * (tokens != 1)} does not divide by --tp {layout.tp} (sequence "
-                                f"parallel splits every forward's tokens evenly over the tensor-parallel devices)")
+            plural = "s" * (tokens != 1)
+            raise CostcalcError(f"--sp: a forward of {tokens} token{plural} does not divide by --tp {layout.tp} "
+                                f"(sequence parallel splits every forward's tokens evenly over the tensor-parallel "
+                                f"devices)")
         for where, layers in (("o_proj", attention), ("ffn down_proj", ffn)):
             out += _tp_reduce(layout, where, steps * layers, tokens * d * a)
         out.append(Collective("all_gather", "lm_head", steps, rows * spec.sizes["V"] * a))

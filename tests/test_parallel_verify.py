@@ -66,7 +66,7 @@ def test_sequence_parallel_needs_tokens_that_divide_by_tp(capsys):
     (["--tp", "2", "--ep", "2"], "has no MoE layers"),
     (["--tp", "2", "--timeout", "0"], "--timeout: 0 is not positive"),
     (["--tp", "2", "--sp", "--batch", "1", "--workloads", "decode"], "a forward of 1 token does not divide"),
-    (["--tp", "2", "--ep", "2", "--batch", "1"], "a decode forward of 1 token does not divide by 2"),    # on the MoE file
+    (["--tp", "2", "--ep", "2", "--batch", "1"], "a decode forward of 1 token does not divide by 2"),   # MoE
 ])
 def test_parallel_verify_refusals_are_one_line(capsys, extra, message):
     model = MOE if "--ep" in extra and "has no MoE" not in message else DENSE
@@ -79,6 +79,7 @@ def test_the_cli_and_the_verifier_run_the_same_workloads():
     from costcalc.verify import parallel
 
     assert verify_cmd.PARALLEL_WORKLOADS == parallel.WORKLOADS
+    assert verify_cmd.PARALLEL_TIMEOUT_S == parallel.TIMEOUT_S
 
 
 # --- one sharded run (fast): tp 2, a prefill and a decode step -------------------------------------

@@ -473,7 +473,7 @@ class MoEFeedForward(nn.Module):
         self.experts = nn.ModuleList(expert(c.d, lc.m_e) for _ in range(lc.E))
         self.shared_experts = nn.ModuleList(expert(c.d, lc.m_s) for _ in range(lc.E_s))
         self.shared_expert_gate = nn.Linear(c.d, 1, bias=False) if lc.block.shared_gate else None
-        self.balanced = 0                # g > 0: ``balanced_route`` over g groups instead of the top-k (verify.parallel)
+        self.balanced = 0                # g > 0: ``balanced_route`` over g groups, not the top-k (verify.parallel)
 
     def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights [T, k], experts [T, k]): the router's top-k, or with ``balanced`` the fixed

@@ -68,8 +68,8 @@ WORKLOADS = ("prefill", "decode")
 # logit: the messages are rounded to bf16 (a few per cent of the small logits of random weights); a
 # wrong shard or a missing sum is off by the whole size of its part.
 LOGITS_GAP = 0.1
-TIMEOUT_S = 120          # a whole run; gloo's own timeout for one collective is shorter (COLLECTIVE_S)
-COLLECTIVE_S = 60
+TIMEOUT_S = 300          # a whole run (the CLI's --timeout default)
+COLLECTIVE_S = 60        # gloo's and nccl's own timeout for one collective
 
 
 # ---------------------------------------------------------------------------------------------
@@ -603,9 +603,10 @@ def verify(spec: ModelSpec, layout: Layout, workloads: Sequence[str] = WORKLOADS
             collectives(query, points(name, seq, batch))
             tokens = batch * (seq if name == "prefill" else 1)
             if layout.ep > 1 and tokens % layout.ep:
-                raise CostcalcError(f"verify --ep {layout.ep}: a {name} forward of {tokens} token{'s' * (tokens != 1)} does not divide by "
-                                    f"{layout.ep}; costcalc's all-to-all is the busiest rank's, which only every "
-                                    f"rank sends where the tokens divide (use --batch {layout.ep})")
+                plural = "s" * (tokens != 1)
+                raise CostcalcError(f"verify --ep {layout.ep}: a {name} forward of {tokens} token{plural} does not "
+                                    f"divide by {layout.ep}; costcalc's all-to-all is the busiest rank's, which "
+                                    f"only every rank sends where the tokens divide (use --batch {layout.ep})")
     if dtype not in build.DTYPES:
         raise CostcalcError(f"unknown dtype {dtype!r}; expected one of {', '.join(build.DTYPES)}")
     if device == "auto":

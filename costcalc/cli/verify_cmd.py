@@ -26,7 +26,7 @@ VerifyPresetOpt = Annotated[Optional[str], typer.Option(
 
 
 PARALLEL_WORKLOADS = ("prefill", "decode")   # costcalc.verify.parallel.WORKLOADS (a test holds it)
-PARALLEL_TIMEOUT_S = 300
+PARALLEL_TIMEOUT_S = 300                     # costcalc.verify.parallel.TIMEOUT_S (a test holds it)
 
 
 VerifySpOpt = Annotated[bool, typer.Option(

@@ -205,8 +205,10 @@ def test_a_hanging_rank_is_ended_at_the_timeout():
 
 
 @pytest.mark.slow
-def test_ctrl_c_ends_the_ranks(tmp_path):
-    """SIGINT to the command while its ranks run: it exits and leaves no rank behind."""
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_an_interrupted_or_killed_launcher_leaves_no_rank(tmp_path, how):
+    """Ctrl-C (SIGINT) to the command while its ranks run: it ends them and exits; killed outright
+    (SIGKILL: no cleanup of its own runs), the ranks see it gone and end themselves."""
     import signal
 
     pids = tmp_path / "pids"
@@ -227,9 +229,11 @@ def test_ctrl_c_ends_the_ranks(tmp_path):
         time.sleep(0.2)
     assert pids.exists(), proc.stderr.read() if proc.poll() is not None else "no ranks started"
     ranks = [int(p) for p in pids.read_text().split()]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, how))
     proc.wait(timeout=60)
-    time.sleep(1)
+    deadline = time.monotonic() + 20
+    while _alive(ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert proc.returncode != 0 and not _alive(ranks)
 
 

@@ -40,6 +40,7 @@ import os
 import signal
 import socket
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter as Tally
@@ -481,11 +482,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, folder: str, backend: str, target: str, kwargs: dict) -> None:
+def _rank_main(rank: int, world: int, port: int, folder: str, backend: str, target: str, kwargs: dict,
+               launcher: int) -> None:
     """A spawned rank: the process group up, ``target`` run, its result (or its error) in a file. An
     error is written before the process group is torn down, so the rank that failed first says so
-    first (the others then fail on the closed connection)."""
+    first (the others then fail on the closed connection). A rank outlives no ``launcher``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # Ctrl-C is the parent's: it terminates the ranks
+    threading.Thread(target=_watch, args=(launcher,), daemon=True).start()
     torch.set_num_threads(int(os.environ.get("COSTCALC_RANK_THREADS", "1")))
     try:
         if backend == "nccl":
@@ -507,6 +510,18 @@ def _rank_main(rank: int, world: int, port: int, folder: str, backend: str, targ
     except BaseException as exc:                      # noqa: BLE001 -- the process group did not come up
         _report(folder, rank, exc)
         raise SystemExit(1)
+
+
+def _watch(launcher: int) -> None:
+    """End this rank when the process that launched it is gone (killed outright: its cleanup never ran)."""
+    while True:
+        time.sleep(1)
+        try:
+            os.kill(launcher, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:
+            pass
 
 
 def _report(folder: str, rank: int, exc: BaseException) -> None:
@@ -537,7 +552,7 @@ def launch(world: int, target: str, kwargs: dict, backend: str = "gloo", timeout
     ctx.set_forkserver_preload([__name__])
     with tempfile.TemporaryDirectory(prefix="costcalc-ranks-") as folder:
         port = free_port()
-        procs = [ctx.Process(target=_rank_main, args=(r, world, port, folder, backend, target, kwargs),
+        procs = [ctx.Process(target=_rank_main, args=(r, world, port, folder, backend, target, kwargs, os.getpid()),
                              daemon=True, name=f"costcalc-rank{r}") for r in range(world)]
         try:
             for p in procs:

@@ -260,7 +260,7 @@ class ShardedDecoder(Decoder):
         msg = y_TD.to(ACT_DTYPE).contiguous()
         out = msg.new_empty(msg.shape[0] // self.layout.tp, msg.shape[1])
         with self._label(where):
-            dist.reduce_scatter_tensor(out, msg)
+            getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(out, msg)
         return out.to(y_TD.dtype)
 
     def _all_gather(self, x_TD: torch.Tensor, where: str) -> torch.Tensor:

@@ -132,9 +132,10 @@ def forwards(query: Query, point: dict[str, int]) -> tuple[int, int, int]:
 
 def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
     """The collectives one device runs at one point (B: the whole batch; a replica's B / D under dp).
-    TP: an all-reduce of the B n x d activations after each attention's o_proj and each FFN's down
-    projection (a layer without an FFN: one; with sequence parallel a reduce-scatter and an all-gather
-    of it: ``_tp_reduce``), and an all-gather of the vocabulary-parallel logits (none where the forward
+    TP: an all-reduce of the B n x d activations after the vocabulary-parallel embedding (each device
+    looks up the tokens of its V / tp rows, zeros elsewhere: vLLM's ``VocabParallelEmbedding``), after
+    each attention's o_proj and after each FFN's down projection (a layer without an FFN: one; with
+    sequence parallel a reduce-scatter and an all-gather of it: ``_tp_reduce``), and an all-gather of the vocabulary-parallel logits (none where the forward
     runs no LM head). EP (the all-to-all convention: each device dispatches the tokens of its share of
     its replica, ceil(B n / tp), the busiest device's; over ep devices): per MoE layer a dispatch and a
     combine all-to-all of its tokens' k copies x d, beside the all-reduce that sums the shared experts'
@@ -152,7 +153,7 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
             raise CostcalcError(f"--sp: a forward of {tokens} token{plural} does not divide by --tp {layout.tp} "
                                 f"(sequence parallel splits every forward's tokens evenly over the tensor-parallel "
                                 f"devices)")
-        for where, layers in (("o_proj", attention), ("ffn down_proj", ffn)):
+        for where, layers in (("embedding", 1), ("o_proj", attention), ("ffn down_proj", ffn)):
             out += _tp_reduce(layout, where, steps * layers, tokens * d * a)
         if rows:
             out.append(Collective("all_gather", "lm_head", steps, rows * spec.sizes["V"] * a, layout.tp))
@@ -332,8 +333,10 @@ def beside(table: dict[str, list]) -> dict[str, list]:
 @dataclass(frozen=True)
 class Stage(Query):
     """A pipeline stage as a query: its layer groups only (``costcalc.stages``); ``last`` False --
-    every stage but the last -- runs no LM head (the recipes charge it in the first group: left out)."""
+    every stage but the last -- runs no LM head (the recipes charge it in the first group: left out);
+    ``first`` False -- every stage but the first -- looks up no embedding (nor reduces it)."""
     last: bool = True
+    first: bool = True
 
     def recipes(self, kind: str = "flops"):
         for group, recipe in Query.recipes(self, kind):
@@ -350,7 +353,7 @@ def stage_queries(query: Query) -> list[Stage]:
     for i, groups in enumerate(parts):
         own = replace(spec, groups=groups, sizes={**spec.sizes, "L": sum(g.count for g in groups)})
         out.append(Stage(replace(own, dtypes=_held(own)), query.workload, options, query.precision, query.machine,
-                         last=i == len(parts) - 1))
+                         last=i == len(parts) - 1, first=i == 0))
     return out
 
 
@@ -386,7 +389,8 @@ def stage_collectives(stage: Stage, point: dict[str, int], m: int) -> list[Colle
     expert-parallel collectives (the logits gather on the last stage only) and, on every stage but the
     last, the activation it sends on: per micro-batch B/m x tokens x d in bf16 (``ACT_BITS``; ``STAGE_TENSORS``
     of them), every tensor-parallel rank its whole copy (no scatter/gather of the message across the TP ranks)."""
-    found = [replace(c, count=c.count * m) for c in collectives(stage, point) if stage.last or c.where != "lm_head"]
+    found = [replace(c, count=c.count * m) for c in collectives(stage, point)
+             if (stage.last or c.where != "lm_head") and (stage.first or c.where != "embedding")]
     if not stage.last:
         steps, tokens, _ = forwards(stage, point)
         message = STAGE_TENSORS * tokens * stage.spec.sizes["d"] * ACT_BITS // 8

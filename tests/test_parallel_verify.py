@@ -43,8 +43,9 @@ def test_sequence_parallel_turns_each_all_reduce_into_reduce_scatter_and_all_gat
     got = {(c["op"], c["where"]): (c["count"], c["bytes"]) for c in sp["collectives"]}
     assert got == {("reduce_scatter", "o_proj"): (L, message), ("all_gather", "o_proj"): (L, message),
                    ("reduce_scatter", "ffn down_proj"): (L, message), ("all_gather", "ffn down_proj"): (L, message),
+                   ("reduce_scatter", "embedding"): (1, message), ("all_gather", "embedding"): (1, message),
                    ("all_gather", "lm_head"): (1, B * V * 2)}
-    assert sp["comm_bytes_per_device"] == 4 * L * message + B * V * 2
+    assert sp["comm_bytes_per_device"] == (4 * L + 2) * message + B * V * 2
     assert sp["flops_per_device"] == plain["flops_per_device"] and sp["layout"] == "tp4.sp"
 
 
@@ -112,7 +113,8 @@ def test_tp2_prefill_and_decode_held_exactly(tmp_path):
         assert pre["flops k_proj"]["counted"] == L * 2 * B * S * d * 1 * d_h      # h_kv 2 over 2 ranks: one each
         assert dec["flops lm_head"]["counted"] == 2 * B * d * V // 2
         assert {c.split(" x ")[0] for c in pre if " x " in c} == {"all_reduce o_proj", "all_reduce ffn down_proj",
-                                                                   "all_gather lm_head"}
+                                                                   "all_reduce embedding", "all_gather lm_head"}
+        assert pre[f"all_reduce embedding x {B * S * d * 2} B"]["counted"] == 1   # the vocabulary-split lookups
 
 
 # --- slow: the other layouts -----------------------------------------------------------------------

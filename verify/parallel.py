@@ -11,8 +11,9 @@ FlopCounterMode over DTensor counts the global FLOPs):
   its ``m / tp`` of every FFN; where ``h_kv < tp`` each rank keeps the one KV head its query heads
   read (vLLM's ``QKVParallelLinear`` replicates it on ``tp / h_kv`` ranks). The partial outputs of
   o_proj and down_proj are summed with ``dist.all_reduce``; the vocabulary-parallel logits are
-  gathered with ``all_gather_into_tensor``. The embedding and the norms are whole on every rank
-  (costcalc counts neither and its list has no collective for them).
+  gathered with ``all_gather_into_tensor``. The embedding is vocabulary-parallel (rank r holds rows
+  r V / tp .. (r+1) V / tp - 1, looks up the tokens there, zeros elsewhere) and its partial lookups
+  are summed with one all-reduce (vLLM's ``VocabParallelEmbedding``); the norms are whole on every rank.
 - sequence parallel (``sp``, Korthikanti et al. 2022): each all-reduce is a ``reduce_scatter_tensor``
   (each rank keeps B n / tp tokens for the residual add and the norm) and an
   ``all_gather_into_tensor`` of the normed tokens before the next column-split projections (the
@@ -191,8 +192,7 @@ class ShardedDecoder(Decoder):
         self.layout, self.rank, self.recorder = layout, rank, None
         r = rank
         with torch.no_grad():
-            self.full_embed = full.embed.weight            # whole on every rank (its lookups cost nothing)
-            del self.embed
+            self.embed.weight.copy_(_rows(full.embed.weight, self.c.V, r))   # vocabulary-parallel: V / tp rows
             if full.position is not None:
                 self.position.weight.copy_(full.position.weight)
             if self.norm.weight is not None:
@@ -277,13 +277,18 @@ class ShardedDecoder(Decoder):
         B, C = tokens.shape
         tp, sp, d = self.layout.tp, self.layout.sp, self.c.d
         positions = torch.arange(past, past + C, device=tokens.device)
-        x = F.embedding(tokens, self.full_embed)
-        if self.position is not None:
-            x = x + self.position(positions)[None]
-        x_TD = x.reshape(B * C, d)                         # the residual: every token, or (sp) this rank's
         own = slice(self.rank * (B * C // tp), (self.rank + 1) * (B * C // tp))
-        pending = None                                     # sp: the reduce-scatter the next gather pairs with
-        sharded = False
+        lo, rows_here = self.rank * self.c.V, self.c.V     # this rank's rows of the embedding
+        inside = (tokens >= lo) & (tokens < lo + rows_here)
+        x = F.embedding((tokens - lo).clamp(0, rows_here - 1), self.embed.weight) * inside[..., None]
+        x_TD = x.reshape(B * C, d)                         # the residual: every token, or (sp) this rank's
+        if sp:                                             # the partial lookups summed (vLLM's VocabParallelEmbedding)
+            x_TD, pending, sharded = self._reduce_scatter(x_TD, "embedding"), "embedding", True
+        else:
+            x_TD, pending, sharded = self._all_reduce(x_TD, "embedding"), None, False
+        if self.position is not None:
+            where = self.position(positions)[None].expand(B, C, d).reshape(B * C, d)
+            x_TD = x_TD + (where[own] if sharded else where)
 
         def enter(norm) -> torch.Tensor:                   # the normed input of a column-split projection
             if sp and sharded:

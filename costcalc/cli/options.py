@@ -113,9 +113,9 @@ SpOpt = Annotated[bool, typer.Option(
 MicroBatchesOpt = Annotated[Optional[int], typer.Option(
     "--micro-batches", metavar="M", show_default=False, help="Micro-batches of B/M sequences a pipeline step is split into (--pp).  "
                                                            "(default: 1, the batch through the stages once)")]
-OverlapOpt = Annotated[Overlap, typer.Option(
-    help="Communication against compute: none (added, as engines run TP all-reduces) or full (hidden where "
-         "shorter).")]
+OverlapOpt = Annotated[Optional[Overlap], typer.Option(
+    show_default=False, help="Communication against compute: full (hidden where shorter: the floor) or none "
+                             "(added, as engines run TP all-reduces).  (default: full)")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column in the table, however wide.")]
 OutputOpt = Annotated[Optional[str], typer.Option(
     "--output", "-o", callback=check_output, metavar="FILE",
@@ -245,15 +245,17 @@ def bundled(name: str, options: Mapping[str, tuple[Any, Any]], build):
 
 LAYOUT_OPTIONS = {   # name: (annotation, default) -- the parallel layout of the workload commands (Options' fields)
     "tp": (TpOpt, 1), "ep": (EpOpt, 1), "pp": (PpOpt, 1), "dp": (DpOpt, 1), "sp": (SpOpt, False),
-    "micro_batches": (MicroBatchesOpt, None), "overlap": (OverlapOpt, Overlap.none),
+    "micro_batches": (MicroBatchesOpt, None), "overlap": (OverlapOpt, None),
 }
 
 
 def with_layout(command, keep: Sequence[str] = tuple(LAYOUT_OPTIONS)):
     """The layout options (``LAYOUT_OPTIONS``, or those named in ``keep``), received in the
-    command's parameter ``layout`` as a dict of ``evaluate.Options`` fields."""
+    command's parameter ``layout`` as a dict of ``evaluate.Options`` fields (``overlap`` only where
+    given: ``Options``' default otherwise, so a warning can tell it was asked for)."""
     def build(**given):
-        return {key: value.value if isinstance(value, Overlap) else value for key, value in given.items()}
+        return {key: value.value if isinstance(value, Overlap) else value for key, value in given.items()
+                if not (key == "overlap" and value is None)}
     return bundled("layout", {key: LAYOUT_OPTIONS[key] for key in keep}, build)(command)
 
 

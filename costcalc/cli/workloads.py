@@ -279,8 +279,9 @@ def train(
     points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
     each = _options(kinds, logits="all", tile=chosen, mla=mla, zero=zero, **layout)
     machine = traffic.machine
-    if machine is None and layout.get("overlap") == "full":
-        warn("--overlap full does nothing without --device (it changes time, not FLOPs, bytes or memory)")
+    if machine is None and layout.get("overlap") is not None:
+        warn(f"--overlap {layout['overlap']} does nothing without --device (it changes time, not FLOPs, bytes or "
+             f"memory)")
     plan = training.Plan(training.Recompute.none if recompute is None else recompute,
                          training.OPTIMIZERS[OptimizerChoice(optimizer).value],
                          machine.device if machine is not None else None)

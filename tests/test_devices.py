@@ -104,3 +104,37 @@ def test_bad_link_fields_are_one_line(data, message, tmp_path, capsys):
     path.write_text(json.dumps(data).replace("Infinity", "1e999"))      # JSON's overflow to infinity
     code, out, err = run(capsys, "decode", "-p", "toy", "--context", "4", "--device-file", str(path))
     assert code == 2 and out == "" and one_error(err, message), err
+
+
+# --- memory as the device exposes it (source.memory_note), and `devices list` -------------------------------
+
+def _exposed_mib(note: str) -> int | None:
+    """The MiB total a profile's memory note quotes from nvidia-smi (None where it quotes another tool)."""
+    import re
+
+    found = re.match(r"exposed: nvidia-smi reports (\d+)MiB total", note)
+    return int(found.group(1)) if found else None
+
+
+@pytest.mark.parametrize("name", devices.names())
+def test_each_profile_says_where_its_memory_figure_comes_from(name):
+    device = devices.load(name)
+    note = device.source.get("memory_note", "")
+    assert note.startswith(("exposed:", "marketing:")), (name, note)     # the driver's figure, or said it is not
+    assert device.source.get("memory_url", "").startswith("https://"), name
+    mib = _exposed_mib(note)
+    if mib is not None:            # the bytes are the quoted nvidia-smi total, to the byte
+        assert device.mem_bytes == mib * 2**20, name
+
+
+def test_80_gb_class_parts_hold_more_than_80e9_bytes():
+    """The datasheets' '80GB' is decimal marketing; the driver exposes more (85.5-85.9e9): memory fits against that."""
+    for name in ("a100", "h100"):
+        assert 85e9 < devices.load(name).mem_bytes <= 80 * 2**30, name
+
+
+def test_devices_list_is_the_devices_listing(capsys):
+    for fmt in ([], ["-f", "csv"], ["-f", "json"], ["--wide"]):
+        plain = run(capsys, "devices", *fmt)
+        alias = run(capsys, "devices", "list", *fmt)
+        assert plain[0] == alias[0] == 0 and plain[1] == alias[1] and "h100" in alias[1], fmt

@@ -327,7 +327,8 @@ def test_devices_show_reads_in_units_as_a_table_and_keeps_the_numbers_in_csv(cap
     code, out, _ = run(capsys, "devices", "show", "h100")
     fields = dict(line.split(None, 1) for line in out.splitlines() if line.strip() and not line.startswith(" "))
     assert code == 0 and fields["peak_flops.bf16"] == "989.5 TFLOP/s (9.895e+14)"
-    assert fields["mem_bw"] == "3.350 TB/s (3.35e+12)" and fields["mem_bytes"] == "80.00 GB (8e+10)"
+    # 81559 MiB, what nvidia-smi reports for an H100 SXM (the profile's source.memory_note): 85,520,809,984 bytes
+    assert fields["mem_bw"] == "3.350 TB/s (3.35e+12)" and fields["mem_bytes"] == "85.52 GB (8.55208e+10)"
     code, out, _ = run(capsys, "devices", "show", "h100", "-f", "csv")
     import csv
     import io

@@ -14,7 +14,22 @@ GB = 10**9
 DATASHEET = {   # device: (scale-up bidirectional GB/s, GPUs in the domain, NIC Gb/s per GPU or None)
     "a100": (600, 8, 200), "h100": (900, 8, 400), "h200": (900, 8, 400), "b200": (1800, 8, 400),
     "l40s": (64, 8, None), "mi300x": (7 * 128, 8, 400),
+    "a100-40gb": (600, 8, None), "h100-nvl": (600, 2, None), "h800": (400, 8, None), "h20": (900, 8, None),
+    "b300": (1800, 8, 800), "gb200": (1800, 72, None),
 }
+LINKLESS = ("h100-pcie", "l4", "mi325x", "mi355x")    # no source gave a GPU-to-GPU figure: no links, said in a note
+
+
+@pytest.mark.parametrize("name", LINKLESS)
+def test_a_profile_without_a_sourced_link_has_none_and_says_why(name):
+    device = devices.load(name)
+    assert device.scale_up is None and device.scale_out is None and device.interconnect["note"].startswith("no links")
+    with pytest.raises(CostcalcError, match="no interconnect.scale_up"):
+        device.link("scale_up")
+
+
+def test_every_built_in_profile_is_in_one_of_the_tables():
+    assert sorted(devices.names()) == sorted([*DATASHEET, *LINKLESS])
 
 
 @pytest.mark.parametrize("name", sorted(DATASHEET))
@@ -138,3 +153,16 @@ def test_devices_list_is_the_devices_listing(capsys):
         plain = run(capsys, "devices", *fmt)
         alias = run(capsys, "devices", "list", *fmt)
         assert plain[0] == alias[0] == 0 and plain[1] == alias[1] and "h100" in alias[1], fmt
+
+
+@pytest.mark.parametrize("name", devices.names())
+def test_dense_peaks_are_half_the_printed_with_sparsity_figure(name):
+    """Where a profile quotes the vendor's 'with sparsity' figure for a dtype it stores, the stored peak is its half."""
+    import re
+
+    device = devices.load(name)
+    for dtype, printed in device.source.get("printed_with_sparsity", {}).items():
+        if dtype not in device.peak_flops:
+            continue                                   # a per-system figure (b200), not one of the peaks
+        sparse = float(re.findall(r"\d[\d,]*(?:\.\d+)?", printed)[-1].replace(",", "")) * 1e12   # the last number
+        assert device.peak_flops[dtype] == pytest.approx(sparse / 2, rel=0.02), (name, dtype, printed)

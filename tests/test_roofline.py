@@ -282,9 +282,10 @@ def test_devices_show_and_memory_and_crossover_keys(capsys):
 def test_every_built_in_device_has_a_source_and_dense_peaks():
     for device in devices.load_all():
         assert device.source.get("url", "").startswith("https://"), device.name
-        assert device.peak_flops["bf16"] > 1e14 and device.mem_bw > 5e11 and device.mem_bytes >= 48e9
-        if "fp8" in device.peak_flops:
-            assert device.peak_flops["fp8"] == pytest.approx(2 * device.peak_flops["bf16"], rel=0.05)
+        assert max(device.peak_flops.values()) > 1e14 and device.mem_bw > 2e11 and device.mem_bytes >= 20e9
+        half = device.peak_flops.get("bf16", device.peak_flops.get("fp16"))   # a profile leaves out what no source gives
+        if "fp8" in device.peak_flops and half:   # dense fp8 is twice dense 16-bit on every part here
+            assert device.peak_flops["fp8"] == pytest.approx(2 * half, rel=0.05), device.name
 
 
 @pytest.mark.parametrize("args, message", [

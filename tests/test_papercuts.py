@@ -217,3 +217,49 @@ def test_llm_analysis_head_counts_a_plain_mlp_as_two_matrices():
     row = _head("phi-2", 64)
     assert row["flops"] is not None, row["note"]
     assert not any("MLP" in d["term"] for d in row["differences"]), row["differences"]
+
+
+# --- Markdown is the readable table -----------------------------------------------------------
+
+def _pipe_rows(text):
+    return [[c.strip() for c in line.strip()[1:-1].split(" | ")] for line in text.splitlines() if line.startswith("| ")]
+
+
+def test_markdown_is_the_terminal_table_as_a_pipe_table(tmp_path, capsys):
+    args = ["decode", "-p", "llama-3.1-8b", "-t", "1k,8k", "-b", "1,32", "-d", "h100"]
+    code, table, _ = run(capsys, *args)
+    assert code == 0
+    target = tmp_path / "x.md"
+    code, out, err = run(capsys, *args, "-o", str(target))
+    assert code == 0 and out == "" and "(markdown)" in err
+    text = target.read_text()
+    rows = _pipe_rows(text)
+    titles = next(line for line in table.splitlines() if line.startswith("batch")).split()
+    assert rows[0] == titles                                    # the columns the table chooses
+    assert set(rows[1]) <= {"---", "---:"} and len(rows[1]) == len(titles)
+    assert len(rows) == 2 + 4 and all(len(r) == len(titles) for r in rows)
+    assert any(" GB" in c or " ms" in c or "FLOP" in c for r in rows[2:] for c in r)   # units, not raw numbers
+    assert "Columns left out to fit 80 characters" in text and "roofline floor" in text   # the table's notes
+    code, csv_text, _ = run(capsys, *args, "-f", "csv")
+    assert len(csv_text.splitlines()[0].split(",")) > len(titles)
+
+
+def test_markdown_wide_has_every_column_of_the_wide_table(capsys):
+    args = ["prefill", "-p", "toy", "--seq", "64,128", "-d", "h100"]
+    code, table, _ = run(capsys, *args, "--wide")
+    code, md, err = run(capsys, *args, "-f", "markdown", "--wide")
+    assert code == 0 and "does nothing" not in err
+    header = _pipe_rows(md)[0]
+    assert header == next(line for line in table.splitlines() if line.startswith("batch")).split()
+    assert len(header) > len(_pipe_rows(run(capsys, *args, "-f", "markdown")[1])[0])
+    assert "Columns left out" not in md
+
+
+def test_markdown_of_one_wide_row_is_a_field_per_row_and_escapes_pipes(tmp_path, capsys, request):
+    toy = json.loads((request.config.rootpath / "presets" / "toy.json").read_text())
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({**toy, "name": "mine", "title": "a | b"}))
+    code, out, _ = run(capsys, "presets", "show", "--preset-file", str(mine), "-f", "markdown")
+    rows = _pipe_rows(out)
+    assert code == 0 and rows[0] == ["field", "value"]
+    assert ["title", "a \\| b"] in rows and ["preset", "mine"] in rows

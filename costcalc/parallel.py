@@ -101,9 +101,10 @@ def _exact(value: Fraction) -> Any:
 @dataclass(frozen=True)
 class Collective:
     """One kind of collective a device runs in a step: ``op`` (all_reduce, all_gather,
-    all_to_all), ``where`` (after which operator), ``count`` (times per step) and ``bytes``, the
+    reduce_scatter, all_to_all), ``where`` (after which operator), ``count`` (times per step) and ``bytes``, the
     message: the buffer each device passes in (all-reduce: the tensor reduced; all-gather: the
-    gathered result; all-to-all: the device's send buffer, its own share included). The fraction
+    gathered result; reduce-scatter: the tensor reduced, before it is scattered; all-to-all: the
+    device's send buffer, its own share included). The fraction
     that leaves the device (2(n-1)/n, (n-1)/n) belongs to the time model, not to the message."""
     op: str
     where: str
@@ -132,12 +133,12 @@ def forwards(query: Query, point: dict[str, int]) -> tuple[int, int, int]:
 def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
     """The collectives one device runs at one point (B: the whole batch; a replica's B / D under dp).
     TP: an all-reduce of the B n x d activations after each attention's o_proj and each FFN's down
-    projection (a layer without an FFN: one), and an all-gather of the vocabulary-parallel logits
-    (none where the forward runs no LM head). EP (the all-to-all convention: each device dispatches
-    the tokens of its share of its replica, ceil(B n / tp), the busiest device's; over ep devices):
-    per MoE layer a dispatch and a combine all-to-all of its tokens' k copies x d, beside the
-    all-reduce that sums the shared experts' partial outputs and gathers the routed ones back on
-    every device of the tensor-parallel group."""
+    projection (a layer without an FFN: one; with sequence parallel a reduce-scatter and an all-gather
+    of it: ``_tp_reduce``), and an all-gather of the vocabulary-parallel logits (none where the forward
+    runs no LM head). EP (the all-to-all convention: each device dispatches the tokens of its share of
+    its replica, ceil(B n / tp), the busiest device's; over ep devices): per MoE layer a dispatch and a
+    combine all-to-all of its tokens' k copies x d, beside the all-reduce that sums the shared experts'
+    partial outputs and gathers the routed ones back on every device of the tensor-parallel group."""
     layout, spec = query.options.layout, query.spec
     steps, tokens, rows = forwards(query, point)
     a = ACT_BITS // 8
@@ -146,9 +147,13 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
     if layout.tp > 1:
         attention = sum(g.count for g in spec.groups if g.block.attention)
         ffn = sum(g.count for g in spec.groups if g.block.ffn != "none")
-        out.append(Collective("all_reduce", "o_proj", steps * attention, tokens * d * a, layout.tp))
-        if ffn:
-            out.append(Collective("all_reduce", "ffn down_proj", steps * ffn, tokens * d * a, layout.tp))
+        if layout.sp and tokens % layout.tp:
+            plural = "s" * (tokens != 1)
+            raise CostcalcError(f"--sp: a forward of {tokens} token{plural} does not divide by --tp {layout.tp} "
+                                f"(sequence parallel splits every forward's tokens evenly over the tensor-parallel "
+                                f"devices)")
+        for where, layers in (("o_proj", attention), ("ffn down_proj", ffn)):
+            out += _tp_reduce(layout, where, steps * layers, tokens * d * a)
         if rows:
             out.append(Collective("all_gather", "lm_head", steps, rows * spec.sizes["V"] * a, layout.tp))
     if layout.ep > 1:
@@ -166,6 +171,18 @@ def ranks(collective: Collective, layout: Any) -> int:
     if collective.ranks is not None:
         return collective.ranks
     return layout.ep if collective.op == links_model.ALL_TO_ALL else layout.tp
+
+
+def _tp_reduce(layout, where: str, count: int, message: int) -> list[Collective]:
+    """The sum of the row-split projection's partial outputs: one all-reduce of the B n x d tensor;
+    with sequence parallel (Korthikanti et al. 2022, arXiv 2205.05198) a reduce-scatter of it (each
+    device keeps its B n / tp tokens for the residual add and the norm) and an all-gather of the same
+    tensor before the next column-split projections (the next layer's, or the LM head's after the
+    last layer): the same message each, the same bytes on the wire as the all-reduce."""
+    if not layout.sp:
+        return [Collective("all_reduce", where, count, message, layout.tp)]
+    return [Collective("reduce_scatter", where, count, message, layout.tp),
+            Collective("all_gather", where, count, message, layout.tp)]
 
 
 def columns(query: Query, point: dict[str, Sequence[int]], n: int) -> dict[str, list]:
@@ -244,12 +261,16 @@ def links(layout: Any, device: Any) -> str:
     groups = {}
     for name, n in (("tp", layout.tp), ("ep", layout.ep)):
         if n > 1:
-            used = link(device, n)
-            kind = "scale_up" if used is device.scale_up else "scale_out" if used is device.scale_out else \
-                "scale_out across domains"
-            text = f"{kind} {used.bandwidth(n):.3g} B/s each way, alpha {used.latency_s:.3g} s"
-            groups.setdefault(text, []).append(f"{name}{n}")
+            groups.setdefault(_phrase(device, link(device, n), n), []).append(f"{name}{n}")
     return "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items()) or "none"
+
+
+def _phrase(device: Any, used: links_model.Link, n: int) -> str:
+    """A link as a row says it: its class (the profile's scale_up or scale_out, or across domains: the
+    slowest hop), its bandwidth for a group of n each way, and its alpha."""
+    kind = "scale_up" if used is device.scale_up else "scale_out" if used is device.scale_out else \
+        "scale_out across domains"
+    return f"{kind} {used.bandwidth(n):.3g} B/s each way, alpha {used.latency_s:.3g} s"
 
 
 def step_time(roofline_s: float, comm_s: float, overlap: Overlap) -> float:
@@ -465,8 +486,7 @@ def _pipeline_links(query: Query) -> str:
     """``links`` with the stage boundaries' link beside the tensor/expert groups'."""
     device, layout = query.machine.device, query.options.layout
     used = {boundary_link(query, s) for s in range(layout.pp - 1)}
-    text = "; ".join(f"{link.name} {link.bandwidth(2):.3g} B/s each way, alpha {link.latency_s:.3g} s"
-                     for link in sorted(used, key=lambda x: x.name))
+    text = "; ".join(sorted({_phrase(device, link, 2) for link in used}))
     own = links(layout, device)
     return (own + "; " if own != "none" else "") + f"pp{layout.pp} boundaries: {text}"
 

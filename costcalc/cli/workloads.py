@@ -18,6 +18,7 @@ from .emit import concat, emit, interleave
 from .options import draft as draft_choice
 from .options import window_cache as cache_choice
 from .options import tile as parse_tile
+from .options import whole_number
 
 
 @with_layout
@@ -237,7 +238,7 @@ def generate(
 
 OptimizerChoice = Choice("OptimizerChoice", {name: name for name in training.OPTIMIZERS})
 ZeroOpt = Annotated[int, typer.Option(
-    "--zero", metavar="Z", help="ZeRO stage over the --dp devices: 0 (DDP), 1 (optimizer state sharded), 2 (and "
+    "--zero", parser=whole_number("--zero"), metavar="Z", help="ZeRO stage over the --dp devices: 0 (DDP), 1 (optimizer state sharded), 2 (and "
                                 "gradients), 3 (and weights: FSDP's full sharding).")]
 RecomputeOpt = Annotated[Optional[training.Recompute], typer.Option(
     "--recompute", show_default=False, help="Activations kept for the backward: none (every saved tensor; the "

@@ -3,7 +3,8 @@
 For every point: the roofline floor (``costcalc.calc`` on the point's preset, device, dtypes and
 layout), the measured time the published number stands for, and measured/floor; then the median
 and spread for prefill (time to first token), decode (gpt-fast's batch-1 tokens/s) and generate
-(TensorRT-LLM's static-batch throughput) separately, and every point where the floor exceeds the
+(TensorRT-LLM's static-batch throughput, vLLM's
+batch latency) separately, and every point where the floor exceeds the
 measured time (which must not happen). The ``measured`` timing mode (issue 22) is asked for through
 the command line in-process (``--timing measured --engine ...``); where this costcalc has no such
 option, one line says so and the estimate column stays empty.
@@ -36,6 +37,7 @@ METRICS = {   # metric -> (workload costcalc runs, phase it is reported under)
     "ttft_ms": ("prefill", "prefill"),
     "tokens_per_s_per_user": ("generate", "decode"),
     "out_tokens_per_s_per_gpu": ("generate", "generate"),
+    "batch_latency_s": ("generate", "generate"),
 }
 # gpt-fast's int8 is weight-only with one fp16 scale per output channel (a whole row of inputs):
 # the generic int8 format takes a scale per group, so a group as long as any row (2^16 inputs)
@@ -84,6 +86,8 @@ class Point:
         """The wall time the published number stands for (seconds)."""
         if self.metric == "ttft_ms":
             return self.value / 1000
+        if self.metric == "batch_latency_s":              # the whole batch's generation, as timed
+            return self.value
         if self.metric == "tokens_per_s_per_user":       # batch 1: new tokens over the whole generation
             return self.output_len / self.value
         # tokens/s per GPU over the tp GPUs of one static batch of B sequences, N new tokens each
@@ -176,7 +180,7 @@ def estimate(p: Point) -> Optional[float]:
 
     args = cli_args(p) + ["--timing", "measured"]
     if p.engine in ENGINES:
-        args += ["--engine", ENGINES[p.engine], "--engine-version", p.engine_version]
+        args += ["--engine", ENGINES[p.engine]]   # its newest data: none is of these old versions
     err = io.StringIO()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"

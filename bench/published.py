@@ -38,11 +38,13 @@ METRICS = {   # metric -> (workload costcalc runs, phase it is reported under)
     "tokens_per_s_per_user": ("generate", "decode"),
     "out_tokens_per_s_per_gpu": ("generate", "generate"),
     "batch_latency_s": ("generate", "generate"),
+    "out_tokens_per_s": ("generate", "generate"),
 }
 # gpt-fast's int8 is weight-only with one fp16 scale per output channel (a whole row of inputs):
 # the generic int8 format takes a scale per group, so a group as long as any row (2^16 inputs)
 # charges at most the per-channel scale bytes -- never more, so the floor stays a floor.
 PER_CHANNEL_GROUP = 2 ** 16
+PRESET = "preset"   # weight_dtype: the formats the preset ships in (DeepSeek-V3: fp8 blocks, bf16 router and head)
 OVERLAP = "full"   # the floor: a collective hidden behind compute where it is shorter (the least time)
 ENGINES = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}   # --engine for --timing measured
 
@@ -88,6 +90,8 @@ class Point:
             return self.value / 1000
         if self.metric == "batch_latency_s":              # the whole batch's generation, as timed
             return self.value
+        if self.metric == "out_tokens_per_s":             # the batch's new tokens over its generation, all GPUs
+            return self.batch * self.output_len / self.value
         if self.metric == "tokens_per_s_per_user":       # batch 1: new tokens over the whole generation
             return self.output_len / self.value
         # tokens/s per GPU over the tp GPUs of one static batch of B sequences, N new tokens each
@@ -117,7 +121,8 @@ def _query(p: Point):
     from costcalc.roofline import Machine, Precision
     from costcalc.weights import parse
 
-    precision = Precision(weight=parse(p.weight_dtype), kv=p.kv_dtype, act=p.act_dtype,
+    weight = None if p.weight_dtype == PRESET else parse(p.weight_dtype)   # None: the formats the model ships in
+    precision = Precision(weight=weight, kv=p.kv_dtype, act=p.act_dtype,
                           group_size=p.group_size or 128)
     return Query(presets.load(p.model), p.workload, Options(tp=p.tp, ep=p.ep, overlap=OVERLAP), precision,
                  Machine(devices.load(p.device)))
@@ -156,8 +161,8 @@ def cli_args(p: Point) -> list[str]:
     args = [p.workload, "-p", p.model, "--device", p.device]
     args += ["--seq", str(p.input_len)] if p.workload == "prefill" else ["--prompt", str(p.input_len),
                                                                           "--new", str(p.output_len)]
-    args += ["--batch", str(p.batch), "--weight-dtype", p.weight_dtype, "--kv-dtype", p.kv_dtype,
-             "--act-dtype", p.act_dtype]
+    args += ["--batch", str(p.batch)] + ([] if p.weight_dtype == PRESET else ["--weight-dtype", p.weight_dtype])
+    args += ["--kv-dtype", p.kv_dtype, "--act-dtype", p.act_dtype]
     if p.group_size and p.weight_dtype in ("int8", "int4"):
         args += ["--group-size", str(p.group_size)]
     if p.tp > 1:
@@ -239,7 +244,7 @@ def report(results: list[dict], unavailable: Optional[str]) -> str:
         lines.append(f"| {phase} | {spread(f)} | {spread(e)} |")
     allf = [r["measured_s"] / r["floor"]["time_s"] for r in kept]
     lines += [f"| all | {spread(allf)} | |", ""]
-    for label, test in (("by device", lambda p: p.device), ("by layout", lambda p: "tp1" if p.tp == 1 else "tp>1"),
+    for label, test in (("by source", lambda p: p.source), ("by device", lambda p: p.device), ("by layout", lambda p: "tp1" if p.tp == 1 else "tp>1"),
                         ("by prompt length (prefill)", lambda p: p.input_len if p.phase == "prefill" else None)):
         groups: dict = {}
         for r in kept:

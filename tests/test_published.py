@@ -51,7 +51,7 @@ def test_row_is_well_formed(p):
     assert p.value > 0 and p.batch >= 1 and p.input_len >= 1 and p.output_len >= 1 and p.tp >= 1 and p.ep >= 1
     if p.metric == "ttft_ms":
         assert p.output_len == 1
-    for dtype in (p.weight_dtype, p.kv_dtype, p.act_dtype):
+    for dtype in (p.kv_dtype, p.act_dtype) + (() if p.weight_dtype == bench.PRESET else (p.weight_dtype,)):
         parse(dtype)
     DEVICES[p.device].peak(p.act_dtype)                      # the device has a peak for the dtype it computes in
     assert p.url.startswith("https://github.com/") and p.section.strip()
@@ -65,12 +65,15 @@ def test_measured_time_follows_the_metric():
     assert BY_ID["p001"].measured_s() == pytest.approx(5.0e-3)                    # 5.0 ms
     assert BY_ID["p081"].measured_s() == pytest.approx(200 / 104.9)               # 200 new tokens at 104.9 tok/s
     assert BY_ID["p049"].measured_s() == pytest.approx(1024 * 128 / (5444 * 2))   # B x N / (tok/s/GPU x TP)
+    assert BY_ID["p101"].measured_s() == pytest.approx(0.459)                     # a batch's latency, as timed
+    assert BY_ID["p117"].measured_s() == pytest.approx(32 * 256 / 760.52)         # B x N / (tok/s, all GPUs)
 
 
 # one row of each metric on each device it appears on, tp1 and tp>1, bf16 to int4; Llama 2 and Mixtral
 # only (GPT-J and Mistral compile recipes of their own: seconds on a cold cache)
 SUBSET = ["p007", "p006", "p010", "p015", "p027", "p030", "p035", "p038", "p040", "p057", "p058", "p070", "p079",
-          "p081", "p083", "p089", "p093", "p095", "p097", "p101", "p114"]
+          "p081", "p083", "p089", "p093", "p095", "p097", "p101", "p114",
+          "p115"]
 
 
 @pytest.mark.parametrize("pid", SUBSET)

@@ -115,7 +115,7 @@ def load(path: Path = DATA) -> list[Point]:
     return points
 
 
-def _query(p: Point):
+def _query(p: Point, overlap: str = OVERLAP):
     from costcalc import devices, presets
     from costcalc.evaluate import Options, Query
     from costcalc.roofline import Machine, Precision
@@ -124,15 +124,15 @@ def _query(p: Point):
     weight = None if p.weight_dtype == PRESET else parse(p.weight_dtype)   # None: the formats the model ships in
     precision = Precision(weight=weight, kv=p.kv_dtype, act=p.act_dtype,
                           group_size=p.group_size or 128)
-    return Query(presets.load(p.model), p.workload, Options(tp=p.tp, ep=p.ep, overlap=OVERLAP), precision,
+    return Query(presets.load(p.model), p.workload, Options(tp=p.tp, ep=p.ep, overlap=overlap), precision,
                  Machine(devices.load(p.device)))
 
 
-def floor(p: Point) -> dict:
+def floor(p: Point, overlap: str = OVERLAP) -> dict:
     """The roofline floor of the point's workload: time_s, and its compute/memory/comm parts."""
     from costcalc import calc
 
-    query = _query(p)
+    query = _query(p, overlap)
     if p.workload == "prefill":
         row = {k: v[0] for k, v in calc.answer(query, seq=[p.input_len], batch=[p.batch]).items()}
     else:
@@ -178,6 +178,9 @@ class NotAvailable(Exception):
     pass
 
 
+REFUSED: list[str] = []   # points the measured mode gave no time for, and its one-line reason
+
+
 def estimate(p: Point) -> Optional[float]:
     """The ``measured`` timing mode's time (seconds), through the command line in-process; None
     where it gives no time for this point; ``NotAvailable`` where this costcalc has no such mode."""
@@ -193,11 +196,10 @@ def estimate(p: Point) -> Optional[float]:
             rc = main(args + ["-f", "json", "-o", str(out)])
         message = err.getvalue().strip()
         if rc != 0:
-            if "--timing" in message and ("no such option" in message.lower() or "not" in message.lower()
-                                          and "install" not in message.lower()):
-                raise NotAvailable(message.splitlines()[-1] if message else "--timing")
-            if "install" in message.lower():
-                raise NotAvailable(message.splitlines()[-1])
+            last = message.splitlines()[-1] if message else f"exit {rc}"
+            if "no such option" in message.lower() or "install" in message.lower():
+                raise NotAvailable(last)          # no measured mode here at all: say so once
+            REFUSED.append(f"{p.id}: {last}")     # this point only (a device or shape without data)
             return None
         rows = json.loads(out.read_text())
     rows = rows if isinstance(rows, list) else rows.get("rows", [rows])
@@ -223,7 +225,9 @@ def run(points: list[Point], with_estimate: bool = True) -> tuple[list[dict], Op
                 est = estimate(p)
             except NotAvailable as exc:
                 unavailable = f"--timing measured is not available in this costcalc ({exc})"
-        results.append({"point": p, "measured_s": p.measured_s(), "floor": f, "estimate_s": est, **fits(p)})
+        serial = floor(p, "none")["time_s"] if p.tp * p.ep > 1 else f["time_s"]
+        results.append({"point": p, "measured_s": p.measured_s(), "floor": f, "estimate_s": est,
+                        "serial_s": serial, **fits(p)})
     return results, unavailable
 
 
@@ -235,6 +239,8 @@ def report(results: list[dict], unavailable: Optional[str]) -> str:
              "`measured/floor` >= 1 everywhere is the check that the floor is one.", ""]
     lines.append(f"Estimate (`--timing measured`): {unavailable}." if unavailable else
                  "Estimate: `--timing measured` with `--engine` of the point (gpt-fast: the default engine).")
+    if REFUSED:
+        lines += ["", f"`--timing measured` gave no time for {len(REFUSED)} points:", ""] + [f"- {r}" for r in REFUSED]
     lines += ["", "## Summary", "", "| phase | measured / floor | measured / estimate |", "|---|---|---|"]
     kept = [r for r in results if not r["point"].excluded]
     for phase in PHASES:
@@ -259,6 +265,19 @@ def report(results: list[dict], unavailable: Optional[str]) -> str:
     lines.append("None." if not bad else "\n".join(
         f"- {r['point'].id} {r['point'].model} on {r['point'].device}: floor {r['floor']['time_s']:.4g} s > "
         f"measured {r['measured_s']:.4g} s" for r in bad))
+    close = sorted(kept, key=lambda r: r["measured_s"] / r["floor"]["time_s"])[:5]
+    lines += ["", "Closest to the floor (the floor's memory part is the weights and KV read once at the datasheet "
+              "bandwidth: a ratio near 1 means the engine ran near that bandwidth or peak):", ""]
+    lines += [f"- {r['point'].id} {r['point'].model} on {r['point'].device} tp{r['point'].tp}, {r['point'].phase}, "
+              f"batch {r['point'].batch}, {r['point'].input_len}/{r['point'].output_len}: "
+              f"{r['measured_s'] / r['floor']['time_s']:.3f}x (compute {r['floor']['compute_time_s']:.4g} s, memory "
+              f"{r['floor']['memory_time_s']:.4g} s, comm {r['floor']['comm_time_s']:.4g} s)" for r in close]
+    serial = [r for r in kept if r["serial_s"] > r["measured_s"]]
+    lines += ["", "Under `--overlap none` (costcalc's default: every collective added after the roofline) the "
+              f"time exceeds the measured one at {len(serial)} point(s)"
+              + (": " + "; ".join(f"{r['point'].id} {r['point'].model} on {r['point'].device} tp{r['point'].tp} "
+                                   f"({r['serial_s']:.4g} s > {r['measured_s']:.4g} s)" for r in serial) if serial else "")
+              + ". The engines overlap (or fuse) their all-reduces, so the floor is taken under `--overlap full`."]
     lines += ["", "## Published numbers left out (impossible as printed)", ""]
     lines += [f"- {r['point'].id} {r['point'].published_model} on {r['point'].device} ({r['point'].section}, batch "
               f"{r['point'].batch}, {r['point'].input_len}/{r['point'].output_len}): floor {r['floor']['time_s']:.4g} s, "

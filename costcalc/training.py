@@ -131,12 +131,13 @@ NOTE = ("per device: one data-parallel replica's B/D sequences at the device's s
         "gradients + Adam's fp32 master weights and two moments (16 bytes a parameter, sharded by --zero) + "
         "activations (each matmul's saved input, once where shared, and flash attention's Q, K, V, O and "
         "logsumexp; norms, activation functions, dropout and the logits not counted); time_s = compute (with "
-        "recomputation) and communication, added (--overlap none) or the larger (full).")
+        "recomputation) and communication, the larger (--overlap full, the default: a floor) or added (none).")
 PIPELINE_NOTE = ("--pp: stage_* lists are per pipeline rank (a stage's device), the per-device columns the busiest "
                  "rank's; activations are those of the micro-batches in flight at once (the schedule's F+B table: "
                  "1f1b holds p - s on stage s, gpipe m); bubble = the unit-slot table's idle share; time_s = the "
                  "schedule's makespan (forward 1/3 of a stage's train FLOPs, backward 2/3 + recomputation, each "
-                 "with its collectives and its send), then the data-parallel collectives.")
+                 "with its collectives under --overlap, then its send), and the data-parallel collectives after it, "
+                 "under --overlap.")
 TRAINED = ("gqa", "window", "chunk", "mla")   # the attentions whose saved tensors are derived (attention_widths)
 
 

@@ -157,14 +157,20 @@ def test_makespan_of_equal_stages(schedule, p, m):
     assert pipeline.makespan(schedule, [t_f] * p, m, [t_b] * p) == pytest.approx((m + p - 1) * (t_f + t_b))
 
 
-def test_time_of_one_micro_batch_is_the_stages_one_after_another():
-    # m = 1, tp = dp = 1: every forward, then every backward, and a send each way at each of p-1 boundaries
-    h100, B, S, p = devices.load("h100"), 4, 256, 4
-    got = row("llama-3.1-8b", Plan(device=h100), batch=B, seq=S, pp=p)
-    send = collectives.time("send_recv", 2, B * S * LLAMA["d"] * 2, h100.scale_up)
-    assert got["time_s"] == pytest.approx(got["total_flops"] / 989.5e12 + 2 * (p - 1) * send)
+@pytest.mark.parametrize("overlap", ["none", "full"])
+def test_time_of_one_micro_batch_is_the_stages_one_after_another(overlap):
+    # m = 1, tp = 1: every forward, then every backward, a send each way at each of the p-1 boundaries; then
+    # the DDP all-reduce of a stage's own gradients (2 replicas, 4 devices: inside one 8-GPU NVLink domain)
+    h100, B, S, p = devices.load("h100"), 4, 256, 2
+    got = row("llama-3.1-8b", Plan(device=h100), batch=B, seq=S, pp=p, dp=2, overlap=overlap)
+    send = collectives.time("send_recv", 2, B // 2 * S * LLAMA["d"] * 2, h100.scale_up)
+    span = got["total_flops"] / 2 / 989.5e12 + 2 * (p - 1) * send
+    ddp = collectives.time("all_reduce", 2, llama_psi(1, 16, 1) * 2, h100.scale_up)
+    assert got["time_s"] == pytest.approx(span + ddp if overlap == "none" else max(span, ddp))
     assert got["compute_time_s"] == pytest.approx(got["flops_per_device"] / 989.5e12)
-    assert got["fits"] is True and got["overlap"] == "none"
+    held = got["weight_bytes_per_device"] + got["grad_bytes_per_device"] + got["optimizer_bytes_per_device"]
+    assert held == 16 * llama_psi(1, 16, 1) and got["overlap"] == overlap
+    assert got["fits"] is (held + got["activation_bytes_per_device"] <= h100.mem_bytes)
 
 
 @pytest.mark.parametrize("args,message", [

@@ -11,6 +11,8 @@ from costcalc import presets
 from costcalc.evaluate import Options, Query
 from costcalc.parallel import collectives, operator_columns
 
+from ranks import spawn
+
 TP, B, S = 2, 3, 5
 FFN = ("gate_proj", "up_proj", "down_proj")
 
@@ -46,23 +48,7 @@ def _rank(rank: int, folder: str, port: int) -> None:
 @pytest.mark.slow
 def test_megatron_mlp_on_two_gloo_ranks(tmp_path):
     torch = pytest.importorskip("torch")
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # join raises with a failing rank's traceback and terminates the other; gloo times out a hung collective (60 s)
-    context = mp.start_processes(_rank, args=(str(tmp_path), port), nprocs=TP, join=False, start_method="spawn")
-    try:
-        while not context.join(timeout=120):
-            pass
-    finally:
-        for p in context.processes:
-            if p.is_alive():
-                p.terminate()
-            p.join(5)
+    spawn(_rank, tmp_path, TP, deadline_s=120)
     query = Query(presets.load("toy"), "prefill", Options(tp=TP))
     L = presets.load("toy").groups[0].count
     point = {"B": [B], "S": [S]}

@@ -8,9 +8,7 @@ Fast: both ranks in this process (two ``ProcessGroupGloo`` over one store; threa
 stages run one after the other. Slow (``-m slow``): the same on two spawned processes."""
 import json
 import os
-import socket
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -18,6 +16,8 @@ import pytest
 from costcalc import parallel, presets, spec as specs
 from costcalc.evaluate import Options, Query
 from costcalc.stages import partition
+
+from ranks import spawn
 
 PP, B, S, LAYERS = 2, 2, 5, 3
 DEADLINE_S = 90
@@ -166,21 +166,5 @@ def _rank(rank: int, folder: str, port: int) -> None:
 @pytest.mark.slow
 def test_two_gloo_processes_run_what_costcalc_charges_each_stage(tmp_path):
     pytest.importorskip("torch")
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # join raises with a failing rank's traceback (and ends the other); gloo times out a hung send/recv
-    context = mp.start_processes(_rank, args=(str(tmp_path), port), nprocs=PP, join=False, start_method="spawn")
-    try:
-        end = time.monotonic() + DEADLINE_S
-        while not context.join(timeout=1):
-            if time.monotonic() > end:
-                pytest.fail(f"the two ranks did not finish in {DEADLINE_S} s")
-    finally:
-        for p in context.processes:
-            if p.is_alive():
-                p.terminate()
-            p.join(5)
+    spawn(_rank, tmp_path, PP, DEADLINE_S)
     _check([json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(PP)])

@@ -19,6 +19,7 @@ from costcalc import calc
 from costcalc.training import OPTIMIZERS, Plan, Recompute, extend, single
 
 from cli_run import one_error, run
+from ranks import spawn
 
 LLAMA = dict(d=4096, h=32, h_kv=8, d_h=128, m=14336, V=128256, L=32)   # llama-3.1-8b (its preset)
 
@@ -325,26 +326,6 @@ def _engine_rank(rank: int, folder: str, port: int) -> None:
         dist.destroy_process_group()
 
 
-def _spawn(target, folder):
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # join raises with a failing rank's traceback and ends the other; gloo times out a hung collective (60 s)
-    context = mp.start_processes(target, args=(str(folder), port), nprocs=D, join=False, start_method="spawn")
-    try:
-        while not context.join(timeout=300):
-            pass
-    finally:
-        for p in context.processes:
-            if p.is_alive():
-                p.terminate()
-            p.join(5)
-
-
 @pytest.mark.slow
 def test_ddp_and_fsdp2_on_two_gloo_ranks_move_costcalcs_bytes(tmp_path):
     """The bytes DDP and FSDP2 put into their collectives, per rank, against costcalc's ``--dp 2``
@@ -352,7 +333,7 @@ def test_ddp_and_fsdp2_on_two_gloo_ranks_move_costcalcs_bytes(tmp_path):
     (matrices only), counted here from the torch model -- are added; FSDP2's default root (not
     resharded after forward) gathers the embedding and LM head once, not twice: the difference named."""
     pytest.importorskip("torch")
-    _spawn(_engine_rank, tmp_path)
+    spawn(_engine_rank, tmp_path, D)
     spec = from_dict(SMALL, origin="test")
     ddp = row(spec, batch=D * PER_RANK, seq=SEQ, dp=D)
     zero3 = row(spec, batch=D * PER_RANK, seq=SEQ, dp=D, zero=3)

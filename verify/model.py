@@ -497,7 +497,11 @@ class MoEFeedForward(nn.Module):
             y = expert(x_TD[token].unsqueeze(0)).squeeze(0)               # [tokens_e, d]
             # index_put_ accumulating, not index_add_ (the same sums; index_add_ takes ~50 ms a call on CPU)
             out_TD.index_put_((token,), y * weights_TK[token, slot, None], accumulate=True)
-        out = out_TD.view(B, S, d)
+        return self.with_shared(out_TD.view(B, S, d), x)
+
+    def with_shared(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The routed experts' output ``out`` plus the shared experts' on every token of ``x``
+        (sigmoid-gated where the layer has a gate)."""
         if len(self.shared_experts):
             shared = sum(expert(x) for expert in self.shared_experts)
             if self.shared_expert_gate is not None:

@@ -344,13 +344,7 @@ class ShardedDecoder(Decoder):
                     out_TD.index_put_((token,), expert(x_TD[token]) * weights_TK[token, slot, None], accumulate=True)
         else:
             out_TD = self._expert_parallel(moe, x_TD, weights_TK, experts_TK)
-        out = out_TD.view(B, S, d)
-        if len(moe.shared_experts):
-            shared = sum(expert(x) for expert in moe.shared_experts)
-            if moe.shared_expert_gate is not None:
-                shared = torch.sigmoid(moe.shared_expert_gate(x)) * shared
-            out = out + shared
-        return out
+        return moe.with_shared(out_TD.view(B, S, d), x)
 
     def _expert_parallel(self, moe: MoEFeedForward, x_TD, weights_TK, experts_TK) -> torch.Tensor:
         """Dispatch this rank's tokens' k copies to the experts' ranks, run the own experts on what

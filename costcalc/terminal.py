@@ -72,8 +72,8 @@ _NARROWER = ("formula", "title", "stage_bytes", "stage_time_s", "V", "t_equal", 
              "rule_6p_flops", "lm_head_flops",
              *(f"{t.name}{part}" for part in ("_bytes", "_time_s", "_bound") for t in TERMS),
              "kv_write_bytes", "state_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "comm_time_s", "intensity",
-             "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
-             "total_flops_per_token", "tile", "mla", "scan", "logits", "attention_flops", "kv_read_bytes",
+             "constants", "shares", "weight_bytes", "linear_flops",
+             "total_flops_per_token", "tile", "mla", "scan", "logits", "attention_flops", "kv_read_bytes", "tokens_per_s",
              "state_read_bytes", "weight_dtype", "weight_dtype_source", "kv_dtype", "state_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
              "context", "batch")
 # The workloads' inputs (batch, seq, context, ...): dropped only when constant.

@@ -169,12 +169,12 @@ def operator_terms(spec: ModelSpec, workload: str = "prefill", mla: str = "auto"
 
 
 def crossover(spec: ModelSpec, conventions=("causal", "full"), mla: str = "auto", precision=None,
-              batch: int = 1) -> list[Row]:
-    """T_equal, the prefill crossover per convention, and with dtypes the time crossover
-    (``costcalc.crossover``)."""
+              batch: int = 1, machine: Machine | None = None, context: int | None = None) -> list[Row]:
+    """T_equal, the prefill crossover per convention, with dtypes the time crossover, and with a
+    device the batch at which a decode step turns compute-bound (``costcalc.crossover``)."""
     from . import crossover as solved
 
-    return solved.crossover(spec, conventions, mla, precision, batch)
+    return solved.crossover(spec, conventions, mla, precision, batch, machine, context)
 
 
 def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAULT_TILE):

@@ -370,7 +370,7 @@ def compute_bound(query: Query, context: int) -> dict[str, Any]:
             first, exact = _linear_root(g1, g2 - g1)
         else:
             first, exact = _first_positive(lambda b: gaps(b).get(name, Fraction(0)) > 0), \
-                "no rational root (routed experts: expected routing)"
+                "no rational root (routed experts: the experts read grow with B)"
         prefix = "" if name == "step" else f"{name}_"
         row[f"{prefix}compute_bound_batch"] = first
         row[f"{prefix}compute_bound_batch_exact"] = exact

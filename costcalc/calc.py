@@ -169,12 +169,21 @@ def operator_terms(spec: ModelSpec, workload: str = "prefill", mla: str = "auto"
 
 
 def crossover(spec: ModelSpec, conventions=("causal", "full"), mla: str = "auto", precision=None,
-              batch: int = 1, machine: Machine | None = None, context: int | None = None) -> list[Row]:
-    """T_equal, the prefill crossover per convention, with dtypes the time crossover, and with a
-    device the batch at which a decode step turns compute-bound (``costcalc.crossover``)."""
+              batch: int = 1) -> list[Row]:
+    """T_equal, the prefill crossover per convention, and with dtypes the time crossover
+    (``costcalc.crossover``)."""
     from . import crossover as solved
 
-    return solved.crossover(spec, conventions, mla, precision, batch, machine, context)
+    return solved.crossover(spec, conventions, mla, precision, batch)
+
+
+def compute_bound(rows: list[Row], step: Query, context: int | None = None) -> list[Row]:
+    """``crossover``'s rows of one model with the batch at which ``step`` (a decode step's query on
+    a device) over ``context`` cached tokens (else T_equal's) and each of its terms turns
+    compute-bound, exactly (``crossover.compute_bound``)."""
+    from . import crossover as solved
+
+    return solved.beside(rows, step, context)
 
 
 def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAULT_TILE):

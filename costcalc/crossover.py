@@ -34,16 +34,15 @@ from .vocab import DEFAULT_TILE, ORDER, TERMS
 
 
 def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), mla: str = "auto",
-              precision=None, batch: int = 1, machine=None, context: Optional[int] = None) -> list[dict]:
+              precision=None, batch: int = 1) -> list[dict]:
     """T_equal for decode and the prefill length where attention equals linear, exactly.
 
     Over a model's layer groups: attention and linear summed over the groups, each at its
     own layer count. Sliding windows make attention piecewise; where it never catches up
     with the linear layers the answer is ``never``. With ``precision`` (dtypes), the decode
     row also gives ``t_equal_time``: the keys at which a step of ``batch`` sequences reads as
-    many K/V bytes as weight bytes (``time_root``). With a ``machine`` (a device), the batch at
-    which a decode step over ``context`` cached tokens (else T_equal's context, else 1 where T_equal
-    is never) and each of its terms turns compute-bound (``compute_bound``)."""
+    many K/V bytes as weight bytes (``time_root``). On a device ``beside`` adds the batch at which
+    a decode step turns compute-bound."""
     if any(g.block.v4 for g in spec.groups):
         raise CostcalcError(f"crossover: {spec.name} has DeepSeek-V4 compressed attention, whose keys grow by one "
                             f"entry every R_c tokens (floor(T / R_c)): no polynomial pieces to solve; not solved")
@@ -58,14 +57,6 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
             root.text() if len(root.text()) <= 40 else f"{root.value():.6f} (a rational: expected routing)")
         first = ("preset", "workload", "quantity", "convention", "mla", "exact", "tokens", "t_equal_time")
         rows[0] = {**{k: rows[0][k] for k in first if k in rows[0]}, **rows[0]}   # the answer before its details
-    if machine is not None:
-        at = context if context is not None else rows[0]["context"] if rows[0]["context"] is not None else 1
-        step = Query(spec, "decode", Options(mla=mla), precision, machine)
-        rows[0].update({"device": machine.device.name, **compute_bound(step, math.ceil(at))})
-        order = list(rows[0])      # the step's batch beside the time crossover, before the details
-        order.remove("compute_bound_batch")
-        order.insert(order.index("t_equal_time") + 1 if "t_equal_time" in order else len(order), "compute_bound_batch")
-        rows[0] = {k: rows[0][k] for k in order}
     for convention in conventions:
         options = Options(convention, mla=mla)
         if options.convention == "tiled":
@@ -323,6 +314,19 @@ def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAUL
 # --- the batch at which a decode step turns compute-bound ---------------------------------------
 
 MAX_BATCH = 2**40      # ranges.MAX_VALUE: past it a batch is "never"
+
+
+def beside(rows: list[dict], step: Query, context: Optional[int] = None) -> list[dict]:
+    """``crossover``'s rows with, in its decode row, the device and ``compute_bound`` of ``step`` (a
+    decode step's query on a device) at ``context`` cached tokens: the one given, else T_equal's
+    context (the row's), else 1 where T_equal is never."""
+    first = rows[0]
+    at = context if context is not None else first["context"] if first.get("context") is not None else 1
+    first = {**first, "device": step.machine.device.name, **compute_bound(step, math.ceil(at))}
+    order = list(first)      # the step's batch beside the time crossover, before the details
+    order.remove("compute_bound_batch")
+    order.insert(order.index("t_equal_time") + 1 if "t_equal_time" in order else len(order), "compute_bound_batch")
+    return [{k: first[k] for k in order}] + rows[1:]
 
 
 def compute_bound(query: Query, context: int) -> dict[str, Any]:

@@ -113,8 +113,14 @@ def crossover(
         at = ranges.number(context, "--context")
         if at < 0:
             raise CostcalcError(f"--context: {at} is negative")
-    rows = [row for spec in specs for row in calc.crossover(spec, mla=mla, precision=precision, batch=batch,
-                                                            machine=machine, context=at)]
+    from ..evaluate import Options, Query
+
+    rows = []
+    for spec in specs:
+        found = calc.crossover(spec, mla=mla, precision=precision, batch=batch)
+        if machine is not None:     # the batch at which a decode step turns compute-bound
+            found = calc.compute_bound(found, Query(spec, "decode", Options(mla=mla), precision, machine), at)
+        rows += found
     sparse = any(g.block.sparse for spec in specs for g in spec.groups)
     emit(rows, fmt, output, [notes.CROSSOVER] + ([notes.TIME_CROSSOVER] if precision else [])
          + ([notes.COMPUTE_BOUND] if machine is not None else [])

@@ -22,7 +22,7 @@ if TYPE_CHECKING:   # bytes and time load only when asked for (a FLOPs answer st
     from .roofline import Machine, Precision
 # The composites (generate, chunked, varlen_prefill) are assembled from compiled workloads in
 # costcalc.composites; this API offers them by keyword, and for a query.
-from .composites import chunk_schedule, generation, schedule, varlen
+from .composites import chunk_schedule, varlen
 from .rows import as_rows as rows   # a table as a list of row dicts
 from .spec import ModelSpec
 from .vocab import DEFAULT_TILE
@@ -73,7 +73,59 @@ def answer(query: Query, **inputs: Sequence[int]) -> Table:
         wl = query.workload
         out.update(parallel.columns(query, {i.symbol: out[i.column] for i in wl.inputs}, len(out["total_flops"])))
         out = parallel.beside(out)
+    if query.machine is not None and query.workload.name in HELD:
+        out = fit_and_rates(query, out)
     return out
+
+
+# The tokens each sequence's cache holds after a step of a compiled workload (``costcalc.fitting``).
+HELD = {"prefill": lambda t: t["seq"],
+        "cached_prefill": lambda t: [p + c for p, c in zip(t["prefix"], t["chunk"])],
+        "decode": lambda t: [c + 1 for c in t["context"]]}
+
+
+def fit_and_rates(query: Query, out: Table) -> Table:
+    """A timed row's ``fits`` (its weights and the cache it holds after the step, on its device:
+    ``costcalc.fitting``) beside its time; a decode step's ``tokens_per_s`` (one token per sequence:
+    1 / time_s) and ``batch_tokens_per_s`` (B / time_s)."""
+    from . import fitting
+
+    new: dict[str, list] = {}
+    if query.workload.name == "decode" and "time_s" in out:
+        new["tokens_per_s"] = [1 / t if t else None for t in out["time_s"]]
+        new["batch_tokens_per_s"] = [b / t if t else None for b, t in zip(out["batch"], out["time_s"])]
+    new["fits"] = fitting.column(query, out["batch"], HELD[query.workload.name](out))
+    return fitting.insert_after(out, "time_s", new)
+
+
+def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_tokens: Sequence[int]) -> Table:
+    """``composites.generation``; on a device each row's ``fits``: the prefill holding S tokens a
+    sequence, the decode phase and the total S + N - 1."""
+    from .composites import generation as generated
+
+    out = generated(query, batch, seq, new_tokens)
+    if query.machine is None:
+        return out
+    from . import fitting
+
+    context = [s if phase == "prefill" else s + n - 1 for phase, s, n in zip(out["phase"], out["seq"], out["new_tokens"])]
+    return fitting.insert_after(out, "time_s", {"fits": fitting.column(query, out["batch"], context)})
+
+
+def schedule(query: Query, seq: int, chunk: int, prefix: int = 0, batch: int = 1) -> Table:
+    """``composites.schedule``; on a device each row's ``fits``: a chunk holding the prefix and
+    the chunks so far, the total and the unchunked pass prefix + seq."""
+    from .composites import schedule as scheduled
+
+    out = scheduled(query, seq, chunk, prefix, batch)
+    if query.machine is None:
+        return out
+    from . import fitting
+
+    n = len(out["phase"]) - 2       # the chunks, then the total and the unchunked pass: prefix + seq
+    chunks = fitting.increasing(query, batch, [p + c for p, c in zip(out["prefix"][:n], out["chunk"][:n])])
+    whole = fitting.fits(query, batch, prefix + seq)
+    return fitting.insert_after(out, "time_s", {"fits": chunks + [whole, whole]})
 
 
 def per_token(query: Query, rows: Table) -> Table:
@@ -123,6 +175,15 @@ def crossover(spec: ModelSpec, conventions=("causal", "full"), mla: str = "auto"
     from . import crossover as solved
 
     return solved.crossover(spec, conventions, mla, precision, batch)
+
+
+def compute_bound(rows: list[Row], step: Query, context: int | None = None) -> list[Row]:
+    """``crossover``'s rows of one model with the batch at which ``step`` (a decode step's query on
+    a device) over ``context`` cached tokens (else T_equal's) and each of its terms turns
+    compute-bound, exactly (``crossover.compute_bound``)."""
+    from . import crossover as solved
+
+    return solved.beside(rows, step, context)
 
 
 def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAULT_TILE):

@@ -41,7 +41,8 @@ def crossover(spec: ModelSpec, conventions: Iterable[str] = ("causal", "full"), 
     own layer count. Sliding windows make attention piecewise; where it never catches up
     with the linear layers the answer is ``never``. With ``precision`` (dtypes), the decode
     row also gives ``t_equal_time``: the keys at which a step of ``batch`` sequences reads as
-    many K/V bytes as weight bytes (``time_root``)."""
+    many K/V bytes as weight bytes (``time_root``). On a device ``beside`` adds the batch at which
+    a decode step turns compute-bound."""
     if any(g.block.v4 for g in spec.groups):
         raise CostcalcError(f"crossover: {spec.name} has DeepSeek-V4 compressed attention, whose keys grow by one "
                             f"entry every R_c tokens (floor(T / R_c)): no polynomial pieces to solve; not solved")
@@ -308,3 +309,115 @@ def attention_fraction(seq: int, convention: str, tile: tuple[int, int] = DEFAUL
     part, full = (next(Query(model, "prefill", Options(c, tile=tile)).recipes())[1].evaluate(ones, ["attention"])
                   ["attention"] for c in (convention, "full"))
     return Fraction(part, full)
+
+
+# --- the batch at which a decode step turns compute-bound ---------------------------------------
+
+MAX_BATCH = 2**40      # ranges.MAX_VALUE: past it a batch is "never"
+
+
+def beside(rows: list[dict], step: Query, context: Optional[int] = None) -> list[dict]:
+    """``crossover``'s rows with, in its decode row, the device and ``compute_bound`` of ``step`` (a
+    decode step's query on a device) at ``context`` cached tokens: the one given, else T_equal's
+    context (the row's), else 1 where T_equal is never."""
+    first = rows[0]
+    at = context if context is not None else first["context"] if first.get("context") is not None else 1
+    first = {**first, "device": step.machine.device.name, **compute_bound(step, math.ceil(at))}
+    order = list(first)      # the step's batch beside the time crossover, before the details
+    order.remove("compute_bound_batch")
+    order.insert(order.index("t_equal_time") + 1 if "t_equal_time" in order else len(order), "compute_bound_batch")
+    return [{k: first[k] for k in order}] + rows[1:]
+
+
+def compute_bound(query: Query, context: int) -> dict[str, Any]:
+    """The batch B at which a decode step over ``context`` cached tokens (the query's: its dtypes,
+    its device) turns compute-bound: where its compute time, sum of FLOPs / peak over its operators,
+    passes its memory time, sum of bytes / bandwidth -- the step's ``bound`` column; and the same for
+    each term (``<term>_bound``). Both sides are exact rationals of B (FLOPs and bytes from the
+    compiled recipes, ``roofline.point``; the peak and bandwidth the device's floats, exactly).
+    Without routed experts they are linear in B: compute - memory = g0 + g1 B, and the crossover
+    is the rational ``-g0 / g1`` (``<..>_exact``), the step compute-bound at every whole batch above
+    it (``compute_bound_batch``: the first; memory-bound at and below it: a tie is memory's).
+    ``always``: compute-bound at every batch (g0 >= 0 < g1, e.g. attention, whose FLOPs and bytes
+    both grow with B); ``never``: memory-bound at every batch. With routed experts the weights read
+    grow with the experts the batch touches (expected routing: not linear in B, no rational root):
+    the first whole batch is found exactly by bisection (the gap is convex: linear FLOPs less
+    concave bytes) and ``_exact`` says so."""
+    from .roofline import Precision, point
+
+    machine = query.machine
+    precision = query.precision or Precision()
+    query = query.but(precision=precision)
+    peak, bandwidth = Fraction(machine.peak(precision)), Fraction(machine.bandwidth())
+    term_of = operator_terms(query)
+    cache: dict[int, dict[str, Fraction]] = {}
+
+    def gaps(batch: int) -> dict[str, Fraction]:
+        """compute - memory time of the step and of each term at ``batch``, exactly."""
+        if batch not in cache:
+            ops = point(query, {"B": batch, "T": context}, per_operator=True)["operators"]
+            out: dict[str, Fraction] = {"step": Fraction(0)}
+            for op, got in ops.items():
+                gap = Fraction(got["flops"]) / peak - Fraction(got["bytes"]) / bandwidth
+                term = term_of.get(op, op)
+                out[term] = out.get(term, Fraction(0)) + gap
+                out["step"] += gap
+            cache[batch] = out
+        return cache[batch]
+
+    names = list(gaps(1))
+    row: dict[str, Any] = {"compute_bound_context": context}
+    for name in names:
+        g1, g2, g3 = (gaps(b).get(name, Fraction(0)) for b in (1, 2, 3))
+        linear = g3 - 2 * g2 + g1 == 0 and _linear(gaps, name, g1, g2 - g1)
+        if linear:
+            first, exact = _linear_root(g1, g2 - g1)
+        else:
+            first, exact = _first_positive(lambda b: gaps(b).get(name, Fraction(0)) > 0), \
+                "no rational root (routed experts: the experts read grow with B)"
+        prefix = "" if name == "step" else f"{name}_"
+        row[f"{prefix}compute_bound_batch"] = first
+        row[f"{prefix}compute_bound_batch_exact"] = exact
+    return row
+
+
+def operator_terms(query: Query) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for _, recipe in query.recipes():
+        out.update(recipe.term_of)
+    return out
+
+
+def _linear(gaps, name: str, g1: Fraction, slope: Fraction) -> bool:
+    """Whether a gap that is linear at B = 1, 2, 3 is so far out too (a routed expert's bytes bend
+    only slowly: checked at a large batch)."""
+    far = 1 << 20
+    return gaps(far).get(name, Fraction(0)) == g1 + slope * (far - 1)
+
+
+def _linear_root(g1: Fraction, slope: Fraction) -> tuple[Optional[int], str]:
+    """The first whole batch >= 1 where g1 + slope (B - 1) > 0, and the crossover's text."""
+    if slope <= 0:
+        return (1, "always") if g1 > 0 else (None, "never")
+    root = 1 - g1 / slope            # where the gap is 0
+    if root <= 0:
+        return 1, "always"
+    first = max(1, math.floor(root) + 1)
+    text = str(root)
+    return first, text if len(text) <= 40 else f"{float(root):.6f} (a rational)"
+
+
+def _first_positive(positive) -> Optional[int]:
+    """The first whole batch in [1, MAX_BATCH] where ``positive`` holds (it stays so past it), or None."""
+    if positive(1):
+        return 1
+    hi = 2
+    while not positive(hi):
+        if hi >= MAX_BATCH:
+            return None
+        hi *= 2
+    lo = hi // 2                       # positive(hi), not positive(lo)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if positive(mid) else (mid, hi)
+    return hi

@@ -53,6 +53,10 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(ROUTING)
     if "ttft_s" in columns:
         lines.append(RATES)
+    elif "tokens_per_s" in columns:
+        lines.append(STEP_RATES)
+    if "fits" in columns:
+        lines.append(FITS)
     if "compute_efficiency" in columns:
         lines.append(EFFICIENCY)
     if "draft" in columns or "draft_flops" in columns:
@@ -90,6 +94,14 @@ ROUTING = ("routing expected: a MoE layer reads the weights of E (1 - (1 - k/E)^
            "min(E, n k).")
 RATES = ("ttft = time to first token (the prefill); tpot = time per output token (the N-1 decode steps / "
          "(N-1)); tok/s/seq = N / (prefill + decode time), per sequence; tok/s = the batch's B x N over the same.")
+STEP_RATES = ("tok/s/seq = 1 / the decode step's time (one token per sequence); tok/s = the batch's B / the same.")
+FITS = ("fits = the weights and the KV cache the row holds after its step (its batch x the context then: prefill S, "
+        "decode T+1, a chunk its prefix + chunk, a generation's decode phase S+N-1; a rolling window cache) within 90% "
+        "of the device's memory, as 'costcalc memory' counts them (per device under a layout).")
+COMPUTE_BOUND = ("compute_bound = compute_bound_batch: the first whole batch at which a decode step over "
+                 "compute_bound_context cached tokens (--context, else T_equal's context) is compute-bound, its "
+                 "FLOPs / peak past its bytes / bandwidth (exact: compute_bound_batch_exact, the rational batch where "
+                 "they are equal; per term <term>_compute_bound_batch; never: memory-bound at every batch).")
 EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "
               "the times assume (--efficiency).")
 STATE = ("state_bytes: each linear-attention or state-space layer keeps, per sequence and whatever the context, "

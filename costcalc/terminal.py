@@ -98,12 +98,14 @@ def _markdown_grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: boo
 # time columns; then inputs that are the same on every row move to the header, the shares of
 # the total go, and last the weights' bytes and the linear sum.
 _NARROWER = ("formula", "title", "stage_bytes", "stage_time_s", "V", "t_equal", "t_equal_time_exact", "context_exact", "tflops_per_s_causal",
-             "tflops_per_s_full", "peak_fraction", "exact", *(f"{t}_flops" for t in LINEAR_PARTS),
+             "tflops_per_s_full", "peak_fraction", "exact",
+             *(f"{t.name}_compute_bound_batch{part}" for part in ("_exact", "") for t in TERMS),
+             "compute_bound_batch_exact", "compute_bound_context", *(f"{t}_flops" for t in LINEAR_PARTS),
              "rule_6p_flops", "lm_head_flops",
              *(f"{t.name}{part}" for part in ("_bytes", "_time_s", "_bound") for t in TERMS),
              "kv_write_bytes", "state_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "comm_time_s", "intensity",
-             "batch_tokens_per_s", "constants", "shares", "weight_bytes", "linear_flops",
-             "total_flops_per_token", "tile", "mla", "scan", "logits", "attention_flops", "kv_read_bytes",
+             "constants", "shares", "weight_bytes", "linear_flops",
+             "total_flops_per_token", "tile", "mla", "scan", "logits", "attention_flops", "kv_read_bytes", "tokens_per_s",
              "state_read_bytes", "weight_dtype", "weight_dtype_source", "kv_dtype", "state_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
              "context", "batch")
 # The workloads' inputs (batch, seq, context, ...): dropped only when constant.
@@ -177,7 +179,7 @@ def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> lis
 
 _TITLES = {"total_flops_per_token": "per_token", "total_params": "params", "active_params": "active",
            "total_bytes": "bytes", "kv_read_bytes": "kv_read", "time_s": "time", "ttft_s": "ttft", "tpot_s": "tpot",
-           "tokens_per_s": "tok/s/seq", "batch_tokens_per_s": "tok/s"}
+           "tokens_per_s": "tok/s/seq", "batch_tokens_per_s": "tok/s", "compute_bound_batch": "compute_bound"}
 _NEVER_HEADER = ("phase",)   # a single row keeps its phase in the table
 _NUMERIC = (*_AXES, "ratio_to_6p")
 

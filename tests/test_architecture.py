@@ -17,7 +17,7 @@ LAYERS = (
     ("models", ("spec", "presets", "devices", "layout", "stages", "hf", "hf.*")),
     ("core", ("core", "core.*", "formulas", "codegen", "compiled", "cachefile", "grammar")),
     ("evaluation", ("evaluate",)),
-    ("calculator", ("params", "roofline", "memory", "crossover", "composites", "parallel", "training")),
+    ("calculator", ("params", "roofline", "memory", "fitting", "crossover", "composites", "parallel", "training")),
     ("api", ("calc",)),
     ("presentation", ("render", "terminal", "plot", "peers", "peers.*")),
     ("cli", ("costcalc", "__main__", "cli", "cli.*")),

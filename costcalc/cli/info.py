@@ -77,7 +77,7 @@ def formula(
     write_text(output, text)
 
 
-@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "group_size", "routing")
+@with_some_traffic("device", "device_file", "weight_dtype", "kv_dtype", "act_dtype", "group_size", "routing")
 def crossover(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -85,6 +85,9 @@ def crossover(
     mla: MlaOpt = Mla.auto,
     traffic: Traffic = Traffic(),
     batch: Annotated[str, typer.Option("--batch", "-b", metavar="B", help="Batch of the time crossover.")] = "1",
+    context: Annotated[Optional[str], typer.Option(
+        "--context", "-t", metavar="T", help="With --device: the cached tokens of the decode step whose "
+                                             "compute_bound_batch is solved (default: T_equal's context).")] = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -100,12 +103,27 @@ def crossover(
         raise CostcalcError(f"--batch: {batch} is not positive")
     specs = models(preset, preset_file, config)
     mla = mla_form(mla, specs)
-    precision, _ = for_models(traffic, specs)
+    precision, machine = for_models(traffic, specs)
     if precision is None and batch != 1:
         warn("--batch does nothing without --device or a dtype: FLOPs crossovers are per sequence")
-    rows = [row for spec in specs for row in calc.crossover(spec, mla=mla, precision=precision, batch=batch)]
+    at = None
+    if context is not None:
+        if machine is None:
+            raise CostcalcError("--context applies with --device (the decode step whose compute_bound_batch is solved)")
+        at = ranges.number(context, "--context")
+        if at < 0:
+            raise CostcalcError(f"--context: {at} is negative")
+    from ..evaluate import Options, Query
+
+    rows = []
+    for spec in specs:
+        found = calc.crossover(spec, mla=mla, precision=precision, batch=batch)
+        if machine is not None:     # the batch at which a decode step turns compute-bound
+            found = calc.compute_bound(found, Query(spec, "decode", Options(mla=mla), precision, machine), at)
+        rows += found
     sparse = any(g.block.sparse for spec in specs for g in spec.groups)
     emit(rows, fmt, output, [notes.CROSSOVER] + ([notes.TIME_CROSSOVER] if precision else [])
+         + ([notes.COMPUTE_BOUND] if machine is not None else [])
          + ([notes.SPARSE_CROSSOVER] if sparse else []), wide)
 
 

@@ -20,6 +20,49 @@ from .options import window_cache as cache_choice
 from .options import tile as parse_tile
 from .options import whole_number
 
+BatchMaxOpt = Annotated[str, typer.Option(
+    "--batch", "-b", metavar="B", help="Batch size B; a list or range sweeps (4,8 or 1:64:x2); max (with --device): "
+                                      "the largest batch whose weights and KV cache fit at each point.")]
+
+
+def _wants_max(batch: str, machine: Any) -> bool:
+    """Whether ``--batch max`` is asked (it needs a device: the batch is what fits on it)."""
+    if batch.strip().lower() != "max":
+        return False
+    if machine is None:
+        raise CostcalcError("--batch max needs a device: --device NAME (see 'costcalc devices') or --device-file PATH "
+                            "(the largest batch that fits on it)")
+    return True
+
+
+def _max_points(query: Query, points: dict, held: list[int]) -> dict:
+    """The points with each one's batch the largest whose weights and cache (``held`` tokens a
+    sequence after the step) fit on the query's device (``fitting.max_batch``); an error where not
+    even one sequence (one a data-parallel replica) fits."""
+    from .. import fitting
+
+    found: dict[int, int] = {}
+    for tokens in held:
+        if tokens not in found:
+            found[tokens] = fitting.max_batch(query, tokens)
+            if found[tokens] == 0:
+                dp = query.options.layout.dp
+                where = f" under {query.options.layout.label}" if not query.options.layout.single else ""
+                raise CostcalcError(f"--batch max: {query.spec.name} does not fit on {query.machine.device.name}{where} "
+                                    f"even at batch {dp} with {tokens} tokens a sequence held (weights + KV cache over "
+                                    f"{1 - fitting.RESERVE:.0%} of its memory; see 'costcalc memory')")
+    return {**points, "batch": [found[t] for t in held]}
+
+
+def _fit_warning(table: Any) -> None:
+    """One warning line naming the rows whose weights and cache do not fit on the device."""
+    from .. import fitting
+
+    if "fits" in table:
+        line = fitting.warning(calc.rows(table))
+        if line:
+            warn(line)
+
 
 @with_layout
 @with_traffic
@@ -29,7 +72,7 @@ def prefill(
     config: ConfigOpt = None,
     seq: Annotated[Optional[str], typer.Option(
         "--seq", "-s", metavar="S", help=f"Prompt length S (new tokens C with --cached-prefix); {RANGE_HELP}.")] = None,
-    batch: BatchOpt = "1",
+    batch: BatchMaxOpt = "1",
     lengths: Annotated[Optional[str], typer.Option(
         metavar="S1,S2,..", help="One variable-length batch: the prompt lengths, e.g. 100,2000,512.")] = None,
     padded: Annotated[bool, typer.Option(
@@ -68,6 +111,8 @@ def prefill(
         raise CostcalcError("give --seq (or --lengths for a variable-length batch)")
     if padded:
         raise CostcalcError("--padded applies only with --lengths")
+    maximum = _wants_max(batch, machine)
+    batch = "1" if maximum else batch
     if cached_prefix is None:
         points = axes("prefill", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
     else:
@@ -76,8 +121,15 @@ def prefill(
     name = "prefill" if cached_prefix is None else "cached_prefill"
     each = _options(kinds, logits=logits.value, tile=chosen, mla=mla,
                     window_cache="whole" if cached_prefix is None else cache, **layout)
-    emit(concat([interleave([calc.answer(Query(spec, name, o, precision, machine), **points) for o in each])
-                 for spec in specs]), fmt, output, wide=wide)
+    at = {spec.name: points for spec in specs}
+    if maximum:
+        held = list(map(int, points["seq"])) if cached_prefix is None else \
+            [int(p) + int(c) for p, c in zip(points["prefix"], points["chunk"])]
+        at = {spec.name: _max_points(Query(spec, name, each[0], precision, machine), points, held) for spec in specs}
+    table = concat([interleave([calc.answer(Query(spec, name, o, precision, machine), **at[spec.name]) for o in each])
+                    for spec in specs])
+    _fit_warning(table)
+    emit(table, fmt, output, wide=wide)
 
 
 def _varlen(queries: list, lengths: str, padded: bool, given: dict) -> list[dict]:
@@ -145,6 +197,7 @@ def chunked(
                 tables.append(calc.schedule(query, **sizes))
                 total, single = tables[-1]["total_flops"][-2], tables[-1]["total_flops"][-1]
                 notes.append(_chunk_note(spec.name, {**sizes, "convention": o.convention.value}, total, single))
+    _fit_warning(concat(tables))
     emit(concat(tables), fmt, output, notes[:MAX_NOTES] + _more(len(notes) - MAX_NOTES), wide)
 
 
@@ -172,7 +225,7 @@ def decode(
     config: ConfigOpt = None,
     context: Annotated[str, typer.Option(
         "--context", "-t", metavar="T", help=f"Tokens T already cached; {RANGE_HELP}.")] = ...,
-    batch: BatchOpt = "1",
+    batch: BatchMaxOpt = "1",
     convention: ConventionOpt = Convention.causal,
     tile: TileOpt = None,
     mla: MlaOpt = Mla.auto,
@@ -192,11 +245,16 @@ def decode(
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
-    points = axes("decode", len(specs) * len(kinds), context=(context, "--context"), batch=(batch, "--batch"))
+    maximum = _wants_max(batch, machine)
+    points = axes("decode", len(specs) * len(kinds), context=(context, "--context"),
+                  batch=("1" if maximum else batch, "--batch"))
     each = _options(kinds, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft), **layout)
-    emit(concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **points) for o in each])
-                 for spec in specs]),
-         fmt, output, [_decode_note(specs, cache)], wide)
+    at = {spec.name: _max_points(Query(spec, "decode", each[0], precision, machine), points,
+                                 [int(t) + 1 for t in points["context"]]) if maximum else points for spec in specs}
+    table = concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **at[spec.name])
+                                for o in each]) for spec in specs])
+    _fit_warning(table)
+    emit(table, fmt, output, [_decode_note(specs, cache)], wide)
 
 
 @with_layout
@@ -207,7 +265,7 @@ def generate(
     config: ConfigOpt = None,
     prompt: Annotated[str, typer.Option("--prompt", "-s", metavar="S", help=f"Prompt length S; {RANGE_HELP}.")] = ...,
     new: Annotated[str, typer.Option("--new", "-n", metavar="N", help=f"Output tokens N; {RANGE_HELP}.")] = ...,
-    batch: BatchOpt = "1",
+    batch: BatchMaxOpt = "1",
     convention: ConventionOpt = Convention.causal,
     tile: TileOpt = None,
     logits: LogitsOpt = Logits.last,
@@ -228,12 +286,18 @@ def generate(
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
+    maximum = _wants_max(batch, machine)
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
-                  batch=(batch, "--batch"))
+                  batch=("1" if maximum else batch, "--batch"))
     each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft),
                     **layout)
-    emit(concat([interleave([calc.generation(Query(spec, "generate", o, precision, machine), **points) for o in each],
-                            block=3) for spec in specs]), fmt, output, wide=wide)
+    held = [int(s_) + int(n) - 1 for s_, n in zip(points["seq"], points["new_tokens"])]   # after the last step
+    at = {spec.name: _max_points(Query(spec, "generate", each[0], precision, machine), points, held)
+          if maximum else points for spec in specs}
+    table = concat([interleave([calc.generation(Query(spec, "generate", o, precision, machine), **at[spec.name])
+                                for o in each], block=3) for spec in specs])
+    _fit_warning(table)
+    emit(table, fmt, output, wide=wide)
 
 
 OptimizerChoice = Choice("OptimizerChoice", {name: name for name in training.OPTIMIZERS})

@@ -221,6 +221,7 @@ class Machine:
     device: Device
     compute_efficiency: float = 1.0
     memory_efficiency: float = 1.0
+    timing: Optional[Any] = None      # measured.Timing: --timing measured (None: the roofline floor)
 
     def __post_init__(self) -> None:
         for name in ("compute_efficiency", "memory_efficiency"):
@@ -295,6 +296,8 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
     key_bytes = {}      # by operator: K/V elements in the KV dtype, an indexer's keys in the index dtype
     plan = precision.weights(query.spec)
     each: dict[str, dict[str, Any]] = {}     # per operator, over the groups (``per_operator``)
+    timing = machine.timing if machine is not None else None   # --timing measured: the tables' times beside
+    estimate, term_estimate, notes = 0.0, {t.name: 0.0 for t in TERMS}, {}
     for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
         elements = recipe.evaluate(base)
@@ -337,6 +340,17 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             term_times[term][0] += t_c
             term_times[term][1] += t_m
             term_times[term][2] += max(t_c, t_m)
+            if timing is not None:
+                from .measured import operator_time
+
+                got, note = operator_time(timing, query, group, index, op, ran, values, plan, precision.kv.value)
+                if got is None and (ran or moved):
+                    notes.setdefault(op, "floor")
+                elif got is not None and note:
+                    notes[op] = note
+                est = max(got or 0.0, max(t_c, t_m))    # an interpolation under the floor is raised to it
+                estimate += est
+                term_estimate[term] += est
             if per_operator:
                 for key, t in (("compute_s", t_c), ("memory_s", t_m), ("time_s", max(t_c, t_m))):
                     mine[key] = mine.get(key, 0.0) + t
@@ -347,9 +361,25 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         out.update(compute_time_s=compute, memory_time_s=memory, time_s=total, bound=bound(compute, memory))
         out.update({f"{t}_bound": bound(c, m) for t, (c, m, _) in term_times.items() if c or m})
         out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
+        if timing is not None:
+            out.update(floor_time_s=total, time_s=estimate, efficiency=round(total / estimate, 4) if estimate else None,
+                       measured_coverage=coverage(notes))
+            for t, (c, m, time) in term_times.items():
+                if c or m:
+                    out.update({f"{t}_floor_time_s": time, f"{t}_time_s": term_estimate[t],
+                                f"{t}_efficiency": round(time / term_estimate[t], 4) if term_estimate[t] else None})
     if per_operator:
         out["operators"] = each
     return out
+
+
+def coverage(notes: dict[str, str]) -> str:
+    """``measured_coverage``: ``measured`` where every operator's shape lies inside the tables; else the
+    operators kept at their floor (no table) and those outside what was measured, with the sizes."""
+    floor = [op for op, note in notes.items() if note == "floor"]
+    outside = [f"{op}: {note}" for op, note in notes.items() if note != "floor"]
+    parts = ([f"roofline floor (no table): {', '.join(floor)}"] if floor else []) + outside
+    return " | ".join(parts) if parts else "measured"
 
 
 def routed_expert(op: str) -> bool:
@@ -401,6 +431,8 @@ def row_columns(query: Query, points: dict[str, list[int]], flops: list[int]) ->
                             f"{n:,} points x {len(spec.groups)} group(s) is too many, at most "
                             f"{MAX_TRAFFIC_POINTS:,}; narrow the ranges, or drop --device and the dtypes for FLOPs")
     labels = {**({"device": machine.device.name} if machine else {}), **query.precision.labels(spec)}
+    if machine is not None and machine.timing is not None:
+        labels.update(machine.timing.labels())
     if machine is not None and (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
         labels.update(compute_efficiency=machine.compute_efficiency, memory_efficiency=machine.memory_efficiency)
     out: dict[str, list] = {key: [value] * n for key, value in labels.items()}
@@ -418,11 +450,14 @@ def columns(query: Query, points: dict[str, list[int]], flops: list[int]) -> dic
     table = {name: [r[name] for r in rows]
              for name in [f"{kind}_bytes" for kind in traffic_kinds(query.spec)] + ["total_bytes"]}
     table["intensity"] = [intensity(f, b) for f, b in zip(flops, table["total_bytes"])]
-    for name in ("compute_time_s", "memory_time_s", "time_s", "bound"):
+    for name in ("compute_time_s", "memory_time_s", "floor_time_s", "time_s", "efficiency", "bound",
+                 "measured_coverage"):
         if name in names:
             table[name] = [r[name] for r in rows]
     for term in TERMS:      # each term's bytes and time (0 where it moves nothing), and its bound
-        for name, absent in ((f"{term.name}_bytes", 0), (f"{term.name}_time_s", 0.0), (f"{term.name}_bound", None)):
+        for name, absent in ((f"{term.name}_bytes", 0), (f"{term.name}_floor_time_s", 0.0),
+                             (f"{term.name}_time_s", 0.0), (f"{term.name}_efficiency", None),
+                             (f"{term.name}_bound", None)):
             if name in names:
                 table[name] = [r.get(name, absent) for r in rows]
     return table

@@ -210,11 +210,25 @@ def mla_form(mla: Union[MlaForm, str], specs: Sequence[ModelSpec]) -> str:
     return mla
 
 
+TimingOpt = Annotated[Optional[str], typer.Option(
+    "--timing", metavar="MODE", show_default=False,
+    help="roofline (the floor: max(FLOPs/peak, bytes/bandwidth) per operator) or measured (each operator's time "
+         f"from aiconfigurator's measured kernel tables, beside the floor; {'pip install ' + repr('costcalc[measured]')}).  "
+         "(default: roofline)")]
+EngineOpt = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="ENGINE", show_default=False,
+    help="With --timing measured: the engine whose kernels were measured, vllm, trtllm or sglang.  (default: vllm)")]
+EngineVersionOpt = Annotated[Optional[str], typer.Option(
+    "--engine-version", metavar="V", show_default=False,
+    help="With --timing measured: the engine version measured.  (default: the newest in the tables)")]
+TIMINGS = ("roofline", "measured")
+
 TRAFFIC_OPTIONS = {   # name: (annotation, default) -- the byte and time options of the workload commands
     "device": (DeviceOpt, None), "device_file": (DeviceFileOpt, None), "weight_dtype": (WeightDtypeOpt, None),
     "kv_dtype": (KvDtypeOpt, None), "act_dtype": (ActDtypeOpt, None), "group_size": (GroupSizeOpt, None),
     "routing": (RoutingOpt, None), "efficiency": (EfficiencyOpt, None), "state_dtype": (StateDtypeOpt, None),
-    "index_dtype": (IndexDtypeOpt, None),
+    "index_dtype": (IndexDtypeOpt, None), "timing": (TimingOpt, None), "engine": (EngineOpt, None),
+    "engine_version": (EngineVersionOpt, None),
 }
 
 
@@ -288,7 +302,16 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     ``group_size`` and ``routing`` not given are 128 and expected; given where they change
     nothing, a warning says so."""
     device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency, state_dtype, \
-        index_dtype = (given.get(key) for key in TRAFFIC_OPTIONS)
+        index_dtype, timing, engine, engine_version = (given.get(key) for key in TRAFFIC_OPTIONS)
+    timing = (timing or "roofline").lower()
+    if timing not in TIMINGS:
+        raise CostcalcError(f"--timing: {quote(timing)} is not one of {', '.join(TIMINGS)}")
+    if timing == "measured" and not (device or device_file):
+        raise CostcalcError("--timing measured needs --device (the GPU whose kernels were measured)")
+    if timing == "roofline":
+        for flag, value in (("--engine", engine), ("--engine-version", engine_version)):
+            if value is not None:
+                warn(f"{flag} does nothing without --timing measured")
     if weight_dtype is not None:
         from ..weights import parse
 
@@ -318,7 +341,12 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     machine = None
     if device or device_file:
         profile = devices.load(device) if device else devices.load_file(device_file)
-        machine = Machine(profile, *_efficiency(efficiency))
+        measured = None
+        if timing == "measured":   # the tables load only here: a roofline answer never imports them
+            from ..measured import timing as tables
+
+            measured = tables(profile.name, engine, engine_version)
+        machine = Machine(profile, *_efficiency(efficiency), timing=measured)
     elif efficiency is not None:
         warn("--efficiency does nothing without --device")
     dtypes = (weight_dtype, kv_dtype, act_dtype, state_dtype, index_dtype)

@@ -1,0 +1,302 @@
+"""``--timing measured``: each operator's time from NVIDIA aiconfigurator's measured kernel tables.
+
+The tables ship in the ``aiconfigurator-core`` wheel (Apache-2.0; the optional extra
+``pip install 'costcalc[measured]'`` pins 0.12.0) as parquet files under
+``aiconfigurator_core/systems/data/<system>/<op>/<engine>/<version>/``: latencies in milliseconds
+of one kernel at one shape, measured on that GPU under that engine. This module reads them (pandas
+and pyarrow; the package's compiled engine is never imported) and answers, for one operator of a
+forward, the time of that very shape:
+
+- a projection (a plain GEMM: ``m`` = the forward's tokens, ``k`` = fan_in, ``n`` = fan_out, in the
+  matrix's dtype): ``gemm_perf`` -- linear in ``m`` between the two nearest measured ``m`` at each of
+  the measured (n, k) around the shape, then bilinear in (n, k) between those (the grid is a full
+  product: 74 m x 22 n x 22 k, a few cells missing; a missing corner falls back to the nearest
+  measured (n, k) and says so);
+- attention of an uncached prefill (``context_attention_perf``: batch, prompt length, query heads, KV
+  heads, head dim, KV dtype, no window) and of a decode step (``generation_attention_perf``: batch and
+  the keys read, ``isl + step`` in the collector's terms = T + 1): at the exact heads, KV heads and
+  head dim measured, bilinear in (batch, length) between the nearest measured ones.
+
+Outside what was measured nothing is extrapolated silently: below the smallest measured size the
+smallest one's latency is taken (a kernel is not faster on fewer rows), above the largest the largest
+one's latency is scaled in proportion (``m`` twice the largest: twice its time), and the row's
+``measured_coverage`` names each such operator and size. An operator the tables do not hold (norms
+are not counted at all; MoE experts, MLA, windows, state-space mixers, a cached prefill's attention,
+the summed decode phase of ``generate``) keeps its roofline floor, and ``measured_coverage`` names it.
+An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
+Collectives of a parallel layout are not looked up yet: measured timing is refused on a layout.
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .errors import CostcalcError, quote
+
+PIN = "0.12.0"          # the aiconfigurator-core whose tables the docs and tests describe
+INSTALL = "pip install 'costcalc[measured]'"
+ENGINES = ("vllm", "trtllm", "sglang")
+DEFAULT_ENGINE = "vllm"
+MS = 1e-3               # the tables' latencies are milliseconds
+
+# costcalc device profile -> aiconfigurator system (systems/<system>.yaml, systems/data/<system>/)
+SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "a100": "a100_sxm", "b200": "b200_sxm", "l40s": "l40s"}
+GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}      # weight format -> gemm_dtype (activations in bf16)
+KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}        # --kv-dtype -> kv_cache_dtype
+
+
+def data_root() -> Path:
+    """The tables' folder of the installed aiconfigurator-core (without importing its compiled engine);
+    a one-line error saying how to install it where it is absent."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        raise CostcalcError(f"--timing measured needs aiconfigurator-core's measured kernel tables: {INSTALL}")
+    if importlib.util.find_spec("pyarrow") is None:
+        raise CostcalcError(f"--timing measured reads parquet tables, which needs pyarrow: {INSTALL}")
+    return Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+
+
+def system_of(device: str, root: Path) -> str:
+    """The aiconfigurator system measured for a costcalc device; a device without tables is refused."""
+    have = sorted(d for d, s in SYSTEMS.items() if (root / s / "gemm").is_dir())
+    system = SYSTEMS.get(device)
+    if system is None or not (root / system / "gemm").is_dir():
+        raise CostcalcError(f"--timing measured: no measured kernel tables for device {quote(device)} "
+                            f"(tables exist for: {', '.join(have)})")
+    return system
+
+
+def _version_key(text: str):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (1, Version(text))
+    except InvalidVersion:
+        return (0, text)
+
+
+def versions(root: Path, system: str, engine: str) -> list[str]:
+    """The engine versions with both GEMM and attention tables for ``system``, oldest first."""
+    def have(op: str, name: str) -> set[str]:
+        folder = root / system / op / engine
+        return {v.name for v in folder.iterdir() if (v / name).is_file()} if folder.is_dir() else set()
+    both = have("gemm", "gemm_perf.parquet") & have("attention", "context_attention_perf.parquet")
+    return sorted(both, key=_version_key)
+
+
+@dataclass(frozen=True, eq=False)
+class Timing:
+    """Measured timing on one system under one engine version (``Machine.timing``)."""
+    device: str
+    system: str
+    engine: str
+    version: str
+    root: Path = field(repr=False)
+
+    def labels(self) -> dict:
+        return {"timing": "measured", "engine": self.engine, "engine_version": self.version}
+
+    def gemm(self, m: int, n: int, k: int, dtype: str) -> tuple[Optional[float], str]:
+        """Seconds of one GEMM (m x k by k x n) in weight dtype ``dtype``, and a note ('' where the shape
+        lies inside what was measured); None where the tables hold no such dtype."""
+        table = _gemm_table(self.root / self.system / "gemm" / self.engine / self.version / "gemm_perf.parquet")
+        grid = table.get(GEMM_DTYPES.get(dtype, ""))
+        if grid is None:
+            return None, f"no {dtype} GEMM table"
+        return _gemm(grid, m, n, k)
+
+    def attention(self, phase: str, batch: int, length: int, heads: int, kv_heads: int, head_dim: int,
+                  kv_dtype: str) -> tuple[Optional[float], str]:
+        """Seconds of one attention layer: ``phase`` context (``length`` = the prompt) or generation
+        (``length`` = the keys read, T + 1); None (and why) where no table holds these heads."""
+        name = f"{phase}_attention_perf.parquet"
+        table = _attention_table(self.root / self.system / "attention" / self.engine / self.version / name)
+        key = (KV_DTYPES.get(kv_dtype, ""), heads, kv_heads, head_dim)
+        if key not in table:
+            return None, f"no {phase} attention measured for {heads} heads, {kv_heads} KV heads, head dim " \
+                         f"{head_dim}, KV {kv_dtype}"
+        return _bilinear(table[key], batch, length, ("batch", "keys" if phase == "generation" else "seq"))
+
+
+def timing(device: str, engine: Optional[str], version: Optional[str]) -> Timing:
+    """``--timing measured`` on ``device`` (``--engine``, ``--engine-version``; the newest version where
+    none is given)."""
+    engine = (engine or DEFAULT_ENGINE).lower()
+    if engine not in ENGINES:
+        raise CostcalcError(f"--engine: {quote(engine)} is not one of {', '.join(ENGINES)}")
+    root = data_root()
+    system = system_of(device, root)
+    have = versions(root, system, engine)
+    if not have:
+        raise CostcalcError(f"--timing measured: no {engine} tables for {device} ({system})")
+    if version is None:
+        version = have[-1]
+    elif version not in have:
+        raise CostcalcError(f"--engine-version: {engine} on {device} was measured at {', '.join(have)}, "
+                            f"not {quote(version)}")
+    return Timing(device, system, engine, version, root)
+
+
+# --- the tables --------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _gemm_table(path: Path) -> dict:
+    """gemm_dtype -> {(n, k): (sorted m list, latencies in seconds)} (the fastest kernel where several
+    were measured at one shape)."""
+    import pandas as pd
+
+    frame = pd.read_parquet(path, columns=["gemm_dtype", "m", "n", "k", "latency"])
+    frame = frame.groupby(["gemm_dtype", "n", "k", "m"], as_index=False)["latency"].min()
+    out: dict = {}
+    for (dtype, n, k), part in frame.groupby(["gemm_dtype", "n", "k"]):
+        part = part.sort_values("m")
+        out.setdefault(dtype, {})[(int(n), int(k))] = (part["m"].tolist(), (part["latency"] * MS).tolist())
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _attention_table(path: Path) -> dict:
+    """(kv dtype, heads, kv heads, head dim) -> {batch: (sorted lengths, seconds)}, window 0 only; the
+    length is the prompt (context) or the keys read, isl + step (generation)."""
+    import pandas as pd
+
+    frame = pd.read_parquet(path)
+    frame = frame[(frame["window_size"] == 0) & (frame["beam_width"] == 1)]
+    frame = frame.assign(length=frame["isl"] + frame["step"])
+    keys = ["kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "batch_size", "length"]
+    frame = frame.groupby(keys, as_index=False)["latency"].min()
+    out: dict = {}
+    for (kv, h, hkv, d, b), part in frame.groupby(keys[:5]):
+        part = part.sort_values("length")
+        out.setdefault((kv, int(h), int(hkv), int(d)), {})[int(b)] = (part["length"].tolist(),
+                                                                     (part["latency"] * MS).tolist())
+    return out
+
+
+def _linear(xs: list, ys: list, x: int, name: str) -> tuple[float, str]:
+    """Linear between the two nearest measured ``xs``; the smallest's value below them, the largest's
+    scaled in proportion above them, each with a note."""
+    if x < xs[0]:
+        return ys[0], f"{name}={x} below the smallest measured {xs[0]} (its time taken)"
+    if x > xs[-1]:
+        return ys[-1] * x / xs[-1], f"{name}={x} above the largest measured {xs[-1]} (time scaled in proportion)"
+    i = bisect.bisect_left(xs, x)
+    if xs[i] == x:
+        return ys[i], ""
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0), ""
+
+
+def _around(values: list, x: int) -> tuple[int, int, float]:
+    """The measured values on either side of x and x's weight toward the upper one (clamped to the ends)."""
+    if x <= values[0]:
+        return values[0], values[0], 0.0
+    if x >= values[-1]:
+        return values[-1], values[-1], 0.0
+    i = bisect.bisect_left(values, x)
+    lo, hi = values[i - 1], values[i]
+    return (x, x, 0.0) if values[i] == x else (lo, hi, (x - lo) / (hi - lo))
+
+
+def _gemm(grid: dict, m: int, n: int, k: int) -> tuple[float, str]:
+    ns, ks = sorted({a for a, _ in grid}), sorted({b for _, b in grid})
+    notes = []
+    for name, x, axis in (("n", n, ns), ("k", k, ks)):
+        if x < axis[0]:
+            notes.append(f"{name}={x} below the smallest measured {axis[0]} (its time taken)")
+        elif x > axis[-1]:
+            notes.append(f"{name}={x} above the largest measured {axis[-1]} (time scaled in proportion)")
+    n0, n1, wn = _around(ns, n)
+    k0, k1, wk = _around(ks, k)
+    corners: dict = {}
+    for nn, kk, w in ((n0, k0, (1 - wn) * (1 - wk)), (n1, k0, wn * (1 - wk)), (n0, k1, (1 - wn) * wk),
+                      (n1, k1, wn * wk)):
+        corners[(nn, kk)] = corners.get((nn, kk), 0.0) + w
+    total, m_note = 0.0, ""
+    for (nn, kk), w in corners.items():
+        if not w:
+            continue
+        if (nn, kk) not in grid:      # a missing cell: the nearest measured (n, k)
+            nn, kk = min(grid, key=lambda c: abs(c[0] - nn) / nn + abs(c[1] - kk) / kk)
+            notes.append(f"(n, k)=({n}, {k}) near an unmeasured cell: nearest measured ({nn}, {kk}) used")
+        ms, lat = grid[(nn, kk)]
+        t, m_note = _linear(ms, lat, m, "m")
+        total += w * t
+    t = total * (n / ns[-1] if n > ns[-1] else 1) * (k / ks[-1] if k > ks[-1] else 1)
+    return t, "; ".join(dict.fromkeys(filter(None, [m_note, *notes])))
+
+
+def _bilinear(by_batch: dict, batch: int, length: int, names: tuple[str, str]) -> tuple[float, str]:
+    """Bilinear in (batch, length) between the nearest measured; a batch whose lengths stop short of
+    ``length`` is stood in for by the largest batch measured at that length, scaled in proportion."""
+    batches = sorted(by_batch)
+    b0, b1, wb = _around(batches, batch)
+    notes = []
+    if batch < batches[0] or batch > batches[-1]:
+        notes.append(f"{names[0]}={batch} {'below the smallest' if batch < batches[0] else 'above the largest'} "
+                     f"measured {batches[0] if batch < batches[0] else batches[-1]}"
+                     + (" (time scaled in proportion)" if batch > batches[-1] else " (its time taken)"))
+    total = 0.0
+    for b, w in ((b0, 1 - wb), (b1, wb)):
+        if not w:
+            continue
+        lengths, lat = by_batch[b]
+        if lengths[0] <= length <= lengths[-1] or b == batches[0]:
+            t, note = _linear(lengths, lat, length, names[1])
+        else:                       # this batch was not measured this long: the largest batch that was
+            cover = [c for c in batches if by_batch[c][0][-1] >= length]
+            stand = cover[-1] if cover else batches[0]
+            t, note = _linear(*by_batch[stand], length, names[1])
+            t *= b / stand
+            note = (note + "; " if note else "") + f"{names[0]}={b} not measured at {names[1]}={length}: " \
+                                                   f"{names[0]}={stand} scaled in proportion"
+        notes.append(note)
+        total += w * t
+    t = total * (batch / batches[-1] if batch > batches[-1] else 1)
+    return t, "; ".join(dict.fromkeys(filter(None, notes)))
+
+
+# --- one operator of a forward -----------------------------------------------------------
+
+def operator_time(timing: Timing, query, group, index: int, op: str, flops, values: dict, plan,
+                  kv_dtype: str) -> tuple[Optional[float], str]:
+    """Seconds the tables give operator ``op`` of layer group ``group`` (all its layers) at the point
+    ``values``, and a note; None (and why) where no table holds it (it keeps its floor)."""
+    from . import weights
+    from .roofline import routed_expert
+
+    traffic = query.workload.traffic
+    if op == "attention":
+        block = group.block
+        if block.attention != "gqa" or block.dv or block.sparse or block.v4 or block.mixer:
+            return None, "no table for this attention"
+        sizes = group.sizes
+        if traffic == "0,S":
+            phase, length = "context", values["S"]
+        elif traffic == "T,1":
+            phase, length = "generation", values["T"] + 1
+        else:
+            return None, f"no attention table for {query.workload.name}"
+        t, note = timing.attention(phase, values["B"], length, sizes["h_q"], sizes["h_kv"], sizes["d_h"], kv_dtype)
+        return (None if t is None else t * group.count), note
+    if traffic not in ("0,S", "T,1", "T,C") or routed_expert(op) or op in weights.SLICES:
+        return None, "no GEMM lookup"
+    if op in plan.once:
+        fan_in, fan_out, fmt = plan.once[op]
+        layers = 1
+    elif op in plan.groups[index]:
+        fan_in, fan_out, instances, fmt = plan.groups[index][op]
+        if instances != 1:
+            return None, "not one GEMM"
+        layers = group.count
+    else:
+        return None, "no GEMM lookup"
+    rows, rest = divmod(int(flops), 2 * fan_in * fan_out * layers)
+    if rest or rows < 1:            # not a plain GEMM over whole rows
+        return None, "not a plain GEMM"
+    t, note = timing.gemm(rows, fan_out, fan_in, fmt.name)
+    return (None if t is None else t * layers), note

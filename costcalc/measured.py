@@ -45,7 +45,10 @@ MS = 1e-3               # the tables' latencies are milliseconds
 
 # costcalc device profile -> aiconfigurator system (systems/<system>.yaml, systems/data/<system>/)
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "a100": "a100_sxm", "b200": "b200_sxm", "l40s": "l40s"}
-GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}      # weight format -> gemm_dtype (activations in bf16)
+# weight format -> gemm_dtype: bf16; fp8 per tensor (costcalc's generic fp8, fp8-tensor); DeepSeek's 128x128
+# blocks (fp8-block128, either scale byte)
+GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8-tensor": "fp8", "fp8-block128": "fp8_block",
+               "fp8-block128-ue8m0": "fp8_block", "fp8-block128x128": "fp8_block", "fp8-block128x128-ue8m0": "fp8_block"}
 KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}        # --kv-dtype -> kv_cache_dtype
 
 

@@ -15,14 +15,16 @@ forward, the time of that very shape:
 - attention of an uncached prefill (``context_attention_perf``: batch, prompt length, query heads, KV
   heads, head dim, KV dtype, no window) and of a decode step (``generation_attention_perf``: batch and
   the keys read, ``isl + step`` in the collector's terms = T + 1): at the exact heads, KV heads and
-  head dim measured, bilinear in (batch, length) between the nearest measured ones.
+  head dim measured, bilinear in (batch, length) between the nearest measured ones; the decode phase
+  of ``generate`` (N-1 steps) looks each step up (its GEMMs N-1 times at m = B, its attention at
+  S + j keys for step j), up to ``MAX_STEPS`` steps.
 
 Outside what was measured nothing is extrapolated silently: below the smallest measured size the
 smallest one's latency is taken (a kernel is not faster on fewer rows), above the largest the largest
 one's latency is scaled in proportion (``m`` twice the largest: twice its time), and the row's
 ``measured_coverage`` names each such operator and size. An operator the tables do not hold (norms
 are not counted at all; MoE experts, MLA, windows, state-space mixers, a cached prefill's attention,
-the summed decode phase of ``generate``) keeps its roofline floor, and ``measured_coverage`` names it.
+a decode phase of more than ``MAX_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
 An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
 Collectives of a parallel layout are not looked up yet: measured timing is refused on a layout.
 """
@@ -42,6 +44,7 @@ INSTALL = "pip install 'costcalc[measured]'"
 ENGINES = ("vllm", "trtllm", "sglang")
 DEFAULT_ENGINE = "vllm"
 MS = 1e-3               # the tables' latencies are milliseconds
+MAX_STEPS = 100_000     # a decode phase's attention is looked up step by step (~20 us each) up to this many
 
 # costcalc device profile -> aiconfigurator system (systems/<system>.yaml, systems/data/<system>/)
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "a100": "a100_sxm", "b200": "b200_sxm", "l40s": "l40s"}
@@ -153,11 +156,10 @@ def _gemm_table(path: Path) -> dict:
     import pandas as pd
 
     frame = pd.read_parquet(path, columns=["gemm_dtype", "m", "n", "k", "latency"])
-    frame = frame.groupby(["gemm_dtype", "n", "k", "m"], as_index=False)["latency"].min()
+    frame = frame.groupby(["gemm_dtype", "n", "k", "m"], as_index=False, sort=True)["latency"].min()
     out: dict = {}
-    for (dtype, n, k), part in frame.groupby(["gemm_dtype", "n", "k"]):
-        part = part.sort_values("m")
-        out.setdefault(dtype, {})[(int(n), int(k))] = (part["m"].tolist(), (part["latency"] * MS).tolist())
+    for (dtype, n, k), ms, lat in _runs(frame, ["gemm_dtype", "n", "k"], "m"):
+        out.setdefault(dtype, {})[(int(n), int(k))] = (ms, lat)
     return out
 
 
@@ -170,14 +172,29 @@ def _attention_table(path: Path) -> dict:
     frame = pd.read_parquet(path)
     frame = frame[(frame["window_size"] == 0) & (frame["beam_width"] == 1)]
     frame = frame.assign(length=frame["isl"] + frame["step"])
-    keys = ["kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "batch_size", "length"]
-    frame = frame.groupby(keys, as_index=False)["latency"].min()
+    keys = ["kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "batch_size"]
+    frame = frame.groupby([*keys, "length"], as_index=False, sort=True)["latency"].min()
     out: dict = {}
-    for (kv, h, hkv, d, b), part in frame.groupby(keys[:5]):
-        part = part.sort_values("length")
-        out.setdefault((kv, int(h), int(hkv), int(d)), {})[int(b)] = (part["length"].tolist(),
-                                                                     (part["latency"] * MS).tolist())
+    for (kv, h, hkv, d, b), lengths, lat in _runs(frame, keys, "length"):
+        out.setdefault((kv, int(h), int(hkv), int(d)), {})[int(b)] = (lengths, lat)
     return out
+
+
+def _runs(frame, keys: list, axis: str):
+    """(key values, the axis's values, latencies in seconds) for each run of equal ``keys`` of a frame
+    sorted by ``keys`` then ``axis`` (plain lists: a lookup is a bisect)."""
+    import numpy as np
+
+    change = np.zeros(len(frame), dtype=bool)
+    for k in keys:
+        values = frame[k].to_numpy()
+        change[1:] |= values[1:] != values[:-1]
+    starts = [0, *np.flatnonzero(change).tolist(), len(frame)]
+    columns = [frame[k].tolist() for k in keys]
+    xs, lat = frame[axis].astype("int64").tolist(), (frame["latency"] * MS).tolist()
+    for lo, hi in zip(starts, starts[1:]):
+        if hi > lo:
+            yield tuple(c[lo] for c in columns), xs[lo:hi], lat[lo:hi]
 
 
 def _linear(xs: list, ys: list, x: int, name: str) -> tuple[float, str]:
@@ -278,16 +295,28 @@ def operator_time(timing: Timing, query, group, index: int, op: str, flops, valu
         if block.attention != "gqa" or block.dv or block.sparse or block.v4 or block.mixer:
             return None, "no table for this attention"
         sizes = group.sizes
+        shape = (sizes["h_q"], sizes["h_kv"], sizes["d_h"], kv_dtype)
         if traffic == "0,S":
-            phase, length = "context", values["S"]
+            t, note = timing.attention("context", values["B"], values["S"], *shape)
         elif traffic == "T,1":
-            phase, length = "generation", values["T"] + 1
+            t, note = timing.attention("generation", values["B"], values["T"] + 1, *shape)
+        elif traffic == "steps" and 1 <= values["N"] - 1 <= MAX_STEPS:   # step j reads S + j keys
+            t, notes = 0.0, []
+            for keys in range(values["S"] + 1, values["S"] + values["N"]):
+                one, note = timing.attention("generation", values["B"], keys, *shape)
+                if one is None:
+                    return None, note
+                t += one
+                notes.append(note)
+            note = "; ".join(dict.fromkeys(filter(None, notes)))
         else:
             return None, f"no attention table for {query.workload.name}"
-        t, note = timing.attention(phase, values["B"], length, sizes["h_q"], sizes["h_kv"], sizes["d_h"], kv_dtype)
         return (None if t is None else t * group.count), note
-    if traffic not in ("0,S", "T,1", "T,C") or routed_expert(op) or op in weights.SLICES:
+    if traffic not in ("0,S", "T,1", "T,C", "steps") or routed_expert(op) or op in weights.SLICES:
         return None, "no GEMM lookup"
+    forwards = values["N"] - 1 if traffic == "steps" else 1      # a decode phase: N-1 steps of B rows each
+    if forwards < 1:
+        return None, "no forward"
     if op in plan.once:
         fan_in, fan_out, fmt = plan.once[op]
         layers = 1
@@ -298,8 +327,8 @@ def operator_time(timing: Timing, query, group, index: int, op: str, flops, valu
         layers = group.count
     else:
         return None, "no GEMM lookup"
-    rows, rest = divmod(int(flops), 2 * fan_in * fan_out * layers)
+    rows, rest = divmod(int(flops), 2 * fan_in * fan_out * layers * forwards)
     if rest or rows < 1:            # not a plain GEMM over whole rows
         return None, "not a plain GEMM"
     t, note = timing.gemm(rows, fan_out, fan_in, fmt.name)
-    return (None if t is None else t * layers), note
+    return (None if t is None else t * layers * forwards), note

@@ -373,6 +373,22 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
     return out
 
 
+def efficiencies(table: dict[str, list]) -> None:
+    """A measured table's ``efficiency`` and ``<term>_efficiency`` columns again from its floor and time
+    columns (a composite's total rows add times, and a ratio is not added), in place."""
+    for name in [k for k in table if k.endswith("efficiency") and k not in ("compute_efficiency", "memory_efficiency")]:
+        term = name.removesuffix("efficiency")
+        floors, times = table.get(f"{term}floor_time_s"), table.get(f"{term}time_s")
+        if floors is not None and times is not None:
+            table[name] = [round(f / t, 4) if f is not None and t else None for f, t in zip(floors, times)]
+
+
+def coverages(*values: str) -> str:
+    """The ``measured_coverage`` of several forwards added up: each distinct note once."""
+    parts = [p for v in values if v and v != "measured" for p in v.split(" | ")]
+    return " | ".join(dict.fromkeys(parts)) or "measured"
+
+
 def coverage(notes: dict[str, str]) -> str:
     """``measured_coverage``: ``measured`` where every operator's shape lies inside the tables; else the
     operators kept at their floor (no table) and those outside what was measured, with the sizes."""

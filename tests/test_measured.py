@@ -230,3 +230,31 @@ def test_the_floor_is_at_or_below_every_measured_shape(name):
         bad = unexplained[0][1]
         assert len(bad) == 24 and set(bad.head_dim) == {192} and set(bad.num_key_value_heads) == {1}
         assert set(bad.num_heads) <= {1, 2, 4} and set(bad.kv_cache_dtype) == {"bfloat16"}
+
+
+def test_generate_looks_each_decode_step_up(capsys):
+    """A generation of 4 tokens after a 1024-token prompt: its decode phase is 3 steps over 1025, 1026 and
+    1027 keys (attention looked up step by step) and 3 x 32 GEMMs of one row each; the total's efficiency
+    is its summed floor over its summed estimate, not an added ratio."""
+    root = tables()
+    code, out, err = run(capsys, "generate", "-p", "llama-3.1-8b", "--prompt", "1k", "--new", "4", "--device", "h100",
+                         "--timing", "measured", "-f", "csv")
+    assert code == 0, err
+    prefill, decode, total = csv_rows(out)
+    gen = frame(root / "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet")
+    gen = gen[(gen.batch_size == 1) & (gen.num_heads == 32) & (gen.num_key_value_heads == 8) & (gen.head_dim == 128)
+              & (gen.kv_cache_dtype == "bfloat16") & (gen.window_size == 0)]
+    lo, hi = (gen[gen.isl + gen.step == n].latency.min() * 1e-3 for n in (1024, 2048))
+    attention = 32 * sum(lo + (hi - lo) * (keys - 1024) / 1024 for keys in (1025, 1026, 1027))
+    assert float(decode["attention_time_s"]) == pytest.approx(attention, rel=1e-9)
+    gemm = frame(root / "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet")
+    gemm = gemm[(gemm.gemm_dtype == "bfloat16") & (gemm.m == 1)]
+
+    def at(n, k):
+        return gemm[(gemm.n == n) & (gemm.k == k)].latency.min() * 1e-3
+    assert float(decode["attn_proj_time_s"]) == pytest.approx(3 * 32 * (2 * at(4096, 4096) + 2 * at(1024, 4096)),
+                                                              rel=1e-9)
+    for key in ("floor_time_s", "time_s"):
+        assert float(total[key]) == pytest.approx(float(prefill[key]) + float(decode[key]), rel=1e-12)
+    assert float(total["efficiency"]) == round(float(total["floor_time_s"]) / float(total["time_s"]), 4)
+    assert float(total["tokens_per_s"]) == pytest.approx(4 / float(total["time_s"]), rel=1e-9)

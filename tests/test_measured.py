@@ -258,3 +258,10 @@ def test_generate_looks_each_decode_step_up(capsys):
         assert float(total[key]) == pytest.approx(float(prefill[key]) + float(decode[key]), rel=1e-12)
     assert float(total["efficiency"]) == round(float(total["floor_time_s"]) / float(total["time_s"]), 4)
     assert float(total["tokens_per_s"]) == pytest.approx(4 / float(total["time_s"]), rel=1e-9)
+
+
+@pytest.mark.parametrize("command", [("memory", "--context", "8"), ("train", "--seq", "8"),
+                                     ("crossover",)])
+def test_commands_that_do_not_look_times_up_refuse_measured(capsys, command):
+    code, out, err = run(capsys, command[0], "-p", "toy", *command[1:], "--device", "h100", "--timing", "measured")
+    assert code != 0 and one_error(err, f"--timing measured: {command[0]} does not look times up")

@@ -271,10 +271,21 @@ def with_layout(command, keep: Sequence[str] = tuple(LAYOUT_OPTIONS)):
     return bundled("layout", {key: LAYOUT_OPTIONS[key] for key in keep}, build)(command)
 
 
+TIMING_OPTIONS = ("timing", "engine", "engine_version")
+MEASURED_COMMANDS = ("prefill", "decode", "generate", "chunked")   # the commands whose rows --timing measured times
+
+
 def with_traffic(command, keep: Sequence[str] = tuple(TRAFFIC_OPTIONS)):
-    """The byte and time options (``TRAFFIC_OPTIONS``, or those named in ``keep``), received in
-    the command's parameter ``traffic`` as a ``Traffic``."""
+    """The byte and time options (``TRAFFIC_OPTIONS``, or those named in ``keep``; with --device always
+    --timing, --engine and --engine-version), received in the command's parameter ``traffic`` as a
+    ``Traffic``. ``--timing measured`` on a command that does not look times up yet is an error."""
+    if "device" in keep:
+        keep = (*keep, *(k for k in TIMING_OPTIONS if k not in keep))
+
     def build(**given):
+        if (given.get("timing") or "").lower() == "measured" and command.__name__ not in MEASURED_COMMANDS:
+            raise CostcalcError(f"--timing measured: {command.__name__} does not look times up in the measured "
+                                f"tables yet (prefill, decode, generate and chunked do)")
         return traffic(given)
     return bundled("traffic", {key: TRAFFIC_OPTIONS[key] for key in keep}, build)(command)
 

@@ -55,6 +55,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(RATES)
     if "compute_efficiency" in columns:
         lines.append(EFFICIENCY)
+    if "floor_time_s" in columns:
+        lines.append(MEASURED)
     if "draft" in columns or "draft_flops" in columns:
         lines.append(DRAFT)
     return lines
@@ -90,6 +92,10 @@ ROUTING = ("routing expected: a MoE layer reads the weights of E (1 - (1 - k/E)^
            "min(E, n k).")
 RATES = ("ttft = time to first token (the prefill); tpot = time per output token (the N-1 decode steps / "
          "(N-1)); tok/s/seq = N / (prefill + decode time), per sequence; tok/s = the batch's B x N over the same.")
+MEASURED = ("timing measured: time = each operator's latency at its shape in aiconfigurator-core's measured kernel "
+            "tables for this device and engine version (plain GEMMs and GQA attention; the rest at its roofline "
+            "time, and shapes outside the tables, named in measured_coverage); floor = the roofline time above; "
+            "efficiency = floor / time (docs/cost-model.md, Measured time).")
 EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "
               "the times assume (--efficiency).")
 STATE = ("state_bytes: each linear-attention or state-space layer keeps, per sequence and whatever the context, "

@@ -244,12 +244,16 @@ def links(layout: Any, device: Any) -> str:
     groups = {}
     for name, n in (("tp", layout.tp), ("ep", layout.ep)):
         if n > 1:
-            used = link(device, n)
-            kind = "scale_up" if used is device.scale_up else "scale_out" if used is device.scale_out else \
-                "scale_out across domains"
-            text = f"{kind} {used.bandwidth(n):.3g} B/s each way, alpha {used.latency_s:.3g} s"
-            groups.setdefault(text, []).append(f"{name}{n}")
+            groups.setdefault(_phrase(device, link(device, n), n), []).append(f"{name}{n}")
     return "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items()) or "none"
+
+
+def _phrase(device: Any, used: links_model.Link, n: int) -> str:
+    """A link as a row says it: its class (the profile's scale_up or scale_out, or across domains: the
+    slowest hop), its bandwidth for a group of n each way, and its alpha."""
+    kind = "scale_up" if used is device.scale_up else "scale_out" if used is device.scale_out else \
+        "scale_out across domains"
+    return f"{kind} {used.bandwidth(n):.3g} B/s each way, alpha {used.latency_s:.3g} s"
 
 
 def step_time(roofline_s: float, comm_s: float, overlap: Overlap) -> float:
@@ -465,8 +469,7 @@ def _pipeline_links(query: Query) -> str:
     """``links`` with the stage boundaries' link beside the tensor/expert groups'."""
     device, layout = query.machine.device, query.options.layout
     used = {boundary_link(query, s) for s in range(layout.pp - 1)}
-    text = "; ".join(f"{link.name} {link.bandwidth(2):.3g} B/s each way, alpha {link.latency_s:.3g} s"
-                     for link in sorted(used, key=lambda x: x.name))
+    text = "; ".join(sorted({_phrase(device, link, 2) for link in used}))
     own = links(layout, device)
     return (own + "; " if own != "none" else "") + f"pp{layout.pp} boundaries: {text}"
 

@@ -17,14 +17,14 @@ forward, the time of that very shape:
   the keys read, ``isl + step`` in the collector's terms = T + 1): at the exact heads, KV heads and
   head dim measured, bilinear in (batch, length) between the nearest measured ones; the decode phase
   of ``generate`` (N-1 steps) looks each step up (its GEMMs N-1 times at m = B, its attention at
-  S + j keys for step j), up to ``MAX_STEPS`` steps.
+  S + j keys for step j), up to ``roofline.MAX_LOOKED_UP_STEPS`` steps.
 
 Outside what was measured nothing is extrapolated silently: below the smallest measured size the
 smallest one's latency is taken (a kernel is not faster on fewer rows), above the largest the largest
 one's latency is scaled in proportion (``m`` twice the largest: twice its time), and the row's
 ``measured_coverage`` names each such operator and size. An operator the tables do not hold (norms
 are not counted at all; MoE experts, MLA, windows, state-space mixers, a cached prefill's attention,
-a decode phase of more than ``MAX_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
+a decode phase of more than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
 An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
 Collectives of a parallel layout are not looked up yet: measured timing is refused on a layout.
 """
@@ -44,7 +44,6 @@ INSTALL = "pip install 'costcalc[measured]'"
 ENGINES = ("vllm", "trtllm", "sglang")
 DEFAULT_ENGINE = "vllm"
 MS = 1e-3               # the tables' latencies are milliseconds
-MAX_STEPS = 100_000     # a decode phase's attention is looked up step by step (~20 us each) up to this many
 
 # costcalc device profile -> aiconfigurator system (systems/<system>.yaml, systems/data/<system>/)
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "a100": "a100_sxm", "b200": "b200_sxm", "l40s": "l40s"}
@@ -115,10 +114,11 @@ class Timing:
             return None, f"no {dtype} GEMM table"
         return _gemm(grid, m, n, k)
 
-    def attention(self, phase: str, batch: int, length: int, heads: int, kv_heads: int, head_dim: int,
-                  kv_dtype: str) -> tuple[Optional[float], str]:
+    def attention(self, phase: str, batch: int, length: int, shape: tuple) -> tuple[Optional[float], str]:
         """Seconds of one attention layer: ``phase`` context (``length`` = the prompt) or generation
-        (``length`` = the keys read, T + 1); None (and why) where no table holds these heads."""
+        (``length`` = the keys read, T + 1), ``shape`` = (heads, KV heads, head dim, KV dtype); None (and
+        why) where no table holds these heads."""
+        heads, kv_heads, head_dim, kv_dtype = shape
         name = f"{phase}_attention_perf.parquet"
         table = _attention_table(self.root / self.system / "attention" / self.engine / self.version / name)
         key = (KV_DTYPES.get(kv_dtype, ""), heads, kv_heads, head_dim)
@@ -279,56 +279,3 @@ def _bilinear(by_batch: dict, batch: int, length: int, names: tuple[str, str]) -
     t = total * (batch / batches[-1] if batch > batches[-1] else 1)
     return t, "; ".join(dict.fromkeys(filter(None, notes)))
 
-
-# --- one operator of a forward -----------------------------------------------------------
-
-def operator_time(timing: Timing, query, group, index: int, op: str, flops, values: dict, plan,
-                  kv_dtype: str) -> tuple[Optional[float], str]:
-    """Seconds the tables give operator ``op`` of layer group ``group`` (all its layers) at the point
-    ``values``, and a note; None (and why) where no table holds it (it keeps its floor)."""
-    from . import weights
-    from .roofline import routed_expert
-
-    traffic = query.workload.traffic
-    if op == "attention":
-        block = group.block
-        if block.attention != "gqa" or block.dv or block.sparse or block.v4 or block.mixer:
-            return None, "no table for this attention"
-        sizes = group.sizes
-        shape = (sizes["h_q"], sizes["h_kv"], sizes["d_h"], kv_dtype)
-        if traffic == "0,S":
-            t, note = timing.attention("context", values["B"], values["S"], *shape)
-        elif traffic == "T,1":
-            t, note = timing.attention("generation", values["B"], values["T"] + 1, *shape)
-        elif traffic == "steps" and 1 <= values["N"] - 1 <= MAX_STEPS:   # step j reads S + j keys
-            t, notes = 0.0, []
-            for keys in range(values["S"] + 1, values["S"] + values["N"]):
-                one, note = timing.attention("generation", values["B"], keys, *shape)
-                if one is None:
-                    return None, note
-                t += one
-                notes.append(note)
-            note = "; ".join(dict.fromkeys(filter(None, notes)))
-        else:
-            return None, f"no attention table for {query.workload.name}"
-        return (None if t is None else t * group.count), note
-    if traffic not in ("0,S", "T,1", "T,C", "steps") or routed_expert(op) or op in weights.SLICES:
-        return None, "no GEMM lookup"
-    forwards = values["N"] - 1 if traffic == "steps" else 1      # a decode phase: N-1 steps of B rows each
-    if forwards < 1:
-        return None, "no forward"
-    if op in plan.once:
-        fan_in, fan_out, fmt = plan.once[op]
-        layers = 1
-    elif op in plan.groups[index]:
-        fan_in, fan_out, instances, fmt = plan.groups[index][op]
-        if instances != 1:
-            return None, "not one GEMM"
-        layers = group.count
-    else:
-        return None, "no GEMM lookup"
-    rows, rest = divmod(int(flops), 2 * fan_in * fan_out * layers * forwards)
-    if rest or rows < 1:            # not a plain GEMM over whole rows
-        return None, "not a plain GEMM"
-    t, note = timing.gemm(rows, fan_out, fan_in, fmt.name)
-    return (None if t is None else t * layers * forwards), note

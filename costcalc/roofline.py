@@ -32,6 +32,7 @@ from .vocab import INDEX_SCALE_BITS, INDEX_SCALE_GROUP, ONCE, TERMS, TRAFFIC, Dt
 from .weights import Format
 
 EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays below this many bits
+MAX_LOOKED_UP_STEPS = 100_000   # --timing measured: a decode phase's attention looked up step by step (~20 us each)
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,47 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
     each: dict[str, dict[str, Any]] = {}     # per operator, over the groups (``per_operator``)
     timing = machine.timing if machine is not None else None   # --timing measured: the tables' times beside
     estimate, term_estimate, notes = 0.0, {t.name: 0.0 for t in TERMS}, {}
+
+    def looked_up(index: int, group: Group, op: str, flops) -> tuple[Optional[float], str]:
+        """``--timing measured``: the seconds the tables give operator ``op`` of ``group`` (all its layers)
+        at this point, and a note; None (and why) where no table holds it (it keeps its floor). A plain
+        GEMM is a projection of one matrix (not a routed expert, not an absorbed MLA slice) whose FLOPs are
+        2 m fan_in fan_out a layer for a whole m; GQA attention without a window, at the heads it has."""
+        kind, steps = wl.traffic, values["N"] - 1 if wl.traffic == "steps" else 1   # a decode phase: N-1 steps
+        if op == "attention":
+            block, sizes = group.block, group.sizes
+            if block.attention != "gqa" or block.dv or block.sparse or block.v4 or block.mixer:
+                return None, "no table for this attention"
+            shape = (sizes["h_q"], sizes["h_kv"], sizes["d_h"], precision.kv.value)
+            if kind == "0,S":
+                lengths = [("context", values["S"])]
+            elif kind == "T,1":
+                lengths = [("generation", values["T"] + 1)]
+            elif kind == "steps" and 1 <= steps <= MAX_LOOKED_UP_STEPS:    # step j reads S + j keys
+                lengths = [("generation", keys) for keys in range(values["S"] + 1, values["S"] + values["N"])]
+            else:
+                return None, f"no attention table for {wl.name}"
+            total, said = 0.0, []
+            for phase, length in lengths:
+                got, note = timing.attention(phase, values["B"], length, shape)
+                if got is None:
+                    return None, note
+                total, said = total + got, said + [note]
+            return total * group.count, "; ".join(dict.fromkeys(filter(None, said)))
+        if kind not in ("0,S", "T,1", "T,C", "steps") or steps < 1 or routed_expert(op) or op in weights.SLICES:
+            return None, "no GEMM lookup"
+        if op in plan.once:
+            (fan_in, fan_out, fmt), layers = plan.once[op], 1
+        elif op in plan.groups[index] and plan.groups[index][op][2] == 1:
+            fan_in, fan_out, _, fmt = plan.groups[index][op]
+            layers = group.count
+        else:
+            return None, "no GEMM lookup"
+        rows, rest = divmod(int(flops), 2 * fan_in * fan_out * layers * steps)
+        if rest or rows < 1:            # not a plain GEMM over whole rows
+            return None, "not a plain GEMM"
+        got, note = timing.gemm(rows, fan_out, fan_in, fmt.name)
+        return (None if got is None else got * layers * steps), note
     for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
         elements = recipe.evaluate(base)
@@ -341,9 +383,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             term_times[term][1] += t_m
             term_times[term][2] += max(t_c, t_m)
             if timing is not None:
-                from .measured import operator_time
-
-                got, note = operator_time(timing, query, group, index, op, ran, values, plan, precision.kv.value)
+                got, note = looked_up(index, group, op, ran)
                 if got is None and (ran or moved):
                     notes.setdefault(op, "floor")
                 elif got is not None and note:

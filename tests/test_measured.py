@@ -25,6 +25,9 @@ def test_without_the_extra_one_line_says_how_to_install(capsys, monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (("--timing", "measured"), "--timing measured needs --device"),
     (("--device", "h100", "--timing", "fast"), "--timing: 'fast' is not one of roofline, measured"),
+    (("--device", "h100", "--timing", ""), "--timing: '' is not one of roofline, measured"),
+    (("--device", "h100", "--engine", "tensorrt"), "--engine: 'tensorrt' is not one of vllm, trtllm, sglang"),
+    (("--device", "h100", "--engine-version", " "), "--engine-version: the version is empty"),
 ])
 def test_bad_timing_is_one_line(capsys, args, message):
     code, out, err = run(capsys, "decode", "-p", "toy", "--context", "8", *args)

@@ -314,9 +314,17 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     nothing, a warning says so."""
     device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency, state_dtype, \
         index_dtype, timing, engine, engine_version = (given.get(key) for key in TRAFFIC_OPTIONS)
-    timing = (timing or "roofline").lower()
+    timing = "roofline" if timing is None else timing.strip().lower()
     if timing not in TIMINGS:
         raise CostcalcError(f"--timing: {quote(timing)} is not one of {', '.join(TIMINGS)}")
+    if engine is not None:      # a bad value is an error even where it would do nothing
+        from ..measured import ENGINES
+
+        engine = engine.strip().lower()
+        if engine not in ENGINES:
+            raise CostcalcError(f"--engine: {quote(engine)} is not one of {', '.join(ENGINES)}")
+    if engine_version is not None and not engine_version.strip():
+        raise CostcalcError("--engine-version: the version is empty")
     if timing == "measured" and not (device or device_file):
         raise CostcalcError("--timing measured needs --device (the GPU whose kernels were measured)")
     if timing == "roofline":

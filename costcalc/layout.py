@@ -94,8 +94,6 @@ def check(query: Any) -> None:
                             f"not {query.workload.name} yet")
     if layout.pp > 1:
         _check_pipeline(query, layout, flag)
-    if layout.sp:
-        raise CostcalcError(f"{flag}: sequence parallelism (--sp) is not modelled yet")
     if query.options.draft.value != "none":
         raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
     for group in spec.groups:

@@ -101,9 +101,10 @@ def _exact(value: Fraction) -> Any:
 @dataclass(frozen=True)
 class Collective:
     """One kind of collective a device runs in a step: ``op`` (all_reduce, all_gather,
-    all_to_all), ``where`` (after which operator), ``count`` (times per step) and ``bytes``, the
+    reduce_scatter, all_to_all), ``where`` (after which operator), ``count`` (times per step) and ``bytes``, the
     message: the buffer each device passes in (all-reduce: the tensor reduced; all-gather: the
-    gathered result; all-to-all: the device's send buffer, its own share included). The fraction
+    gathered result; reduce-scatter: the tensor reduced, before it is scattered; all-to-all: the
+    device's send buffer, its own share included). The fraction
     that leaves the device (2(n-1)/n, (n-1)/n) belongs to the time model, not to the message."""
     op: str
     where: str
@@ -131,13 +132,14 @@ def forwards(query: Query, point: dict[str, int]) -> tuple[int, int, int]:
 
 def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
     """The collectives one device runs at one point (B: the whole batch; a replica's B / D under dp).
-    TP: an all-reduce of the B n x d activations after each attention's o_proj and each FFN's down
-    projection (a layer without an FFN: one), and an all-gather of the vocabulary-parallel logits
-    (none where the forward runs no LM head). EP (the all-to-all convention: each device dispatches
-    the tokens of its share of its replica, ceil(B n / tp), the busiest device's; over ep devices):
-    per MoE layer a dispatch and a combine all-to-all of its tokens' k copies x d, beside the
-    all-reduce that sums the shared experts' partial outputs and gathers the routed ones back on
-    every device of the tensor-parallel group."""
+    TP: an all-reduce of the B n x d activations after the vocabulary-parallel embedding (each device
+    looks up the tokens of its V / tp rows, zeros elsewhere: vLLM's ``VocabParallelEmbedding``), after
+    each attention's o_proj and after each FFN's down projection (a layer without an FFN: one; with
+    sequence parallel a reduce-scatter and an all-gather of it: ``_tp_reduce``), and an all-gather of the vocabulary-parallel logits (none where the forward
+    runs no LM head). EP (the all-to-all convention: each device dispatches the tokens of its share of
+    its replica, ceil(B n / tp), the busiest device's; over ep devices): per MoE layer a dispatch and a
+    combine all-to-all of its tokens' k copies x d, beside the all-reduce that sums the shared experts'
+    partial outputs and gathers the routed ones back on every device of the tensor-parallel group."""
     layout, spec = query.options.layout, query.spec
     steps, tokens, rows = forwards(query, point)
     a = ACT_BITS // 8
@@ -146,9 +148,13 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
     if layout.tp > 1:
         attention = sum(g.count for g in spec.groups if g.block.attention)
         ffn = sum(g.count for g in spec.groups if g.block.ffn != "none")
-        out.append(Collective("all_reduce", "o_proj", steps * attention, tokens * d * a, layout.tp))
-        if ffn:
-            out.append(Collective("all_reduce", "ffn down_proj", steps * ffn, tokens * d * a, layout.tp))
+        if layout.sp and tokens % layout.tp:
+            plural = "s" * (tokens != 1)
+            raise CostcalcError(f"--sp: a forward of {tokens} token{plural} does not divide by --tp {layout.tp} "
+                                f"(sequence parallel splits every forward's tokens evenly over the tensor-parallel "
+                                f"devices)")
+        for where, layers in (("embedding", 1), ("o_proj", attention), ("ffn down_proj", ffn)):
+            out += _tp_reduce(layout, where, steps * layers, tokens * d * a)
         if rows:
             out.append(Collective("all_gather", "lm_head", steps, rows * spec.sizes["V"] * a, layout.tp))
     if layout.ep > 1:
@@ -166,6 +172,18 @@ def ranks(collective: Collective, layout: Any) -> int:
     if collective.ranks is not None:
         return collective.ranks
     return layout.ep if collective.op == links_model.ALL_TO_ALL else layout.tp
+
+
+def _tp_reduce(layout, where: str, count: int, message: int) -> list[Collective]:
+    """The sum of the row-split projection's partial outputs: one all-reduce of the B n x d tensor;
+    with sequence parallel (Korthikanti et al. 2022, arXiv 2205.05198) a reduce-scatter of it (each
+    device keeps its B n / tp tokens for the residual add and the norm) and an all-gather of the same
+    tensor before the next column-split projections (the next layer's, or the LM head's after the
+    last layer): the same message each, the same bytes on the wire as the all-reduce."""
+    if not layout.sp:
+        return [Collective("all_reduce", where, count, message, layout.tp)]
+    return [Collective("reduce_scatter", where, count, message, layout.tp),
+            Collective("all_gather", where, count, message, layout.tp)]
 
 
 def columns(query: Query, point: dict[str, Sequence[int]], n: int) -> dict[str, list]:
@@ -315,8 +333,10 @@ def beside(table: dict[str, list]) -> dict[str, list]:
 @dataclass(frozen=True)
 class Stage(Query):
     """A pipeline stage as a query: its layer groups only (``costcalc.stages``); ``last`` False --
-    every stage but the last -- runs no LM head (the recipes charge it in the first group: left out)."""
+    every stage but the last -- runs no LM head (the recipes charge it in the first group: left out);
+    ``first`` False -- every stage but the first -- looks up no embedding (nor reduces it)."""
     last: bool = True
+    first: bool = True
 
     def recipes(self, kind: str = "flops"):
         for group, recipe in Query.recipes(self, kind):
@@ -333,7 +353,7 @@ def stage_queries(query: Query) -> list[Stage]:
     for i, groups in enumerate(parts):
         own = replace(spec, groups=groups, sizes={**spec.sizes, "L": sum(g.count for g in groups)})
         out.append(Stage(replace(own, dtypes=_held(own)), query.workload, options, query.precision, query.machine,
-                         last=i == len(parts) - 1))
+                         last=i == len(parts) - 1, first=i == 0))
     return out
 
 
@@ -369,7 +389,8 @@ def stage_collectives(stage: Stage, point: dict[str, int], m: int) -> list[Colle
     expert-parallel collectives (the logits gather on the last stage only) and, on every stage but the
     last, the activation it sends on: per micro-batch B/m x tokens x d in bf16 (``ACT_BITS``; ``STAGE_TENSORS``
     of them), every tensor-parallel rank its whole copy (no scatter/gather of the message across the TP ranks)."""
-    found = [replace(c, count=c.count * m) for c in collectives(stage, point) if stage.last or c.where != "lm_head"]
+    found = [replace(c, count=c.count * m) for c in collectives(stage, point)
+             if (stage.last or c.where != "lm_head") and (stage.first or c.where != "embedding")]
     if not stage.last:
         steps, tokens, _ = forwards(stage, point)
         message = STAGE_TENSORS * tokens * stage.spec.sizes["d"] * ACT_BITS // 8

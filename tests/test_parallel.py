@@ -84,7 +84,10 @@ def test_all_reduce_bytes_per_layer_are_B_S_d_bytes():
     for where in ("o_proj", "ffn down_proj"):
         assert ops[("all_reduce", where)] == {"op": "all_reduce", "where": where, "count": L, "bytes": B * S * d * 2}
     assert ops[("all_gather", "lm_head")]["bytes"] == B * V * 2 and ops[("all_gather", "lm_head")]["count"] == 1
-    assert got["comm_bytes_per_device"] == 2 * L * B * S * d * 2 + B * V * 2
+    # the vocabulary-parallel embedding's partial lookups summed once a forward (vLLM's VocabParallelEmbedding)
+    assert ops[("all_reduce", "embedding")] == {"op": "all_reduce", "where": "embedding", "count": 1,
+                                                "bytes": B * S * d * 2}
+    assert got["comm_bytes_per_device"] == (2 * L + 1) * B * S * d * 2 + B * V * 2
     every = calc.answer(Query(presets.load("llama-3.1-8b"), "prefill", Options(logits="all", tp=4)), batch=[B], seq=[S])
     gather = [c for c in every["collectives"][0] if c["op"] == "all_gather"]
     assert gather[0]["bytes"] == B * S * V * 2

@@ -79,7 +79,10 @@ def test_the_tp_collectives_of_each_stage_are_its_own_layers():
     listed = got["collectives"][0]
     for stage in range(4):
         reduces = [c for c in listed if c["stage"] == stage and c["op"] == "all_reduce"]
-        assert sorted(c["count"] for c in reduces) == [8, 8]      # 32 layers / 4: o_proj and down_proj each
+        layers = [c for c in reduces if c["where"] != "embedding"]
+        assert sorted(c["count"] for c in layers) == [8, 8]       # 32 layers / 4: o_proj and down_proj each
+        embedding = [c["count"] for c in reduces if c["where"] == "embedding"]
+        assert embedding == ([1] if stage == 0 else [])            # the embedding's, on the first stage only
         assert all(c["bytes"] == 3 * spec["d"] * 2 for c in reduces)
     gathers = [c for c in listed if c["op"] == "all_gather"]
     assert [(c["stage"], c["bytes"]) for c in gathers] == [(3, 3 * spec["V"] * 2)]   # the logits, last stage only

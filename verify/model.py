@@ -473,12 +473,21 @@ class MoEFeedForward(nn.Module):
         self.experts = nn.ModuleList(expert(c.d, lc.m_e) for _ in range(lc.E))
         self.shared_experts = nn.ModuleList(expert(c.d, lc.m_s) for _ in range(lc.E_s))
         self.shared_expert_gate = nn.Linear(c.d, 1, bias=False) if lc.block.shared_gate else None
+        self.balanced = 0                # g > 0: ``balanced_route`` over g groups, not the top-k (verify.parallel)
+
+    def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights [T, k], experts [T, k]): the router's top-k, or with ``balanced`` the fixed
+        balanced assignment over that many expert groups, weighted by the router's scores of those experts."""
+        scores_TE = self.router(x_TD.unsqueeze(0)).squeeze(0).softmax(-1)
+        if not self.balanced:
+            return scores_TE.topk(self.k, dim=-1)
+        experts_TK = balanced_route(x_TD.shape[0], self.k, scores_TE.shape[-1], self.balanced, x_TD.device)
+        return scores_TE.gather(-1, experts_TK), experts_TK
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, S, d = x.shape
         x_TD = x.reshape(B * S, d)
-        scores_TE = self.router(x_TD.unsqueeze(0)).squeeze(0).softmax(-1)
-        weights_TK, experts_TK = scores_TE.topk(self.k, dim=-1)
+        weights_TK, experts_TK = self.route(x_TD)
         weights_TK = weights_TK / weights_TK.sum(-1, keepdim=True)
         out_TD = torch.zeros_like(x_TD)
         for e, expert in enumerate(self.experts):
@@ -495,6 +504,17 @@ class MoEFeedForward(nn.Module):
                 shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
             out = out + shared
         return out
+
+
+def balanced_route(tokens: int, k: int, experts: int, groups: int = 1, device=None) -> torch.Tensor:
+    """A fixed, balanced routing [tokens, k] over ``groups`` equal groups of consecutive experts (the
+    ranks of an expert-parallel layout): pair p = t k + j (token t's j-th choice) goes to group
+    p mod g, to its expert (p // g) mod (E / g). The T k pairs cycle over the groups first, so each
+    group gets T k / g of them where g divides T k (the expected n k / ep pairs a rank are then
+    exact), and a token's k experts are distinct (k <= E)."""
+    pair = torch.arange(tokens, device=device)[:, None] * k + torch.arange(k, device=device)[None, :]
+    per = experts // groups
+    return (pair % groups) * per + (pair // groups) % per
 
 
 class Layer(nn.Module):

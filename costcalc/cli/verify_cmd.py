@@ -10,7 +10,7 @@ from .. import outputs
 from ..core.registry import WORKLOADS as REGISTRY
 from ..errors import CostcalcError
 from .options import (ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, WideOpt, WindowCacheOpt, int_list,
-                      mla_form, model, warn)
+                      mla_form, model, warn, LAYOUT_OPTIONS, bundled)
 from .emit import TABLE_WIDTH, Out, emit, output_format
 from .options import window_cache as cache_choice
 from ..vocab import WindowCache
@@ -25,6 +25,22 @@ VerifyPresetOpt = Annotated[Optional[str], typer.Option(
     "--preset", "-p", metavar="NAME", help="Built-in preset name (see 'costcalc presets').")]
 
 
+PARALLEL_WORKLOADS = ("prefill", "decode")   # costcalc.verify.parallel.WORKLOADS (a test holds it)
+PARALLEL_TIMEOUT_S = 300                     # costcalc.verify.parallel.TIMEOUT_S (a test holds it)
+
+
+VerifySpOpt = Annotated[bool, typer.Option(
+    "--sp", help="Sequence parallel (with --tp): each sum after o_proj and down_proj as a reduce_scatter, "
+                 "then an all_gather (the collectives' op names).")]
+
+
+def _layout_options(command):
+    """--tp and --ep as the workload commands have them; --sp with a help that fits verify's columns."""
+    return bundled("layout", {"tp": LAYOUT_OPTIONS["tp"], "ep": LAYOUT_OPTIONS["ep"], "sp": (VerifySpOpt, False)},
+                   lambda **given: given)(command)
+
+
+@_layout_options
 def verify(
     preset: VerifyPresetOpt = None,
     preset_file: PresetFileOpt = None,
@@ -42,6 +58,7 @@ def verify(
              "list.  (default: all)")] = WORKLOADS,
     seq: Annotated[str, typer.Option("--seq", "-s", metavar="S", help="Lengths to run; a comma list.")] = "64",
     batch: Annotated[int, typer.Option(metavar="B", help="Batch size.")] = 1,
+    layout: dict = None,
     tile: Annotated[str, typer.Option(metavar="QxK", help="Tile of the tiled convention (queries x keys).")] = "16",
     repeats: Annotated[int, typer.Option(metavar="N", help="Timed repeats per workload (0: count only).")] = 1,
     attention_lengths: Annotated[Optional[str], typer.Option(
@@ -53,6 +70,8 @@ def verify(
                                                "bandwidth) as JSON, for --device-file.")] = None,
     report: Annotated[Optional[str], typer.Option(
         metavar="DIR", help="Write report.md and the CSVs of checks, timings and attention to DIR.")] = None,
+    timeout: Annotated[float, typer.Option(
+        metavar="SECONDS", help="With a layout: end the ranks and fail after this long.")] = PARALLEL_TIMEOUT_S,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
     wide: WideOpt = False,
@@ -60,8 +79,17 @@ def verify(
     """Run the workloads on a real torch decoder; hold counted FLOPs against the formulas.
 
     Example: costcalc verify --preset toy --device cpu
+
+    With a layout (--tp, --ep, --sp) the decoder runs sharded over that many processes
+    (torch.distributed: gloo on CPU, nccl on GPUs), and each rank's FLOPs per operator and
+    collectives are held to the per-device numbers: costcalc verify --preset-file verify/dry/dense.json --tp 2
     """
     spec = model(preset, preset_file, config)
+    if layout["tp"] > 1 or layout["ep"] > 1 or layout["sp"]:
+        return _parallel(spec, layout, dict(device=device, dtype=dtype, layers=layers, vocab=vocab, seq=seq,
+                                            batch=batch, workloads=workloads, repeats=repeats, timeout=timeout,
+                                            attention_lengths=attention_lengths, save_profile=save_profile,
+                                            report=report), Out(fmt, output, wide))
     plan = _plan(spec, dict(device=device, dtype=dtype, layers=layers, vocab=vocab, workloads=workloads, seq=seq,
                             batch=batch, tile=tile, repeats=repeats, attention_lengths=attention_lengths, mla=mla,
                             window_cache=window_cache))
@@ -155,3 +183,46 @@ def _write(outcome, targets: dict, out: Out) -> None:
     if targets["report"] is not None:
         for path in report_mod.write(outcome, targets["report_files"], f"costcalc verify: {outcome.title}"):
             typer.echo(f"wrote {outputs.printable(str(path))}", err=True)
+
+
+def _parallel(spec, layout: dict, given: dict, out: Out) -> None:
+    """``verify --tp/--ep/--sp``: the sharded run (``costcalc.verify.parallel``), its checks emitted."""
+    from ..layout import Layout
+
+    chosen = Layout(layout["tp"], layout["ep"], sp=layout["sp"])
+    for flag, value in (("--attention-lengths", given["attention_lengths"]), ("--save-profile", given["save_profile"]),
+                        ("--report", given["report"])):
+        if value is not None:
+            raise CostcalcError(f"{flag} with {chosen.flags}: the sharded verifier counts FLOPs and collectives; "
+                                f"it does not time")
+    if given["repeats"] > 1:
+        raise CostcalcError(f"--repeats {given['repeats']} with {chosen.flags}: the sharded verifier counts FLOPs "
+                            f"and collectives; it does not time")
+    if given["timeout"] <= 0:
+        raise CostcalcError(f"--timeout: {given['timeout']:g} is not positive")
+    names = (list(PARALLEL_WORKLOADS) if given["workloads"] == WORKLOADS
+             else [w.strip() for w in given["workloads"].split(",") if w.strip()])
+    for name in names:
+        if name not in PARALLEL_WORKLOADS:
+            raise CostcalcError(f"--workloads {name} with {chosen.flags}: the sharded verifier runs "
+                                f"{' and '.join(PARALLEL_WORKLOADS)}")
+    if not names:
+        raise CostcalcError(f"--workloads: no workload in {given['workloads']!r}")
+    batch, layers, vocab = given["batch"], given["layers"], given["vocab"]
+    for n, label in ((batch, "--batch"), (layers, "--layers"), (vocab, "--vocab")):
+        if n is not None and n < 1:
+            raise CostcalcError(f"{label}: {n} is not positive")
+    seqs = int_list(given["seq"], "--seq")
+    if len(seqs) > MAX_LENGTHS:
+        raise CostcalcError(f"--seq: verify runs each length on the model: at most {MAX_LENGTHS}, got {len(seqs):,}")
+    if importlib.util.find_spec("torch") is None:
+        raise CostcalcError("verify needs torch: pip install 'costcalc[verify]'")
+    from ..verify import parallel, run as run_mod
+
+    checked = run_mod.cut(spec, layers, vocab)
+    rows = parallel.verify(checked, chosen, names, seqs, batch, given["dtype"], given["device"], given["timeout"])
+    emit(rows, out.fmt, out.output, wide=out.wide)
+    bad = sum(not r["match"] for r in rows)
+    typer.echo(f"{chosen.label}: {len(rows)} checks over {chosen.devices} ranks, {bad} mismatches", err=True)
+    if bad:
+        raise CostcalcError(f"{bad} per-device counts differ from costcalc's")

@@ -2,7 +2,9 @@
 
 A profile has ``name``, ``title``, ``peak_flops`` (dense -- not "with sparsity" -- FLOP/s
 per compute dtype: ``bf16``, ``fp16``, ``fp8``, ``int8``, ...), ``mem_bw`` (bytes/s),
-``mem_bytes`` (bytes, as the vendor states them, decimal) and ``source`` (where the numbers
+``mem_bytes`` (bytes: what the device exposes to the driver -- nvidia-smi's or rocm-smi's total,
+not the datasheet's decimal "80GB"; ``source.memory_note`` and ``source.memory_url`` say where each
+figure was read, and say so where only the marketing figure was found) and ``source`` (where the numbers
 come from); optionally ``interconnect``: ``scale_up`` (the GPU-to-GPU link inside one node or
 NVLink domain: ``bytes_per_s_each_way`` per GPU, ``domain_gpus``, ``topology`` switch|mesh,
 ``latency_s``, ``url``, ``note``), ``scale_out`` (the NIC per GPU: ``bytes_per_s_each_way``,

@@ -51,7 +51,7 @@ class Options:
     dp: int = 1
     sp: bool = False
     micro_batches: Optional[int] = None   # a pipeline's micro-batches per step (None: the schedule's default)
-    overlap: Overlap = Overlap.none       # communication against compute (``vocab.Overlap``)
+    overlap: Overlap = Overlap.full       # communication against compute (``vocab.Overlap``): full, a floor
     zero: int = 0                         # a training step's ZeRO stage (3: FSDP's full sharding)
 
     def __post_init__(self) -> None:

@@ -68,16 +68,28 @@ def _unique(pairs: list) -> dict:
 
 
 def built_in(folder, name: str, kind: str, listing: str):
-    """The JSON file ``name`` of a folder of built-in data (presets, devices); an unknown name
-    is an error that suggests the nearest ones, or says where to see them all."""
+    """The JSON file ``name`` of a folder of built-in data (presets, devices), the name matched
+    in any case (``H100`` is h100); an unknown name is an error that suggests the nearest
+    ones, or says where to see them all."""
     import difflib
 
-    files = {p.name[:-5]: p for p in folder.iterdir() if p.name.endswith(".json")}
-    if name not in files:
-        near = difflib.get_close_matches(name, list(files), n=3, cutoff=0.4)
+    found = find(folder, name)
+    if found is None:
+        files = names(folder)
+        near = difflib.get_close_matches(name.lower(), files, n=3, cutoff=0.4)
         hint = f"; did you mean {', '.join(near)}?" if near else f"; see '{listing}' ({len(files)} built in)"
         raise _error(f"unknown {kind} {name!r}{hint}")
-    return read(files[name], f"{kind} {name!r}")
+    return read(found, f"{kind} {name!r}")
+
+
+def find(folder, name: str):
+    """The file ``name``.json of ``folder``: its own spelling, else the one file whose name
+    differs only in case; None where there is none (or several)."""
+    files = {p.name[:-5]: p for p in folder.iterdir() if p.name.endswith(".json")}
+    if name in files:
+        return files[name]
+    folded = [p for stem, p in files.items() if stem.casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
 
 
 def names(folder) -> list[str]:

@@ -3,7 +3,8 @@
 A value is a comma list of items; an item is
 
 - a number: ``4096``, ``128k``, ``1M`` (k = 1024, M = 1024^2, G = 1024^3: token counts
-  are powers of two in this field, "128k context" is 131072);
+  are powers of two in this field, "128k context" is 131072), or in scientific notation when
+  it is a whole number: ``1e3`` is 1000, ``1.5e3`` 1500 (``1e-3`` and ``1.5`` are errors);
 - an arithmetic range ``start:stop`` or ``start:stop:step`` (stop included when the
   steps land on it; step 1 by default): ``1k:8k:1k``;
 - a geometric range ``start:stop:xF`` (multiply by the integer F >= 2): ``1k:1M:x2``.
@@ -21,35 +22,40 @@ from .errors import CostcalcError
 SUFFIX = {"": 1, "k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2, "g": 1024**3, "G": 1024**3}
 MAX_ROWS = 10_000_000     # rows one command may build (presets x conventions x points), checked before any
 MAX_VALUE = 2**40         # a trillion tokens: anything larger is a typo
-_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)([kKmMgG]?)")
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)(?:[eE]([-+]?\d+))?([kKmMgG]?)")
+MAX_EXPONENT = 40         # 1e40 is past any count here; a larger exponent is not worked out
 
 
 def number(text: str, option: str) -> int:
-    """``"128k"`` -> 131072; an integer with an optional binary suffix."""
-    match = _NUMBER.fullmatch(text.strip())
-    if not match:
-        kind = "written as a whole number" if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", text.strip()) \
-            else "a number"
-        raise CostcalcError(f"{option}: {text.strip()!r} is not {kind} (e.g. 4096, 128k, 1M)")
-    digits, suffix = match.groups()
-    value = _value(digits, suffix, text, option)
+    """``"128k"`` -> 131072, ``"1e3"`` -> 1000; at most ``MAX_VALUE``."""
+    value = whole(text, option)
     if value > MAX_VALUE:
         raise CostcalcError(f"{option}: {text.strip()!r} is too large (at most {MAX_VALUE:,})")
     return value
 
 
-def _value(digits: str, suffix: str, text: str, option: str) -> int:
+def whole(text: str, option: str) -> int:
+    """A whole number as the command line writes it: digits with an optional binary suffix
+    (``128k``), a decimal point or an exponent where the value is still whole (``1.5k``,
+    ``1e3``, ``1.5e3``); anything else is an error naming the text."""
+    match = _NUMBER.fullmatch(text.strip())
+    if not match:
+        raise CostcalcError(f"{option}: {text.strip()!r} is not a number (e.g. 4096, 128k, 1M, 1e3)")
+    digits, exponent, suffix = match.groups()
+    if exponent is not None and abs(int(exponent)) > MAX_EXPONENT:
+        raise CostcalcError(f"{option}: {text.strip()!r} is out of range (an exponent of at most {MAX_EXPONENT})")
+    return _value(digits, int(exponent or 0), suffix, text, option)
+
+
+def _value(digits: str, exponent: int, suffix: str, text: str, option: str) -> int:
     if digits.startswith("-"):
-        return -_value(digits[1:], suffix, text, option)
-    if "." in digits:
-        whole, frac = digits.split(".")
-        scale = SUFFIX[suffix]
-        numerator = int(whole + frac) * scale
-        denominator = 10 ** len(frac)
-        if numerator % denominator:
-            raise CostcalcError(f"{option}: {text.strip()!r} is not a whole number of tokens")
-        return numerator // denominator
-    return int(digits) * SUFFIX[suffix]
+        return -_value(digits[1:], exponent, suffix, text, option)
+    whole_part, _, frac = digits.partition(".")
+    numerator = int(whole_part + frac) * SUFFIX[suffix] * 10 ** max(exponent, 0)
+    denominator = 10 ** (len(frac) + max(-exponent, 0))
+    if numerator % denominator:
+        raise CostcalcError(f"{option}: {text.strip()!r} is not a whole number")
+    return numerator // denominator
 
 
 def parse(text: str | None, option: str, minimum: int = 1) -> Sequence[int]:

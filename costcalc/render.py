@@ -1,12 +1,12 @@
 """Rows or columns -> the four output formats, and a pandas DataFrame.
 
 Output comes as rows (a list of dicts) or as a table (a dict of equal-length columns,
-what a sweep produces). CSV, Markdown and JSON carry every column with exact integers.
-CSV and JSON are written by the standard library (the same text pandas writes for
-CSV, the same records for JSON), so that a calculation never pays for importing pandas
-and a million-row sweep streams out at the speed of ``csv.writer``; Markdown and
-``frame`` use pandas (an object column keeps Python ints past 2^63). The terminal table
-is ``costcalc.terminal``'s.
+what a sweep produces). CSV and JSON carry every column with exact integers, written by
+the standard library (the same text pandas writes for CSV, the same records for JSON), so
+that a calculation never pays for importing pandas and a million-row sweep streams out at
+the speed of ``csv.writer``; ``frame`` uses pandas (an object column keeps Python ints past
+2^63). The terminal table and Markdown -- the same table for a reader: units, shares, the
+columns an 80-character table keeps (``--wide``: all), the notes -- are ``costcalc.terminal``'s.
 """
 from __future__ import annotations
 
@@ -68,7 +68,9 @@ def render(data: Union[Rows, Table], fmt: str, extra_notes: Sequence[str] = (), 
 
         return escape(table(as_rows(data), extra_notes, width), lines=True)
     if fmt == "markdown":
-        return escape(frame(data).to_markdown(index=False) + "\n", lines=True)
+        from .terminal import markdown
+
+        return escape(markdown(as_rows(data), extra_notes, width), lines=True)
     if fmt in ("csv", "json"):
         buffer = io.StringIO()
         write(data, fmt, buffer)

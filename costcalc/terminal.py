@@ -15,10 +15,12 @@ _SHARED = ("linear_flops", *(f"{t.name}_flops" for t in TERMS if not t.linear))
 _HEADER_KEYS = ("workload", "preset", "convention", "scan", "logits", "mla", "window_cache", "tile", "state_dtype")
 
 
-def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width: int | None = None) -> str:
+def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width: int | None = None,
+          md: bool = False) -> str:
     """Readable units and shares; columns constant over the rows go to a header line. With
     ``width``, the breakdown's parts are dropped (then the shares) until the table fits, and
-    a note says so; notes are wrapped to the width."""
+    a note says so; notes are wrapped to the width. ``md``: the same table as Markdown
+    (``markdown``)."""
     cols = columns(rows)
     constant = [c for c in _HEADER_KEYS if c in cols and len({str(r.get(c)) for r in rows}) == 1]
     header = " | ".join(f"{c} {rows[0][c]}" for c in constant)
@@ -36,7 +38,7 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
                     and len({str(r.get(c)) for r in rows}) == 1]
             if len(same) == len(shown):   # a table of one row
                 if len(shown) > LISTED:
-                    return _listing(rows[0], extra_notes, width)
+                    return _listing(rows[0], extra_notes, width, md)
                 same = _fewest_to_fit(rows, shown, shares, width)   # from the right, while it is too wide
             header = " | ".join([header] * bool(header) + [f"{c} {_cell(rows[0], c)}" for c in same
                                                             if rows[0].get(c) is not None])   # empty: nothing to say
@@ -49,8 +51,11 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
         dropped.append(shown.pop().removesuffix("_flops"))    # last resort: from the right
         lines = _grid(rows, shown, shares)
     if width is not None and len(rows) == 1 and (not shown or max(map(len, lines), default=0) > width):
-        return _listing(rows[0], extra_notes, width)      # one row that no table fits: a field per line
-    out = ([*wrap_header(header, width), ""] if header else []) + lines
+        return _listing(rows[0], extra_notes, width, md)      # one row that no table fits: a field per line
+    if md:
+        header = header.replace(" | ", "; ")
+        lines = _markdown_grid(rows, shown, shares)
+    out = ([*(wrap_header(header, width) if not md else [header]), ""] if header else []) + lines
     conventions = {str(r.get("convention")) for r in rows}
     logits = {str(r.get("logits")) for r in rows if "logits" in r}
     footer = notes.footer(conventions, logits, set(cols)) if any(c.endswith("_flops") for c in cols) else []
@@ -58,8 +63,33 @@ def table(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width
         cut = ", ".join(dropped) + (" and the shares of the total" if not shares else "")
         footer = [f"Columns left out to fit {width} characters: {cut.removeprefix(', ')} "
                   f"(--wide or -f csv shows them)."] + _formats(rows, dropped) + footer
+    if md:    # a note a paragraph
+        return "\n".join(out + [line for note in footer + list(extra_notes) for line in ("", note)]) + "\n"
     out += [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]
     return "\n".join(out) + "\n"
+
+
+def markdown(rows: Sequence[dict[str, Any]], extra_notes: Sequence[str] = (), width: int | None = None) -> str:
+    """The terminal table as Markdown: the same columns (those a ``width``-character table
+    keeps; None: every one), units, shares, header line and notes, a pipe table between them."""
+    return table(rows, extra_notes, width, md=True)
+
+
+def _markdown_grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> list[str]:
+    """A pipe table of ``shown``: numbers right-aligned, a cell of several lines joined by <br>."""
+    if not shown:
+        return []
+
+    def text(value: str) -> str:
+        return value.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+
+    def line(values: Sequence[str]) -> str:
+        return "| " + " | ".join(values) + " |"
+
+    right = [_is_flops(c) or c in _NUMERIC or c.endswith(("_bytes", "_s", "intensity")) for c in shown]
+    return [line([text(_TITLES.get(c, c.removesuffix("_flops"))) for c in shown]),
+            line(["---:" if r else "---" for r in right]),
+            *(line([text(_cell(row, c, shares)) for c in shown]) for row in rows)]
 
 
 # What a narrow table gives up, in order (a model's title and vocabulary in the list of presets;
@@ -89,12 +119,16 @@ def _formats(rows: Sequence[dict[str, Any]], dropped: list[str]) -> list[str]:
     return [f"weight_dtype of {preset}: {fmt} ({source})" for preset, fmt, source in seen if fmt is not None]
 
 
-def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int) -> str:
+def _listing(row: dict[str, Any], extra_notes: Sequence[str], width: int, md: bool = False) -> str:
     keys = [k for k in row if row[k] is not None]
-    pad = max(map(len, keys))
-    lines = [f"{k:<{pad}}  {_cell(row, k, True)}" for k in keys]
     footer = notes.footer({str(row.get("convention"))}, {str(row["logits"])} if "logits" in row else set(), set(row)) \
         if any(k.endswith("_flops") for k in row) else []
+    if md:    # a field a row
+        cells = [{"field": k, "value": _cell(row, k, True)} for k in keys]
+        return "\n".join(_markdown_grid(cells, ["field", "value"], False)
+                         + [line for note in footer + list(extra_notes) for line in ("", note)]) + "\n"
+    pad = max(map(len, keys))
+    lines = [f"{k:<{pad}}  {_cell(row, k, True)}" for k in keys]
     return "\n".join(lines + [""] + [line for note in footer + list(extra_notes) for line in wrap(note, width)]) + "\n"
 
 

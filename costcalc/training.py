@@ -113,7 +113,7 @@ NOTE = ("per device: one data-parallel replica's B/D sequences at the device's s
         "gradients + Adam's fp32 master weights and two moments (16 bytes a parameter, sharded by --zero) + "
         "activations (each matmul's saved input, once where shared, and flash attention's Q, K, V, O and "
         "logsumexp; norms, activation functions, dropout and the logits not counted); time_s = compute (with "
-        "recomputation) and communication, added (--overlap none) or the larger (full).")
+        "recomputation) and communication, the larger (--overlap full, the default: a floor) or added (none).")
 TRAINED = ("gqa", "window", "chunk", "mla")   # the attentions whose saved tensors are derived (attention_widths)
 
 

@@ -159,9 +159,11 @@ class Draft(Choice):
 
 class Overlap(Choice):
     """How a layout's communication meets its compute and memory time (docs/cost-model.md, "Tensor
-    and expert parallelism"): ``none`` -- each collective waits for the operator before it and the next
-    waits for it (added, as serving engines run tensor-parallel all-reduces); ``full`` -- hidden behind
-    the step's compute and memory time wherever it is shorter (the step takes the larger)."""
+    and expert parallelism"): ``full`` (the default: a floor) -- hidden behind the step's compute and
+    memory time wherever it is shorter (the step takes the larger); ``none`` -- each collective waits
+    for the operator before it and the next waits for it (added, as serving engines run tensor-parallel
+    all-reduces on the critical path).
+    """
     none = "none"
     full = "full"
 

@@ -31,24 +31,31 @@ def test_csv_round_trips_exact_integers(capsys):
         assert col in df.columns
 
 
-def test_json_markdown_and_csv_share_columns(capsys):
+def test_json_and_csv_share_columns_and_markdown_the_tables(capsys):
     args = ["generate", "-p", "mixtral-8x7b", "--prompt", "512", "--new", "64,128"]
     _, out_json, _ = run(capsys, *args, "-f", "json")
     _, out_csv, _ = run(capsys, *args, "-f", "csv")
     _, out_md, _ = run(capsys, *args, "-f", "markdown")
+    _, out_table, _ = run(capsys, *args)
     records = json.loads(out_json)
     assert isinstance(records, list) and len(records) == 6
     assert [r["phase"] for r in records[:3]] == ["prefill", "decode", "total"]
     csv_cols = list(pd.read_csv(io.StringIO(out_csv)).columns)
-    md_cols = [c.strip() for c in out_md.splitlines()[0].strip("|").split("|")]
-    assert list(records[0]) == csv_cols == md_cols
+    assert list(records[0]) == csv_cols
+    md_cols = [c.strip() for c in next(l for l in out_md.splitlines() if l.startswith("| ")).strip("|").split("|")]
+    table_cols = next(l for l in out_table.splitlines() if l.startswith("phase")).split()
+    assert md_cols == table_cols and len(md_cols) < len(csv_cols)   # the table's columns, not every one
     assert records[2]["total_flops"] == records[0]["total_flops"] + records[1]["total_flops"]
 
 
-def test_markdown_keeps_big_integers_exact(capsys):
-    _, out, _ = run(capsys, "prefill", "-p", "llama-3.1-405b", "--seq", "131072", "--batch", "64", "-f", "markdown")
+def test_big_integers_stay_exact_in_csv_and_json_and_read_in_units_in_markdown(capsys):
+    args = ["prefill", "-p", "llama-3.1-405b", "--seq", "131072", "--batch", "64"]
     expected = calc.prefill(presets.load("llama-3.1-405b"), 131072, 64)["total_flops"]
-    assert str(expected) in out
+    assert expected > 2**63
+    _, out, _ = run(capsys, *args, "-f", "json")
+    assert json.loads(out)[0]["total_flops"] == expected
+    _, out, _ = run(capsys, *args, "-f", "markdown")
+    assert str(expected) not in out and f"| {expected / 1e18:.4g} EFLOP |" in out
 
 
 def test_output_file_format_from_suffix(tmp_path, capsys):
@@ -111,7 +118,8 @@ BAD = [
     (["prefill", "--preset", "toy", "--seq", "0"], "--seq: 0 is not positive"),
     (["prefill", "--preset", "toy", "--seq", "-5"], "--seq: -5 is not positive"),
     (["prefill", "--preset", "toy", "--seq", "ten"], "--seq: 'ten' is not a number"),
-    (["prefill", "--preset", "toy", "--seq", "1e30"], "--seq: '1e30' is not written as a whole number"),
+    (["prefill", "--preset", "toy", "--seq", "1e30"], "--seq: '1e30' is too large"),
+    (["prefill", "--preset", "toy", "--seq", "1e-3"], "--seq: '1e-3' is not a whole number"),
     (["prefill", "--preset", "toy", "--seq", "4", "-f", "xml"], "'xml' is not one of 'table', 'csv'"),
     (["prefill", "--preset", "toy", "--seq", "4", "--efficiency", "0"], "compute efficiency must be between 0.001 and 1"),
     (["prefill", "--preset", "toy"], "give --seq"),

@@ -25,12 +25,12 @@ HF_CONFIGS = Path(__file__).parent / "data" / "hf-configs"
 
 # Each argument's values: (good, bad). A value is mostly drawn from the good ones, so that most
 # lines get past their first bad value and run (bytes, time, files); lengths stay small.
-LENGTHS = (["1", "4", "17", "1k", "1,4", "4,17"],
+LENGTHS = (["1", "4", "17", "1k", "1,4", "4,17", "1e3", "1.6e1"],
            ["0", "-1", "128k", "1M", "1:8", "1:64:x2", "3:1", "1k:1M:x1", "x", "1.5", "1.5k", "", ",", "4,",
-            "99999999999999", "1:1000000000", "2:2000000:x2", "1e3", " 8 "])
-PRESETS = (["toy", "llama-3.1-8b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-20b", "toy,llama-3.1-8b"],
-           ["mistral-7b-v0.1", "nope", "", "toy,", ",", "toy,toy", "../toy", "TOY"])
-DEVICES = (["a100", "b200", "h100", "h200", "l40s", "mi300x"], ["nope", "", " ", "H100", "h100 ", "../h100", "h100,a100"])
+            "99999999999999", "1:1000000000", "2:2000000:x2", "1e-3", "1.5e0", " 8 "])
+PRESETS = (["toy", "llama-3.1-8b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-20b", "toy,llama-3.1-8b", "TOY", "Llama-3.1-8B"],
+           ["mistral-7b-v0.1", "nope", "", "toy,", ",", "toy,toy", "../toy", "../TOY"])
+DEVICES = (["a100", "b200", "h100", "h200", "l40s", "mi300x", "H100"], ["nope", "", " ", "h100 ", "../h100", "h100,a100"])
 
 # Input files, written once per test run under tmp_path/in.
 DEVICE = ('{"name": "mine", "peak_flops": {"bf16": 1e15, "fp8": 2e15, "int8": 2e15}, '
@@ -78,7 +78,9 @@ OLD = b'{"old": true}\n'
 
 
 def _choice(values, *bad):
-    return [v.value for v in values], ["", "x", values.__name__.upper(), *bad]
+    """A choice's values (and the first in capitals: names are matched in any case); bad ones."""
+    first = next(iter(values)).value
+    return [v.value for v in values] + [first.upper()], ["", "x", values.__name__.upper(), *bad]
 
 
 VALUES = {
@@ -92,25 +94,25 @@ VALUES = {
     "--logits": (["last", "all"], ["none"]),
     "--mla": _choice(MlaForm, "sideways"),
     "--window-cache": _choice(WindowCache),
-    "--draft": (["mtp"], ["", "eagle", "MTP"]),
-    "--tp": (["1", "2", "8"], ["0", "-1", "x", "", "3"]),
+    "--draft": (["mtp", "MTP"], ["", "eagle"]),
+    "--tp": (["1", "2", "8", "2e0"], ["0", "-1", "x", "", "3", "1.5", "1e-3"]),
     "--ep": (["1", "2", "8"], ["0", "-1", "x", ""]),
     "--pp": (["1", "2", "4"], ["0", "-1", "x", ""]),
     "--dp": (["1", "2"], ["0", "-1", "x", ""]),
     "--micro-batches": (["1", "2", "4"], ["0", "-1", "x", ""]),
-    "--overlap": (["none", "full"], ["", "x", "NONE", "partial"]),
+    "--overlap": (["none", "full", "NONE"], ["", "x", "partial"]),
     "--zero": (["0", "1", "3"], ["4", "-1", "x", ""]),
-    "--recompute": (["none", "selective", "full"], ["", "some", "FULL"]),
+    "--recompute": (["none", "selective", "full", "FULL"], ["", "some"]),
     "--optimizer": (["adam"], ["", "sgd"]),
     "--routing": _choice(Routing),
     "--weight-dtype": ([d.value for d in Dtype] + ["fp8-block128", "fp8-tensor", "nvfp4", "mxfp4", "gptq-int4-g128",
-                                                   "awq-int4-g32", "ct-int4-g32-asym", "fp4-block1x32-ue8m0"],
-                       ["", "x", "DTYPE", "BF16", "int2", "fp8-block0", "gptq-int3-g128", "fp4-block2x32"]),
+                                                   "awq-int4-g32", "ct-int4-g32-asym", "fp4-block1x32-ue8m0", "BF16", "INT4"],
+                       ["", "x", "DTYPE", "int2", "fp8-block0", "gptq-int3-g128", "fp4-block2x32"]),
     "--kv-dtype": _choice(Dtype, "fp4"),
     "--act-dtype": _choice(Dtype, "tf32", "fp64_tensor"),
     "--state-dtype": _choice(Dtype, "fp12"),
     "--index-dtype": _choice(Dtype, "fp9"),
-    "--group-size": (["128", "32", "1", "3", "99999999999999999999"], ["0", "-1", "-128", "1e3", "x", ""]),
+    "--group-size": (["128", "32", "1", "3", "99999999999999999999", "1e3"], ["0", "-1", "-128", "1e-3", "x", ""]),
     "--efficiency": (["0.7", "0.7,0.8", "1", "1,1", "0.001"],
                      ["1.5", "0.5,1.5", "0", "-0.5", "x", "", "0.7,", ",0.8", "0.7,0.8,0.9", "nan", "inf", "1e-300",
                       "1e-320", "1,5e-324"]),
@@ -119,7 +121,7 @@ VALUES = {
     "--engine": (["vllm", "trtllm", "sglang", "VLLM"], ["", "tensorrt", "x"]),
     "--engine-version": (["0.24.0", "1.3.0rc20"], ["", " "]),
     "--reserve": (["0.1", "0", "0.99"], ["1", "-0.1", "1.5", "nan", "x", ""]),
-    "--format": (["table", "csv", "markdown", "json"], ["yaml"]),
+    "--format": (["table", "csv", "markdown", "json", "CSV"], ["yaml"]),
     "--tile": (["128", "64x32", "1x1"], ["0", "x", "128x", "3,4"]),
     "--tools": (["all", "vllm", "vllm,fvcore"], ["nope", ""]),
     "--hf-attention": (["eager", "sdpa"], ["flash"]),
@@ -161,9 +163,9 @@ COMMANDS = {   # each command's options, as its --help lists them (the model and
                "--routing", "--state-dtype", "--index-dtype", "--reserve", "--mla", "--draft", "--window-cache",
                "--tp", "--ep", "--pp", "--dp", *TIMING, *OUT],
     "presets show": ["--format", "--output"],
-    "presets import": ["--name", "--output", "--title", "--force"],
+    "presets import": ["--name", "--output", "--title", "--force", "--user"],
     "devices": OUT,
-    "devices list": OUT,   # not a command (`devices` lists them): a usage error
+    "devices list": OUT,   # an alias of `devices` (the same listing)
     "devices show": ["--device-file", "--format", "--output"],
     "formula": ["--arch", "--convention", "--logits", "--latex", "--format", "--output"],
     "compare": ["--seq", "--prompt", "--context", "--new", "--batch", "--tools", "--hf-attention", "--hf-experts",
@@ -236,7 +238,7 @@ def command_lines(draw):
         argv += [spelled] if option in FLAGS else [spelled, _value(draw, what, command)]
     if draw(st.integers(0, 49)) == 49:
         argv.append("--help")
-    return argv, "No such command" if command == "devices list" else "No such option" if foreign else None
+    return argv, "No such option" if foreign else None
 
 
 def _inputs(root):
@@ -330,9 +332,6 @@ def test_the_tables_hold_each_commands_own_options():
 
     root = typer.main.get_command(build())
     for name, listed in COMMANDS.items():
-        if name == "devices list":
-            assert "list" not in root.commands["devices"].commands
-            continue
         command = root
         for word in name.split():
             command = command.commands[word]

@@ -14,7 +14,22 @@ GB = 10**9
 DATASHEET = {   # device: (scale-up bidirectional GB/s, GPUs in the domain, NIC Gb/s per GPU or None)
     "a100": (600, 8, 200), "h100": (900, 8, 400), "h200": (900, 8, 400), "b200": (1800, 8, 400),
     "l40s": (64, 8, None), "mi300x": (7 * 128, 8, 400),
+    "a100-40gb": (600, 8, None), "h100-nvl": (600, 2, None), "h800": (400, 8, None), "h20": (900, 8, None),
+    "b300": (1800, 8, 800), "gb200": (1800, 72, None),
 }
+LINKLESS = ("h100-pcie", "l4", "mi325x", "mi355x")    # no source gave a GPU-to-GPU figure: no links, said in a note
+
+
+@pytest.mark.parametrize("name", LINKLESS)
+def test_a_profile_without_a_sourced_link_has_none_and_says_why(name):
+    device = devices.load(name)
+    assert device.scale_up is None and device.scale_out is None and device.interconnect["note"].startswith("no links")
+    with pytest.raises(CostcalcError, match="no interconnect.scale_up"):
+        device.link("scale_up")
+
+
+def test_every_built_in_profile_is_in_one_of_the_tables():
+    assert sorted(devices.names()) == sorted([*DATASHEET, *LINKLESS])
 
 
 @pytest.mark.parametrize("name", sorted(DATASHEET))
@@ -104,3 +119,50 @@ def test_bad_link_fields_are_one_line(data, message, tmp_path, capsys):
     path.write_text(json.dumps(data).replace("Infinity", "1e999"))      # JSON's overflow to infinity
     code, out, err = run(capsys, "decode", "-p", "toy", "--context", "4", "--device-file", str(path))
     assert code == 2 and out == "" and one_error(err, message), err
+
+
+# --- memory as the device exposes it (source.memory_note), and `devices list` -------------------------------
+
+def _exposed_mib(note: str) -> int | None:
+    """The MiB total a profile's memory note quotes from nvidia-smi (None where it quotes another tool)."""
+    import re
+
+    found = re.match(r"exposed: nvidia-smi reports (\d+)MiB total", note)
+    return int(found.group(1)) if found else None
+
+
+@pytest.mark.parametrize("name", devices.names())
+def test_each_profile_says_where_its_memory_figure_comes_from(name):
+    device = devices.load(name)
+    note = device.source.get("memory_note", "")
+    assert note.startswith(("exposed:", "marketing:")), (name, note)     # the driver's figure, or said it is not
+    assert device.source.get("memory_url", "").startswith("https://"), name
+    mib = _exposed_mib(note)
+    if mib is not None:            # the bytes are the quoted nvidia-smi total, to the byte
+        assert device.mem_bytes == mib * 2**20, name
+
+
+def test_80_gb_class_parts_hold_more_than_80e9_bytes():
+    """The datasheets' '80GB' is decimal marketing; the driver exposes more (85.5-85.9e9): memory fits against that."""
+    for name in ("a100", "h100"):
+        assert 85e9 < devices.load(name).mem_bytes <= 80 * 2**30, name
+
+
+def test_devices_list_is_the_devices_listing(capsys):
+    for fmt in ([], ["-f", "csv"], ["-f", "json"], ["--wide"]):
+        plain = run(capsys, "devices", *fmt)
+        alias = run(capsys, "devices", "list", *fmt)
+        assert plain[0] == alias[0] == 0 and plain[1] == alias[1] and "h100" in alias[1], fmt
+
+
+@pytest.mark.parametrize("name", devices.names())
+def test_dense_peaks_are_half_the_printed_with_sparsity_figure(name):
+    """Where a profile quotes the vendor's 'with sparsity' figure for a dtype it stores, the stored peak is its half."""
+    import re
+
+    device = devices.load(name)
+    for dtype, printed in device.source.get("printed_with_sparsity", {}).items():
+        if dtype not in device.peak_flops:
+            continue                                   # a per-system figure (b200), not one of the peaks
+        sparse = float(re.findall(r"\d[\d,]*(?:\.\d+)?", printed)[-1].replace(",", "")) * 1e12   # the last number
+        assert device.peak_flops[dtype] == pytest.approx(sparse / 2, rel=0.02), (name, dtype, printed)

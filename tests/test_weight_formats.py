@@ -271,12 +271,15 @@ def test_deepseek_v3_answers_in_its_shipped_fp8_and_says_so(capsys):
     row = _memory_row(capsys)
     assert row["weight_dtype"] == "fp8-block128; bf16: router lm_head embedding"
     assert row["weight_dtype_source"] == "preset"
-    # the smallest layout: no fewer devices than the bytes need (6 in fp8, 11 in bf16) -- 6 is that bound itself
-    assert row["fits_on"] == "tp2.pp3" and math.ceil(row["total_bytes"] / row["usable_bytes"]) == 6
+    # usable: the reserve (0.1) off what an H200 exposes (nvidia-smi: 143771 MiB), not off the datasheet's 141e9
+    assert row["usable_bytes"] == math.floor(143771 * 2**20 * 0.9)
+    # the smallest layout: no fewer devices than the bytes need (5 in fp8, 10 in bf16). 5 devices: only tp1.pp5
+    # (128 heads do not divide by 5), whose 13-layer stage does not fit; 6: tp2.pp3
+    assert row["fits_on"] == "tp2.pp3" and math.ceil(row["total_bytes"] / row["usable_bytes"]) == 5
     bf16 = _memory_row(capsys, "--weight-dtype", "bf16")
     assert (bf16["weight_dtype"], bf16["weight_dtype_source"]) == ("bf16", "--weight-dtype")
-    assert math.ceil(bf16["total_bytes"] / bf16["usable_bytes"]) == 11
-    # 11 devices: only tp1.pp11 (128 heads do not divide by 11) and it does not fit; 12: tp4.pp3 first
+    assert math.ceil(bf16["total_bytes"] / bf16["usable_bytes"]) == 10
+    # 10 and 11 devices: no layout fits (tp2.pp5's and tp1.pp10's, tp1.pp11's largest stages are over); 12: tp4.pp3
     assert bf16["fits_on"] == "tp4.pp3"
 
 

@@ -49,13 +49,24 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":
             outputs.say(exc.format_message())
             return exc.exit_code
-        return _fail(exc.format_message().replace("Value error, ", ""))   # typer's enum wording
+        return _fail(_meant(exc) or exc.format_message().replace("Value error, ", ""))   # typer's enum wording
     except typer.Abort:
         return _fail("aborted")
     except MemoryError:     # numpy's too; nothing was written (files are filled aside, then moved)
         return _fail("out of memory: this machine cannot hold the work asked for; narrow the ranges (or "
                      "write a large sweep with -f csv -o FILE)")
     return result if isinstance(result, int) else 0
+
+
+def _meant(exc) -> "str | None":
+    """"No such option" for an option named as another tool names it: the option meant
+    (``app.ALIASES``); None for any other error."""
+    if type(exc).__name__ != "NoSuchOption" or getattr(exc, "ctx", None) is None:
+        return None
+    from .app import no_such_option
+
+    takes = {o for p in exc.ctx.command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+    return no_such_option(exc.option_name, exc.ctx.command_path.removeprefix("costcalc "), takes)
 
 
 def _fail(message: str) -> int:

@@ -14,7 +14,8 @@ SETTINGS = dict(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 80},
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 80,
+                      "token_normalize_func": str.lower},   # names of choices (and options) in any case
 )
 
 
@@ -87,6 +88,36 @@ def build(only: Optional[str] = None) -> typer.Typer:
         if only in (None, name):
             built.add_typer(load(module, group), name=name, short_help=short)
     return built
+
+
+# Options other tools (vLLM, llm-analysis, calculators) name otherwise: what was written -> the
+# options costcalc may mean, in order; "No such option" names those the command takes.
+ALIASES = {
+    **dict.fromkeys(("--seq", "--seq-len", "--seqlen", "--sequence-length", "--input-tokens", "--input-len",
+                     "--prompt-len", "--prompt-tokens", "--isl"), ("--seq", "--context", "--prompt")),
+    "--prompt": ("--seq",),
+    **dict.fromkeys(("--output-tokens", "--output-len", "--new-tokens", "--max-new-tokens", "--max-tokens",
+                     "--gen-len", "--osl"), ("--new",)),
+    **dict.fromkeys(("--gpu", "--hardware", "--hw", "--accelerator", "--chip"), ("--device",)),
+    **dict.fromkeys(("--model", "--model-name"), ("--preset", "--config")),
+    **dict.fromkeys(("--batch-size", "--bs", "--batch_size"), ("--batch",)),
+    **dict.fromkeys(("--dtype", "--precision"), ("--weight-dtype", "--act-dtype")),
+    **dict.fromkeys(("--quantization", "--quant"), ("--weight-dtype",)),
+    "--kv-cache-dtype": ("--kv-dtype",),
+    **dict.fromkeys(("--tensor-parallel-size", "--tensor-parallel"), ("--tp",)),
+    **dict.fromkeys(("--pipeline-parallel-size", "--pipeline-parallel"), ("--pp",)),
+    **dict.fromkeys(("--expert-parallel-size", "--expert-parallel"), ("--ep",)),
+    **dict.fromkeys(("--data-parallel-size", "--data-parallel"), ("--dp",)),
+}
+
+
+def no_such_option(option: str, command: str, takes: set[str]) -> Optional[str]:
+    """The line for an option ``command`` does not take where ``ALIASES`` knows what was meant
+    (``decode --seq``: "decode takes --context"); None where it does not."""
+    meant = [o for o in ALIASES.get(option, ()) if o in takes and o != option]
+    if not meant:
+        return None
+    return f"No such option: {option}; {command} takes {' or '.join(meant)}"
 
 
 def for_arguments(args: list[str]) -> typer.Typer:

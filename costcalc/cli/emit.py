@@ -64,10 +64,10 @@ class Out(NamedTuple):
 
 def emit_listing(items: Sequence[Any], shapes: tuple, fmt: Optional[Format], output: Optional[str],
                  wide: bool = False) -> None:
-    """A list of built-in things (presets, devices): a readable line each in a table
-    (``shapes[0]``), every field in CSV, Markdown or JSON (``shapes[1]``)."""
+    """A list of built-in things (presets, devices): a readable line each in a table or
+    Markdown (``shapes[0]``), every field in CSV or JSON (``shapes[1]``)."""
     compact, full = shapes
-    shape = compact if output_format(fmt, outputs.target(output)) == "table" else full
+    shape = compact if output_format(fmt, outputs.target(output)) in ("table", "markdown") else full
     emit([shape(item) for item in items], fmt, output, wide=wide)
 
 
@@ -91,8 +91,8 @@ def emit_to(rows: Union[Sequence[dict[str, Any]], Mapping[str, Sequence[Any]]], 
     if chosen in ("table", "markdown") and count > MAX_TABLE_ROWS:
         raise CostcalcError(f"{count:,} rows are too many for a {chosen} (at most {MAX_TABLE_ROWS:,}); "
                             f"write them with -f csv -o FILE or -f json -o FILE")
-    if wide and chosen != "table":
-        warn(f"--wide does nothing with {chosen} (only tables are narrowed)")
+    if wide and chosen not in ("table", "markdown"):
+        warn(f"--wide does nothing with {chosen} (only tables and Markdown are narrowed)")
     width = None if wide else TABLE_WIDTH
     writer = own(chosen, width) if own is not None else None
     outputs.write(dest, writer or (lambda handle: write(rows, chosen, handle, notes, width)))

@@ -16,7 +16,7 @@ from .emit import emit, emit_listing, output_format, write_fields, write_text
 from .. import outputs
 
 devices_app = typer.Typer(help="Device profiles: peaks per dtype, memory bandwidth and size, with sources; "
-                               "list them (no command) or show one.\n\nExample: costcalc devices show h100",
+                               "list them (no command, or list) or show one.\n\nExample: costcalc devices show h100",
                           invoke_without_command=True, no_args_is_help=False)
 
 
@@ -28,6 +28,15 @@ def devices_list(ctx: typer.Context, fmt: FormatOpt = None, output: OutputOpt = 
     """
     if ctx.invoked_subcommand is not None:
         return
+    emit_listing(device_data.load_all(), (_line, _flat), fmt, output, wide)
+
+
+@devices_app.command("list")
+def devices_list_command(fmt: FormatOpt = None, output: OutputOpt = None, wide: WideOpt = False) -> None:
+    """The same listing as 'costcalc devices' (an alias).
+
+    Example: costcalc devices list -f json
+    """
     emit_listing(device_data.load_all(), (_line, _flat), fmt, output, wide)
 
 

@@ -180,6 +180,8 @@ def presets_import(
                                                "(default: NAME.json here)")] = None,
     title: Annotated[Optional[str], typer.Option(help="A readable title.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing preset file.")] = False,
+    user: Annotated[bool, typer.Option("--user", help="Write it into your presets folder ($COSTCALC_HOME/presets, "
+                                                      "else ~/.config/costcalc/presets), where -p NAME finds it.")] = False,
 ) -> None:
     """Write a preset file from a config.json, mapped field by field (unknown fields are errors).
 
@@ -193,6 +195,15 @@ def presets_import(
     check_name(name, "--name")
     if name.lower().endswith(".json"):
         raise CostcalcError(f"--name {name!r}: give the name without .json (the file is NAME.json)")
+    if user and output is not None:
+        raise CostcalcError("give one of --user or --output, not both")
+    if user:
+        folder = presets.user_folder()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CostcalcError(f"cannot make the presets folder {str(folder)!r}: {exc.strerror or exc}") from None
+        output = str(folder / f"{name}.json")
     dest = outputs.target(f"{name}.json" if output is None else output)
     if dest.kind == "file" and dest.path.exists() and not force:
         raise CostcalcError(f"{dest.shown!r} exists; pass --force to replace it")
@@ -203,7 +214,9 @@ def presets_import(
     from_dict(data, origin=f"preset {name!r}")   # what is written loads back
     outputs.write_text(dest, json.dumps(data, indent=2) + "\n")
     typer.echo(f"wrote {dest.printed} ({spec.arch}, {len(spec.groups)} layer group{'s' if len(spec.groups) > 1 else ''}, "
-               f"{units.params(calc.parameters(spec)['total_params'])} parameters)", err=True)
+               f"{units.params(calc.parameters(spec)['total_params'])} parameters)"
+               + (f"; use it as -p {name}" if user else
+                  f"; use it as --preset-file {dest.printed}" if dest.kind == "file" else ""), err=True)
 
 
 def _summary(spec) -> dict:

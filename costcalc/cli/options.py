@@ -25,6 +25,19 @@ Convention = Choice("Convention", {**{c.name: c.value for c in vocab.Convention}
 Logits = Choice("Logits", {m.name: m.value for m in vocab.Logits if m != vocab.Logits.none})
 
 
+def whole_number(option: str):
+    """A typer ``parser`` for an integer option: its text read as ``ranges.whole`` reads it
+    (``1e3`` is 1000, ``1.5e3`` 1500; ``1e-3`` or ``1.5`` an error naming the text)."""
+    def parse(text: Any) -> int:
+        if isinstance(text, int):   # the default
+            return text
+        try:
+            return ranges.whole(str(text), option)
+        except CostcalcError as exc:   # typer names the option: "Invalid value for '--tp': ..."
+            raise typer.BadParameter(str(exc).removeprefix(f"{option}: ")) from None
+    return parse
+
+
 def check_output(value: Optional[str]) -> Optional[str]:
     """Typer callback: an --output that cannot be written is an error before any work."""
     if value is not None:
@@ -55,6 +68,7 @@ def draft(value: Optional[str]) -> str:
     """``--draft``: ``mtp`` (the only draft there is yet), or none where not given."""
     if value is None:
         return "none"
+    value = value.lower()   # names in any case (MTP)
     if value != "mtp":
         raise CostcalcError(f"--draft accepts mtp (the model's multi-token-prediction layers), got {quote(value)}")
     return value
@@ -88,7 +102,7 @@ IndexDtypeOpt = Annotated[Optional[Dtype], typer.Option(
 ActDtypeOpt = Annotated[Optional[Dtype], typer.Option(
     "--act-dtype", help="Activations' dtype, also the compute dtype whose peak times the FLOPs.  (default: bf16)")]
 GroupSizeOpt = Annotated[Optional[int], typer.Option(
-    "--group-size", metavar="N", show_default=False, help="Weights per fp16 scale of int8/int4 weights.  (default: 128)")]
+    "--group-size", parser=whole_number("--group-size"), metavar="N", show_default=False, help="Weights per fp16 scale of int8/int4 weights.  (default: 128)")]
 RoutingOpt = Annotated[Optional[Routing], typer.Option(
     "--routing", show_default=False, help="MoE experts a forward reads: expected (uniform top-k: E(1-(1-k/E)^n)) "
                                           "or worst (min(E, n k)).  (default: expected)")]
@@ -98,24 +112,24 @@ EfficiencyOpt = Annotated[Optional[str], typer.Option(
 FormatOpt = Annotated[Optional[Format], typer.Option(
     "--format", "-f", help="Output format.  (default: from --output's suffix, else table)")]
 TpOpt = Annotated[int, typer.Option(
-    "--tp", metavar="T", help="Tensor-parallel devices (Megatron column/row split): per-device FLOPs and "
+    "--tp", parser=whole_number("--tp"), metavar="T", help="Tensor-parallel devices (Megatron column/row split): per-device FLOPs and "
                               "collectives (docs/cost-model.md, Tensor and expert parallelism).")]
 EpOpt = Annotated[int, typer.Option(
-    "--ep", metavar="E", help="Expert-parallel devices: 1, T (over the --tp devices) or T x D (with --dp): "
+    "--ep", parser=whole_number("--ep"), metavar="E", help="Expert-parallel devices: 1, T (over the --tp devices) or T x D (with --dp): "
                               "each runs E/ep experts.")]
 PpOpt = Annotated[int, typer.Option(
-    "--pp", metavar="P", help="Pipeline-parallel stages (consecutive layers on each, as vLLM splits them): per-stage "
+    "--pp", parser=whole_number("--pp"), metavar="P", help="Pipeline-parallel stages (consecutive layers on each, as vLLM splits them): per-stage "
                               "FLOPs, send/recv, bubble (docs/cost-model.md, Pipeline parallelism).")]
 DpOpt = Annotated[int, typer.Option(
-    "--dp", metavar="D", help="Data-parallel replicas (each its own requests or micro-batches).")]
+    "--dp", parser=whole_number("--dp"), metavar="D", help="Data-parallel replicas (each its own requests or micro-batches).")]
 SpOpt = Annotated[bool, typer.Option(
     "--sp", help="Sequence parallel: each tensor-parallel all-reduce as a reduce-scatter and an all-gather.")]
 MicroBatchesOpt = Annotated[Optional[int], typer.Option(
-    "--micro-batches", metavar="M", show_default=False, help="Micro-batches of B/M sequences a pipeline step is split into (--pp).  "
+    "--micro-batches", parser=whole_number("--micro-batches"), metavar="M", show_default=False, help="Micro-batches of B/M sequences a pipeline step is split into (--pp).  "
                                                            "(default: 1, the batch through the stages once)")]
-OverlapOpt = Annotated[Overlap, typer.Option(
-    help="Communication against compute: none (added, as engines run TP all-reduces) or full (hidden where "
-         "shorter).")]
+OverlapOpt = Annotated[Optional[Overlap], typer.Option(
+    show_default=False, help="Communication against compute: full (hidden where shorter: the floor) or none "
+                             "(added, as engines run TP all-reduces).  (default: full)")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column in the table, however wide.")]
 OutputOpt = Annotated[Optional[str], typer.Option(
     "--output", "-o", callback=check_output, metavar="FILE",
@@ -259,15 +273,17 @@ def bundled(name: str, options: Mapping[str, tuple[Any, Any]], build):
 
 LAYOUT_OPTIONS = {   # name: (annotation, default) -- the parallel layout of the workload commands (Options' fields)
     "tp": (TpOpt, 1), "ep": (EpOpt, 1), "pp": (PpOpt, 1), "dp": (DpOpt, 1), "sp": (SpOpt, False),
-    "micro_batches": (MicroBatchesOpt, None), "overlap": (OverlapOpt, Overlap.none),
+    "micro_batches": (MicroBatchesOpt, None), "overlap": (OverlapOpt, None),
 }
 
 
 def with_layout(command, keep: Sequence[str] = tuple(LAYOUT_OPTIONS)):
     """The layout options (``LAYOUT_OPTIONS``, or those named in ``keep``), received in the
-    command's parameter ``layout`` as a dict of ``evaluate.Options`` fields."""
+    command's parameter ``layout`` as a dict of ``evaluate.Options`` fields (``overlap`` only where
+    given: ``Options``' default otherwise, so a warning can tell it was asked for)."""
     def build(**given):
-        return {key: value.value if isinstance(value, Overlap) else value for key, value in given.items()}
+        return {key: value.value if isinstance(value, Overlap) else value for key, value in given.items()
+                if not (key == "overlap" and value is None)}
     return bundled("layout", {key: LAYOUT_OPTIONS[key] for key in keep}, build)(command)
 
 
@@ -334,7 +350,7 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     if weight_dtype is not None:
         from ..weights import parse
 
-        weight_dtype = parse(weight_dtype, "--weight-dtype")
+        weight_dtype = parse(weight_dtype.lower(), "--weight-dtype")   # names in any case (INT4, BF16)
     if group_size is not None and not (weight_dtype is not None and weight_dtype.name in ("int8", "int4")):
         warn("--group-size does nothing without --weight-dtype int8 or int4 (only integer weights carry scales)")
     if routing is not None and not (device or device_file or weight_dtype or kv_dtype or act_dtype or state_dtype

@@ -18,6 +18,7 @@ from .emit import concat, emit, interleave
 from .options import draft as draft_choice
 from .options import window_cache as cache_choice
 from .options import tile as parse_tile
+from .options import whole_number
 
 
 @with_layout
@@ -237,7 +238,7 @@ def generate(
 
 OptimizerChoice = Choice("OptimizerChoice", {name: name for name in training.OPTIMIZERS})
 ZeroOpt = Annotated[int, typer.Option(
-    "--zero", metavar="Z", help="ZeRO stage over the --dp devices: 0 (DDP), 1 (optimizer state sharded), 2 (and "
+    "--zero", parser=whole_number("--zero"), metavar="Z", help="ZeRO stage over the --dp devices: 0 (DDP), 1 (optimizer state sharded), 2 (and "
                                 "gradients), 3 (and weights: FSDP's full sharding).")]
 RecomputeOpt = Annotated[Optional[training.Recompute], typer.Option(
     "--recompute", show_default=False, help="Activations kept for the backward: none (every saved tensor; the "
@@ -279,8 +280,9 @@ def train(
     points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
     each = _options(kinds, logits="all", tile=chosen, mla=mla, zero=zero, **layout)
     machine = traffic.machine
-    if machine is None and layout.get("overlap") == "full":
-        warn("--overlap full does nothing without --device (it changes time, not FLOPs, bytes or memory)")
+    if machine is None and layout.get("overlap") is not None:
+        warn(f"--overlap {layout['overlap']} does nothing without --device (it changes time, not FLOPs, bytes or "
+             f"memory)")
     plan = training.Plan(training.Recompute.none if recompute is None else recompute,
                          training.OPTIMIZERS[OptimizerChoice(optimizer).value],
                          machine.device if machine is not None else None)

@@ -9,10 +9,15 @@ h = hidden_dim, g = n_head / num_key_value_heads (a float): the full square, a f
 (no KV-cache attention); training is fwd + 2 fwd. For MHA models it asserts the total is
 within 1% of ``24bLsh^2(1 + s/6h + V/12Lh)``.
 
-``llm-analysis-head`` follows the same file at repository commit 08d7f8f, the newest the
-index held (HEAD itself could not be retrieved: a later commit may gate the MLP as
-6bsh^2 x ratio): the MLP is ``4 b s h^2 x expansion_ratio`` (two d x m matrices), one expert,
-and the MHA assert now fails once the MLP is more than 1% off 16bsh^2 (Llama-2-7B).
+``llm-analysis-head`` follows the repository's HEAD, commit d841e40 (d841e40aec8c84b9e76ba9cfbce67418adb172bd,
+2024-11-13, "fix allreduce latency and memory usage calculation when using tp (#28)"), the same
+file: ``get_num_flops_fwd_per_layer_mlp = (6 if mlp_gated_linear_units else 4) b s h^2 x
+expansion_ratio`` -- 6bsh^2 x ratio, three d x m matrices, for a gated (SwiGLU) MLP, 4bsh^2 x ratio
+for a plain one -- with one expert (no E or k, no router), the attention and LM head as the wheel's.
+The model is described to it as it runs: ``mlp_gated_linear_units`` true for a gated MLP, as the
+tool's own ``upstage_Llama-2-70b-instruct-v2.json`` sets it (its Hugging Face reader sets it only
+where intermediate_size / hidden_size is exactly 3.5). The MHA assert stays; a gated Llama-2-7B
+(ratio 2.6875: 16.125bsh^2) no longer trips it.
 """
 from __future__ import annotations
 
@@ -83,10 +88,11 @@ class LlmAnalysis(Recipe):
 
 class LlmAnalysisHead(LlmAnalysis):
     name = "llm-analysis-head"
-    source = ("cli99/llm-analysis llm_analysis/analysis.py at commit 08d7f8f (the newest version "
-              "retrieved; HEAD itself was not)")
-    mlp_name = "4bsh^2 x ratio MLP (2 matrices)"
+    source = "cli99/llm-analysis llm_analysis/analysis.py at HEAD, commit d841e40 (2024-11-13)"
+    mlp_name = "bsh^2 x ratio MLP (6 gated, 4 plain)"
+    kinds = frozenset({"mlp"})   # a plain MLP: mlp_gated_linear_units false
 
     def mlp(self, g, tokens: int) -> float:
-        z = g.sizes
-        return 4 * tokens * z["d"] * (z["m"] if g.block.ffn == "dense" else z["m_e"])
+        z, ffn = g.sizes, g.block.ffn
+        gated = ffn == "dense" or (ffn == "moe" and not g.block.plain)   # mlp_gated_linear_units
+        return (6 if gated else 4) * tokens * z["d"] * (z["m"] if ffn in ("dense", "mlp") else z["m_e"])

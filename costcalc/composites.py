@@ -272,6 +272,8 @@ def _layout_total(key: str, column: list, chunks: dict[str, list]):
 
     if key in ("flops_per_device", "replicated_flops", "comm_bytes_per_device"):
         return parallel.number(sum(column))
+    if key in ("stage_flops", "stage_bytes", "stage_time_s"):    # a pipeline's (--pp), stage by stage
+        return [parallel.number(sum(values)) for values in zip(*column)]
     if key.endswith("_bytes_per_device") or key.endswith("time_s"):
         return sum(column)
     if key == "bound":
@@ -285,7 +287,7 @@ def _layout_total(key: str, column: list, chunks: dict[str, list]):
         merged: dict[tuple, dict] = {}
         for cell in column:
             for c in cell:
-                same = merged.setdefault((c["op"], c["where"], c["bytes"]), {**c, "count": 0})
+                same = merged.setdefault((c.get("stage"), c["op"], c["where"], c["bytes"]), {**c, "count": 0})
                 same["count"] += c["count"]
         return list(merged.values())
     return column[0]

@@ -103,22 +103,22 @@ def check(query: Any) -> None:
 
 
 def _check_pipeline(query: Any, layout: Layout, flag: str) -> None:
-    """What a pipeline needs: no more stages than layers (``stages.partition`` says so); what it is not
-    modelled with yet is refused by name: data parallelism beside it and the chunk schedule (its rows
-    add up chunks of one stage list each)."""
+    """What a pipeline needs: no more stages than layers (``stages.partition`` says so). With --dp each
+    replica is a whole pipeline; a chunk schedule runs each chunk as a pipeline forward."""
     partition(sum(g.count for g in query.spec.groups), layout.pp)
-    if layout.dp > 1:
-        raise CostcalcError(f"{flag}: data parallelism (--dp) with pipeline parallelism (--pp) is not modelled yet")
-    if query.workload.name == "chunked":
-        raise CostcalcError(f"{flag}: pipeline parallelism (--pp) of a chunk schedule is not modelled yet")
 
 
 def _check_train(query: Any, flag: str) -> None:
-    """A training step's layout (``costcalc.training``): tp, ep, dp, sp and --zero; not pp yet."""
-    layout, spec = query.options.layout, query.spec
+    """A training step's layout (``costcalc.training``): tp, ep, pp, dp, sp and --zero. Under --pp: no more
+    stages than layers, and ZeRO 0 or 1 (the gradients accumulate whole over the micro-batches: DeepSpeed's
+    pipeline engine refuses ZeRO-2 and 3, Megatron's distributed optimizer is ZeRO-1's sharding)."""
+    layout, spec, zero = query.options.layout, query.spec, query.options.zero
     if layout.pp > 1:
-        raise CostcalcError(f"{flag}: pipeline parallelism (--pp) for train is not modelled yet (lifted with the "
-                            f"pipeline schedules)")
+        partition(sum(g.count for g in spec.groups), layout.pp)
+        if zero > 1:
+            raise CostcalcError(f"{flag} --zero {zero}: ZeRO-{zero} with pipeline parallelism is not modelled (the "
+                                f"gradients accumulate whole over the micro-batches; DeepSpeed's pipeline engine "
+                                f"takes ZeRO 0 or 1 only): use --zero 0 or 1")
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
     if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):

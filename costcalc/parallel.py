@@ -378,9 +378,11 @@ def micro_batches(query: Query) -> int:
     return query.options.micro_batches or DEFAULT_MICRO_BATCHES
 
 
-def _micro_point(point: dict[str, int], m: int, flag: str) -> dict[str, int]:
-    if point["B"] % m:
-        raise CostcalcError(f"{flag} --micro-batches {m}: batch {point['B']} does not divide into {m} micro-batches")
+def _micro_point(point: dict[str, int], m: int, flag: str, dp: int = 1) -> dict[str, int]:
+    """A micro-batch of every replica: B / m (``replica`` then takes a replica's B / D / m; B must divide by D m)."""
+    if point["B"] % (m * dp):
+        into = " of ".join(([f"{dp} replicas"] if dp > 1 else []) + ([f"{m} micro-batches"] if m > 1 else []))
+        raise CostcalcError(f"{flag} --micro-batches {m}: batch {point['B']} does not divide into {into}")
     return {**point, "B": point["B"] // m}
 
 
@@ -399,16 +401,26 @@ def stage_collectives(stage: Stage, point: dict[str, int], m: int) -> list[Colle
 
 
 def boundary_link(query: Query, index: int) -> links_model.Link:
-    """The link stage ``index`` sends over to the next: devices placed tensor-parallel innermost (stage
-    s, TP rank t is device s tp + t), so a boundary inside one scale-up domain for every t is the scale-up
-    link, else the scale-out hop (``collectives.link_for``)."""
-    tp, device = query.options.layout.tp, query.machine.device
+    """The link stage ``index`` sends over to the next: devices placed tensor-parallel innermost, then the
+    stages, then the data-parallel replicas (replica r, stage s, TP rank t is device (r pp + s) tp + t), so a
+    boundary inside one scale-up domain for every t and r is the scale-up link, else the scale-out hop
+    (``collectives.link_for``)."""
+    device = query.machine.device
     if device.scale_up is None and device.scale_out is None:
         device.link("scale_up")      # refused in one line, naming the fields
     up = device.scale_up
     domain = up.domain if up is not None and up.domain else None
-    within = domain is None or all((index * tp + t) // domain == ((index + 1) * tp + t) // domain for t in range(tp))
+    within = peers_within(query.options.layout, domain, index, index + 1)
     return links_model.link_for(2, up, device.scale_out, within=within)
+
+
+def peers_within(layout: Any, domain: Optional[int], a: int, b: int) -> bool:
+    """Whether every device of pipeline rank ``a`` and its peer on rank ``b`` (same TP rank, same replica)
+    sit in one scale-up domain of ``domain`` devices (None: no domain, one link): replica r, stage s, TP rank
+    t is device (r pp + s) tp + t."""
+    tp, pp = layout.tp, layout.pp
+    return domain is None or all(((r * pp + a) * tp + t) // domain == ((r * pp + b) * tp + t) // domain
+                                 for r in range(layout.dp) for t in range(tp))
 
 
 def stage_traffic(stage: Stage, point: dict[str, int]) -> dict[str, Any]:
@@ -448,13 +460,13 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
     out: dict[str, list] = {key: [] for key in keys + ["collectives"]}
     bubble = float(pipeline.bubble(pipeline.GPIPE, layout.pp, m, backward=False))
     for i in range(n):
-        one = _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag)
+        one = _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag, layout.dp)
         per_op: dict[str, Any] = {}
         flops, comm, listed, moved, durations, comm_s = [], [], [], [], [], []
         for index, stage in enumerate(parts):
             got = operator_columns(stage, {k: [v] for k, v in one.items()}, 1, sharded=True)
             for op, column in got.items():
-                per_op[op] = per_op.get(op, 0) + column[0] * m * layout.tp
+                per_op[op] = per_op.get(op, 0) + column[0] * m * layout.tp * layout.dp
             flops.append(number(m * sum(column[0] for column in got.values())))
             found = stage_collectives(stage, one, m)
             comm.append(sum(c.count * c.bytes for c in found))

@@ -164,3 +164,28 @@ def _check(schedule: str, p: int, m: int, v: int) -> None:
     if schedule == INTERLEAVED and m % max(1, m // p):
         raise CostcalcError(f"interleaved 1F1B: {m} micro-batches are not a multiple of the rounds "
                             f"max(1, m // p) = {max(1, m // p)} (torch's ScheduleInterleaved1F1B's rule)")
+
+
+def in_flight(schedule: str, p: int, m: int, v: int = 1, held: Optional[Sequence[float]] = None) -> list[float]:
+    """Per rank, the most it holds at once of what a forward leaves for its backward, counted from the F+B
+    unit-slot table: at each slot, over the micro-batches whose forward has started on one of the rank's
+    stages and whose backward there has not yet ended, ``held[stage]`` each (default 1: the micro-batches
+    in flight). 1F1B: stage s holds p - s; GPipe: m (tests/test_train_pipeline.py)."""
+    weights = list(held) if held is not None else [1] * (p * v)
+    if len(weights) != p * v:
+        raise CostcalcError(f"{len(weights)} stage sizes for {p} ranks of {v} chunks")
+    out = []
+    for row in table(schedule, p, m, v, backward=True):
+        started: set[tuple[int, int]] = set()
+        done: set[tuple[int, int]] = set()
+        most, last = 0, None
+        for cell in row:
+            if cell is not None and cell != last:          # an action's first slot (a longer one spans several)
+                if cell.kind == F:
+                    started.add((cell.stage, cell.mb))
+            most = max(most, sum(weights[s] for s, i in started - done))
+            if cell is not None and cell.kind == B:
+                done.add((cell.stage, cell.mb))             # freed at its backward's end (unit slots: this slot)
+            last = cell
+        out.append(most)
+    return out

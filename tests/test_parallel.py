@@ -132,7 +132,7 @@ def test_tp1_prints_what_it_prints_today(capsys, args):
     (["decode", "-p", "deepseek-v3", "--context", "8", "--ep", "8"], "over the tensor-parallel devices (--ep 1)"),
     (["decode", "-p", "mixtral-8x7b", "--context", "8", "--tp", "16", "--ep", "16"], "8 experts do not divide by 16"),
     (["prefill", "-p", "llama-3.1-8b", "--seq", "8", "--tp", "2", "--pp", "2", "--dp", "2", "--device", "h100"],
-     "data parallelism (--dp) with pipeline parallelism (--pp) is not modelled yet"),
+     "batch 1 does not divide into 2 replicas"),
     (["prefill", "-p", "llama-3.1-8b", "--lengths", "3,5", "--tp", "2"], "not varlen_prefill yet"),
     (["prefill", "-p", "llama-3.1-8b", "--seq", "8", "--tp", "0"], "--tp must be a positive integer"),
     (["decode", "-p", "qwen3-next-80b-a3b", "--context", "8", "--tp", "2"], "not modelled under parallelism yet"),

@@ -287,8 +287,6 @@ def test_no_interconnect_is_refused(tmp_path, capsys):
      "--dp 2: batch 3 does not divide by 2"),
     (["generate", "-p", "llama-3.1-8b", "--prompt", "8", "--new", "2", "--batch", "1,2", "--dp", "2", "--device", "h100"],
      "--dp 2: batch 1 does not divide by 2"),
-    (["chunked", "-p", "llama-3.1-8b", "--seq", "8", "--chunk", "4", "--tp", "2", "--pp", "2", "--device", "h100"],
-     "pipeline parallelism (--pp) of a chunk schedule is not modelled yet"),
 ])
 def test_errors_are_one_line(capsys, args, message):
     code, _, err = run(capsys, *args)

@@ -124,9 +124,8 @@ def test_micro_batches_split_the_work_not_change_it():
     (["prefill", "-p", "llama-3.1-8b", "--seq", "64", "-b", "3", "--pp", "2", "--micro-batches", "2"],
      "batch 3 does not divide into 2 micro-batches"),
     (["prefill", "-p", "toy", "--seq", "64", "--pp", "3"], "more stages than the model's 2 layers"),
-    (["prefill", "-p", "toy", "--seq", "64", "--pp", "2", "--dp", "2"],
-     "data parallelism (--dp) with pipeline parallelism (--pp) is not modelled yet"),
-    (["chunked", "-p", "toy", "--seq", "8", "--chunk", "4", "--pp", "2"], "of a chunk schedule is not modelled yet"),
+    (["prefill", "-p", "toy", "--seq", "64", "-b", "2", "--pp", "2", "--dp", "2", "--micro-batches", "2"],
+     "batch 2 does not divide into 2 replicas of 2 micro-batches"),
 ])
 def test_what_a_pipeline_cannot_do_is_one_error(capsys, args, message):
     code, _, err = run(capsys, *args)

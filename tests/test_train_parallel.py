@@ -235,7 +235,7 @@ def test_cli_layout_columns(capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["--dp", "3"], "--dp 3: batch 8 does not divide by 3"),
-    (["--tp", "2", "--pp", "2"], "pipeline parallelism (--pp) for train is not modelled yet"),
+    (["--tp", "2", "--pp", "2", "--dp", "2", "--zero", "3"], "ZeRO-3 with pipeline parallelism is not modelled"),
     (["--zero", "1"], "--zero 1 shards over the data-parallel devices: it needs --dp > 1"),
     (["--dp", "2", "--zero", "4"], "--zero is a ZeRO stage 0, 1, 2 or 3"),
     (["--sp"], "--sp (sequence parallel) splits the tensor-parallel all-reduces: it needs --tp > 1"),

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from .. import calc, notes, training
+from .. import calc, notes, pipeline, training
 from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from ..ranges import check_rows
@@ -244,6 +244,12 @@ RecomputeOpt = Annotated[Optional[training.Recompute], typer.Option(
     "--recompute", show_default=False, help="Activations kept for the backward: none (every saved tensor; the "
                                             "default), selective (attention core recomputed) or full (each layer's "
                                             "input only).")]
+ScheduleChoice = Choice("ScheduleChoice", {name: name for name in pipeline.SCHEDULES})
+ScheduleOpt = Annotated[Optional[ScheduleChoice], typer.Option(
+    "--schedule", show_default=False, help="A pipeline's (--pp) schedule: 1f1b (the default), gpipe or interleaved "
+                                           "(with --virtual-stages).")]
+VirtualOpt = Annotated[int, typer.Option(
+    "--virtual-stages", metavar="V", help="Model chunks a pipeline rank holds (the interleaved schedule).")]
 OptimizerOpt = Annotated[OptimizerChoice, typer.Option(
     "--optimizer", help="Optimizer convention: adam (bf16 weights and gradients, fp32 master weights and two fp32 "
                         "moments: 16 bytes a parameter).")]
@@ -263,6 +269,8 @@ def train(
     zero: ZeroOpt = 0,
     recompute: RecomputeOpt = None,
     optimizer: OptimizerOpt = OptimizerChoice("adam"),
+    schedule: ScheduleOpt = None,
+    virtual_stages: VirtualOpt = 1,
     layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
@@ -270,8 +278,8 @@ def train(
     wide: WideOpt = False,
 ) -> None:
     """Training step: forward with all-position logits x3, beside the 6P rule of thumb; with a
-    layout (--tp, --ep, --dp, --sp, --zero), --recompute or --device: per device FLOPs,
-    collectives, memory and time.
+    layout (--tp, --ep, --pp, --dp, --sp, --zero), --recompute or --device: per device FLOPs,
+    collectives, memory and time; under --pp per stage, with the schedule's bubble and makespan.
 
     Example: costcalc train --preset llama-3.1-70b --seq 8192 --batch 16
     """
@@ -285,8 +293,11 @@ def train(
              f"memory)")
     plan = training.Plan(training.Recompute.none if recompute is None else recompute,
                          training.OPTIMIZERS[OptimizerChoice(optimizer).value],
-                         machine.device if machine is not None else None)
+                         machine.device if machine is not None else None,
+                         None if schedule is None else ScheduleChoice(schedule).value, virtual_stages)
     queries = [[Query(spec, "train", o) for o in each] for spec in specs]
+    if each[0].layout.pp == 1 and (schedule is not None or virtual_stages != 1):
+        raise CostcalcError("--schedule and --virtual-stages order a pipeline's micro-batches: they need --pp > 1")
     asked = not each[0].layout.single or machine is not None or recompute is not None
     if not asked:
         emit(concat([interleave([calc.answer(q, **points) for q in row]) for row in queries]),
@@ -294,7 +305,8 @@ def train(
         return
     emit(concat([interleave([training.extend(q, plan, calc.answer(training.single(q), **points)) for q in row])
                  for row in queries]),
-         fmt, output, [notes.TRAIN, training.NOTE], wide)
+         fmt, output, [notes.TRAIN, training.NOTE] + ([training.PIPELINE_NOTE] if each[0].layout.pp > 1 else []),
+         wide)
 
 
 def _decode_note(specs, cache: str = "whole") -> str:

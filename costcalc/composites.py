@@ -135,6 +135,8 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
 
 def _generation_traffic(query: Query, first: Table, steps: Table, new: list[int]) -> Table:
     """Bytes and times of the prefill rows, the decode-phase rows and their totals."""
+    from .roofline import coverages, efficiencies
+
     n = len(new)
     prefill, phase = (query.but(workload=name) for name in query.workload.phases)
     one = _traffic(prefill, {"B": first["batch"], "S": first["seq"]}, first["total_flops"])
@@ -150,12 +152,15 @@ def _generation_traffic(query: Query, first: Table, steps: Table, new: list[int]
                      zip(first["total_flops"], steps["total_flops"], one["total_bytes"], many["total_bytes"])]
         elif key.endswith("bound"):
             total = [None] * n
+        elif key == "measured_coverage":     # --timing measured: the notes of both phases
+            total = [coverages(x, y) for x, y in zip(a, b)]
         else:
             total = a
         column = [None] * (3 * n)
         column[0::3], column[1::3], column[2::3] = a, b, total
         out[key] = column
     if query.machine is not None:
+        efficiencies(out)         # --timing measured: a total's ratios from its added times
         totals = out["time_s"][2::3]
         out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
         rows = {"ttft_s": one["time_s"],
@@ -301,8 +306,14 @@ def _schedule_traffic(query: Query, parts: list, out: Table, single: Row) -> Tab
             for key in dict.fromkeys([*moved, *got]):     # chunks without logits have no lm_head_bound
                 moved.setdefault(key, [_absent(key)] * lo).extend(got.get(key, [_absent(key)] * (hi - lo)))
     whole = _traffic(query, {"B": [batch], "C": [seq], "T": [prefix]}, [single["total_flops"]])
-    return {key: column + [_sum_of(key, column, moved, out["total_flops"][:n]), whole.get(key, [None])[0]]
-            for key, column in moved.items()}
+    table = {key: column + [_sum_of(key, column, moved, out["total_flops"][:n]), whole.get(key, [None])[0]]
+             for key, column in moved.items()}
+    if "measured_coverage" in table:       # --timing measured: the total's ratios from its added times
+        from .roofline import coverages, efficiencies
+
+        table["measured_coverage"][n] = coverages(*moved["measured_coverage"])
+        efficiencies(table)
+    return table
 
 
 def _sum_of(key: str, column: list, moved: dict[str, list], flops: list[int]):

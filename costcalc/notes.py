@@ -59,6 +59,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(FITS)
     if "compute_efficiency" in columns:
         lines.append(EFFICIENCY)
+    if "floor_time_s" in columns:
+        lines.append(MEASURED)
     if "draft" in columns or "draft_flops" in columns:
         lines.append(DRAFT)
     return lines
@@ -102,6 +104,10 @@ COMPUTE_BOUND = ("compute_bound = compute_bound_batch: the first whole batch at 
                  "compute_bound_context cached tokens (--context, else T_equal's context) is compute-bound, its "
                  "FLOPs / peak past its bytes / bandwidth (exact: compute_bound_batch_exact, the rational batch where "
                  "they are equal; per term <term>_compute_bound_batch; never: memory-bound at every batch).")
+MEASURED = ("timing measured: time = each operator's latency at its shape in aiconfigurator-core's measured kernel "
+            "tables for this device and engine version (plain GEMMs and GQA attention; the rest at its roofline "
+            "time, and shapes outside the tables, named in measured_coverage); floor = the roofline time above; "
+            "efficiency = floor / time (docs/cost-model.md, Measured time).")
 EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "
               "the times assume (--efficiency).")
 STATE = ("state_bytes: each linear-attention or state-space layer keeps, per sequence and whatever the context, "

@@ -32,6 +32,7 @@ from .vocab import INDEX_SCALE_BITS, INDEX_SCALE_GROUP, ONCE, TERMS, TRAFFIC, Dt
 from .weights import Format
 
 EXACT_BITS = 1 << 16   # expected experts exactly (a Fraction) while E^n stays below this many bits
+MAX_LOOKED_UP_STEPS = 100_000   # --timing measured: a decode phase's attention looked up step by step (~20 us each)
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ class Machine:
     device: Device
     compute_efficiency: float = 1.0
     memory_efficiency: float = 1.0
+    timing: Optional[Any] = None      # measured.Timing: --timing measured (None: the roofline floor)
 
     def __post_init__(self) -> None:
         for name in ("compute_efficiency", "memory_efficiency"):
@@ -295,6 +297,49 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
     key_bytes = {}      # by operator: K/V elements in the KV dtype, an indexer's keys in the index dtype
     plan = precision.weights(query.spec)
     each: dict[str, dict[str, Any]] = {}     # per operator, over the groups (``per_operator``)
+    timing = machine.timing if machine is not None else None   # --timing measured: the tables' times beside
+    estimate, term_estimate, notes = 0.0, {t.name: 0.0 for t in TERMS}, {}
+
+    def looked_up(index: int, group: Group, op: str, flops) -> tuple[Optional[float], str]:
+        """``--timing measured``: the seconds the tables give operator ``op`` of ``group`` (all its layers)
+        at this point, and a note; None (and why) where no table holds it (it keeps its floor). A plain
+        GEMM is a projection of one matrix (not a routed expert, not an absorbed MLA slice) whose FLOPs are
+        2 m fan_in fan_out a layer for a whole m; GQA attention without a window, at the heads it has."""
+        kind, steps = wl.traffic, values["N"] - 1 if wl.traffic == "steps" else 1   # a decode phase: N-1 steps
+        if op == "attention":
+            block, sizes = group.block, group.sizes
+            if block.attention != "gqa" or block.dv or block.sparse or block.v4 or block.mixer:
+                return None, "no table for this attention"
+            shape = (sizes["h_q"], sizes["h_kv"], sizes["d_h"], precision.kv.value)
+            if kind == "0,S":
+                lengths = [("context", values["S"])]
+            elif kind == "T,1":
+                lengths = [("generation", values["T"] + 1)]
+            elif kind == "steps" and 1 <= steps <= MAX_LOOKED_UP_STEPS:    # step j reads S + j keys
+                lengths = [("generation", keys) for keys in range(values["S"] + 1, values["S"] + values["N"])]
+            else:
+                return None, f"no attention table for {wl.name}"
+            total, said = 0.0, []
+            for phase, length in lengths:
+                got, note = timing.attention(phase, values["B"], length, shape)
+                if got is None:
+                    return None, note
+                total, said = total + got, said + [note]
+            return total * group.count, "; ".join(dict.fromkeys(filter(None, said)))
+        if kind not in ("0,S", "T,1", "T,C", "steps") or steps < 1 or routed_expert(op) or op in weights.SLICES:
+            return None, "no GEMM lookup"
+        if op in plan.once:
+            (fan_in, fan_out, fmt), layers = plan.once[op], 1
+        elif op in plan.groups[index] and plan.groups[index][op][2] == 1:
+            fan_in, fan_out, _, fmt = plan.groups[index][op]
+            layers = group.count
+        else:
+            return None, "no GEMM lookup"
+        rows, rest = divmod(int(flops), 2 * fan_in * fan_out * layers * steps)
+        if rest or rows < 1:            # not a plain GEMM over whole rows
+            return None, "not a plain GEMM"
+        got, note = timing.gemm(rows, fan_out, fan_in, fmt.name)
+        return (None if got is None else got * layers * steps), note
     for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
         elements = recipe.evaluate(base)
@@ -337,6 +382,15 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             term_times[term][0] += t_c
             term_times[term][1] += t_m
             term_times[term][2] += max(t_c, t_m)
+            if timing is not None:
+                got, note = looked_up(index, group, op, ran)
+                if got is None and (ran or moved):
+                    notes.setdefault(op, "floor")
+                elif got is not None and note:
+                    notes[op] = note
+                est = max(got or 0.0, max(t_c, t_m))    # an interpolation under the floor is raised to it
+                estimate += est
+                term_estimate[term] += est
             if per_operator:
                 for key, t in (("compute_s", t_c), ("memory_s", t_m), ("time_s", max(t_c, t_m))):
                     mine[key] = mine.get(key, 0.0) + t
@@ -347,9 +401,41 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         out.update(compute_time_s=compute, memory_time_s=memory, time_s=total, bound=bound(compute, memory))
         out.update({f"{t}_bound": bound(c, m) for t, (c, m, _) in term_times.items() if c or m})
         out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
+        if timing is not None:
+            out.update(floor_time_s=total, time_s=estimate, efficiency=round(total / estimate, 4) if estimate else None,
+                       measured_coverage=coverage(notes))
+            for t, (c, m, time) in term_times.items():
+                if c or m:
+                    out.update({f"{t}_floor_time_s": time, f"{t}_time_s": term_estimate[t],
+                                f"{t}_efficiency": round(time / term_estimate[t], 4) if term_estimate[t] else None})
     if per_operator:
         out["operators"] = each
     return out
+
+
+def efficiencies(table: dict[str, list]) -> None:
+    """A measured table's ``efficiency`` and ``<term>_efficiency`` columns again from its floor and time
+    columns (a composite's total rows add times, and a ratio is not added), in place."""
+    for name in [k for k in table if k.endswith("efficiency") and k not in ("compute_efficiency", "memory_efficiency")]:
+        term = name.removesuffix("efficiency")
+        floors, times = table.get(f"{term}floor_time_s"), table.get(f"{term}time_s")
+        if floors is not None and times is not None:
+            table[name] = [round(f / t, 4) if f is not None and t else None for f, t in zip(floors, times)]
+
+
+def coverages(*values: str) -> str:
+    """The ``measured_coverage`` of several forwards added up: each distinct note once."""
+    parts = [p for v in values if v and v != "measured" for p in v.split(" | ")]
+    return " | ".join(dict.fromkeys(parts)) or "measured"
+
+
+def coverage(notes: dict[str, str]) -> str:
+    """``measured_coverage``: ``measured`` where every operator's shape lies inside the tables; else the
+    operators kept at their floor (no table) and those outside what was measured, with the sizes."""
+    floor = [op for op, note in notes.items() if note == "floor"]
+    outside = [f"{op}: {note}" for op, note in notes.items() if note != "floor"]
+    parts = ([f"roofline floor (no table): {', '.join(floor)}"] if floor else []) + outside
+    return " | ".join(parts) if parts else "measured"
 
 
 def routed_expert(op: str) -> bool:
@@ -401,6 +487,8 @@ def row_columns(query: Query, points: dict[str, list[int]], flops: list[int]) ->
                             f"{n:,} points x {len(spec.groups)} group(s) is too many, at most "
                             f"{MAX_TRAFFIC_POINTS:,}; narrow the ranges, or drop --device and the dtypes for FLOPs")
     labels = {**({"device": machine.device.name} if machine else {}), **query.precision.labels(spec)}
+    if machine is not None and machine.timing is not None:
+        labels.update(machine.timing.labels())
     if machine is not None and (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
         labels.update(compute_efficiency=machine.compute_efficiency, memory_efficiency=machine.memory_efficiency)
     out: dict[str, list] = {key: [value] * n for key, value in labels.items()}
@@ -418,11 +506,14 @@ def columns(query: Query, points: dict[str, list[int]], flops: list[int]) -> dic
     table = {name: [r[name] for r in rows]
              for name in [f"{kind}_bytes" for kind in traffic_kinds(query.spec)] + ["total_bytes"]}
     table["intensity"] = [intensity(f, b) for f, b in zip(flops, table["total_bytes"])]
-    for name in ("compute_time_s", "memory_time_s", "time_s", "bound"):
+    for name in ("compute_time_s", "memory_time_s", "floor_time_s", "time_s", "efficiency", "bound",
+                 "measured_coverage"):
         if name in names:
             table[name] = [r[name] for r in rows]
     for term in TERMS:      # each term's bytes and time (0 where it moves nothing), and its bound
-        for name, absent in ((f"{term.name}_bytes", 0), (f"{term.name}_time_s", 0.0), (f"{term.name}_bound", None)):
+        for name, absent in ((f"{term.name}_bytes", 0), (f"{term.name}_floor_time_s", 0.0),
+                             (f"{term.name}_time_s", 0.0), (f"{term.name}_efficiency", None),
+                             (f"{term.name}_bound", None)):
             if name in names:
                 table[name] = [r.get(name, absent) for r in rows]
     return table

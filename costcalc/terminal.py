@@ -178,8 +178,9 @@ def _grid(rows: Sequence[dict[str, Any]], shown: list[str], shares: bool) -> lis
 
 
 _TITLES = {"total_flops_per_token": "per_token", "total_params": "params", "active_params": "active",
-           "total_bytes": "bytes", "kv_read_bytes": "kv_read", "time_s": "time", "ttft_s": "ttft", "tpot_s": "tpot",
-           "tokens_per_s": "tok/s/seq", "batch_tokens_per_s": "tok/s", "compute_bound_batch": "compute_bound"}
+           "total_bytes": "bytes", "kv_read_bytes": "kv_read", "time_s": "time", "floor_time_s": "floor",
+           "ttft_s": "ttft", "tpot_s": "tpot", "tokens_per_s": "tok/s/seq", "batch_tokens_per_s": "tok/s",
+           "compute_bound_batch": "compute_bound"}
 _NEVER_HEADER = ("phase",)   # a single row keeps its phase in the table
 _NUMERIC = (*_AXES, "ratio_to_6p")
 

@@ -118,6 +118,10 @@ VALUES = {
     "--efficiency": (["0.7", "0.7,0.8", "1", "1,1", "0.001"],
                      ["1.5", "0.5,1.5", "0", "-0.5", "x", "", "0.7,", ",0.8", "0.7,0.8,0.9", "nan", "inf", "1e-300",
                       "1e-320", "1,5e-324"]),
+    # measured needs the optional tables (a one-line error without them): only roofline is always good
+    "--timing": (["roofline", "Roofline"], ["", "fast", "floor"]),
+    "--engine": (["vllm", "trtllm", "sglang", "VLLM"], ["", "tensorrt", "x"]),
+    "--engine-version": (["0.24.0", "1.3.0rc20"], ["", " "]),
     "--reserve": (["0.1", "0", "0.99"], ["1", "-0.1", "1.5", "nan", "x", ""]),
     "--format": (["table", "csv", "markdown", "json", "CSV"], ["yaml"]),
     "--tile": (["128", "64x32", "1x1"], ["0", "x", "128x", "3,4"]),
@@ -139,8 +143,9 @@ SLOW = "formula chunked --convention"
 VALUES[SLOW] = (["causal", "full", "both"], ["diagonal", ""])
 VALUES["chunked --seq"] = (["4", "17", "64"], ["0", "-1", "x", "", "1k", "1.5k", "3:1", "99999999999999"])
 VALUES["chunked --chunk"] = (["4", "17", "512"], ["0", "-1", "x", "", "1.5k", "3:1", "99999999999999"])
+TIMING = ["--timing", "--engine", "--engine-version"]      # with every --device
 TIME = ["--device", "--device-file", "--weight-dtype", "--kv-dtype", "--act-dtype", "--group-size", "--routing",
-        "--efficiency", "--state-dtype", "--index-dtype"]
+        "--efficiency", "--state-dtype", "--index-dtype", *TIMING]
 OUT = ["--format", "--output", "--wide"]
 LAYOUT = ["--tp", "--ep", "--pp", "--dp", "--sp", "--micro-batches", "--overlap"]
 COMMANDS = {   # each command's options, as its --help lists them (the model and positional ones aside)
@@ -153,12 +158,12 @@ COMMANDS = {   # each command's options, as its --help lists them (the model and
     "generate": ["--prompt", "--new", "--batch", "--convention", "--tile", "--logits", "--mla", "--window-cache",
                  "--draft", *LAYOUT, *TIME, *OUT],
     "train": ["--seq", "--batch", "--convention", "--tile", "--mla", "--zero", "--recompute", "--optimizer", "--schedule", "--virtual-stages", *LAYOUT,
-              "--device", "--device-file", *OUT],
+              "--device", "--device-file", *TIMING, *OUT],
     "crossover": ["--mla", "--device", "--device-file", "--batch", "--context", "--weight-dtype", "--kv-dtype",
-                  "--act-dtype", "--group-size", "--routing", *OUT],
+                  "--act-dtype", "--group-size", "--routing", *TIMING, *OUT],
     "memory": ["--batch", "--context", "--device", "--device-file", "--weight-dtype", "--kv-dtype", "--group-size",
                "--routing", "--state-dtype", "--index-dtype", "--reserve", "--mla", "--draft", "--window-cache",
-               "--tp", "--ep", "--pp", "--dp", *OUT],
+               "--tp", "--ep", "--pp", "--dp", *TIMING, *OUT],
     "presets show": ["--format", "--output"],
     "presets import": ["--name", "--output", "--title", "--force", "--user"],
     "devices": OUT,

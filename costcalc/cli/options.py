@@ -224,11 +224,25 @@ def mla_form(mla: Union[MlaForm, str], specs: Sequence[ModelSpec]) -> str:
     return mla
 
 
+TimingOpt = Annotated[Optional[str], typer.Option(
+    "--timing", metavar="MODE", show_default=False,
+    help="roofline (the floor: max(FLOPs/peak, bytes/bandwidth) per operator) or measured (each operator's time "
+         f"from aiconfigurator's measured kernel tables, beside the floor; {'pip install ' + repr('costcalc[measured]')}).  "
+         "(default: roofline)")]
+EngineOpt = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="ENGINE", show_default=False,
+    help="With --timing measured: the engine whose kernels were measured, vllm, trtllm or sglang.  (default: vllm)")]
+EngineVersionOpt = Annotated[Optional[str], typer.Option(
+    "--engine-version", metavar="V", show_default=False,
+    help="With --timing measured: the engine version measured.  (default: the newest in the tables)")]
+TIMINGS = ("roofline", "measured")
+
 TRAFFIC_OPTIONS = {   # name: (annotation, default) -- the byte and time options of the workload commands
     "device": (DeviceOpt, None), "device_file": (DeviceFileOpt, None), "weight_dtype": (WeightDtypeOpt, None),
     "kv_dtype": (KvDtypeOpt, None), "act_dtype": (ActDtypeOpt, None), "group_size": (GroupSizeOpt, None),
     "routing": (RoutingOpt, None), "efficiency": (EfficiencyOpt, None), "state_dtype": (StateDtypeOpt, None),
-    "index_dtype": (IndexDtypeOpt, None),
+    "index_dtype": (IndexDtypeOpt, None), "timing": (TimingOpt, None), "engine": (EngineOpt, None),
+    "engine_version": (EngineVersionOpt, None),
 }
 
 
@@ -273,10 +287,21 @@ def with_layout(command, keep: Sequence[str] = tuple(LAYOUT_OPTIONS)):
     return bundled("layout", {key: LAYOUT_OPTIONS[key] for key in keep}, build)(command)
 
 
+TIMING_OPTIONS = ("timing", "engine", "engine_version")
+MEASURED_COMMANDS = ("prefill", "decode", "generate", "chunked")   # the commands whose rows --timing measured times
+
+
 def with_traffic(command, keep: Sequence[str] = tuple(TRAFFIC_OPTIONS)):
-    """The byte and time options (``TRAFFIC_OPTIONS``, or those named in ``keep``), received in
-    the command's parameter ``traffic`` as a ``Traffic``."""
+    """The byte and time options (``TRAFFIC_OPTIONS``, or those named in ``keep``; with --device always
+    --timing, --engine and --engine-version), received in the command's parameter ``traffic`` as a
+    ``Traffic``. ``--timing measured`` on a command that does not look times up yet is an error."""
+    if "device" in keep:
+        keep = (*keep, *(k for k in TIMING_OPTIONS if k not in keep))
+
     def build(**given):
+        if (given.get("timing") or "").lower() == "measured" and command.__name__ not in MEASURED_COMMANDS:
+            raise CostcalcError(f"--timing measured: {command.__name__} does not look times up in the measured "
+                                f"tables yet (prefill, decode, generate and chunked do)")
         return traffic(given)
     return bundled("traffic", {key: TRAFFIC_OPTIONS[key] for key in keep}, build)(command)
 
@@ -304,7 +329,24 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     ``group_size`` and ``routing`` not given are 128 and expected; given where they change
     nothing, a warning says so."""
     device, device_file, weight_dtype, kv_dtype, act_dtype, group_size, routing, efficiency, state_dtype, \
-        index_dtype = (given.get(key) for key in TRAFFIC_OPTIONS)
+        index_dtype, timing, engine, engine_version = (given.get(key) for key in TRAFFIC_OPTIONS)
+    timing = "roofline" if timing is None else timing.strip().lower()
+    if timing not in TIMINGS:
+        raise CostcalcError(f"--timing: {quote(timing)} is not one of {', '.join(TIMINGS)}")
+    if engine is not None:      # a bad value is an error even where it would do nothing
+        from ..measured import ENGINES
+
+        engine = engine.strip().lower()
+        if engine not in ENGINES:
+            raise CostcalcError(f"--engine: {quote(engine)} is not one of {', '.join(ENGINES)}")
+    if engine_version is not None and not engine_version.strip():
+        raise CostcalcError("--engine-version: the version is empty")
+    if timing == "measured" and not (device or device_file):
+        raise CostcalcError("--timing measured needs --device (the GPU whose kernels were measured)")
+    if timing == "roofline":
+        for flag, value in (("--engine", engine), ("--engine-version", engine_version)):
+            if value is not None:
+                warn(f"{flag} does nothing without --timing measured")
     if weight_dtype is not None:
         from ..weights import parse
 
@@ -334,7 +376,12 @@ def traffic(given: Mapping[str, Any]) -> "Traffic":
     machine = None
     if device or device_file:
         profile = devices.load(device) if device else devices.load_file(device_file)
-        machine = Machine(profile, *_efficiency(efficiency))
+        measured = None
+        if timing == "measured":   # the tables load only here: a roofline answer never imports them
+            from ..measured import timing as tables
+
+            measured = tables(profile.name, engine, engine_version)
+        machine = Machine(profile, *_efficiency(efficiency), timing=measured)
     elif efficiency is not None:
         warn("--efficiency does nothing without --device")
     dtypes = (weight_dtype, kv_dtype, act_dtype, state_dtype, index_dtype)

@@ -281,7 +281,7 @@ def _main_in(folder, argv, shown, capsys) -> int:
 
 
 @seed(int(os.environ.get("CLI_SEED", 20250117)))
-@settings(max_examples=int(os.environ.get("CLI_EXAMPLES", 200)), deadline=None, database=None,
+@settings(max_examples=int(os.environ.get("CLI_EXAMPLES", 120)), deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=command_lines())
 def test_no_command_line_ends_in_a_traceback(case, tmp_path, capsys):

@@ -77,10 +77,15 @@ STRUCTURES = [
 ]
 
 
+# In CI one length (11: past every window and chunk, several 4 x 8 tiles); under `pytest -m slow` two.
+STRUCTURE_SEQS = [pytest.param((11,), id="11"), pytest.param((11, 30), id="11+30", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("seqs", STRUCTURE_SEQS)
 @pytest.mark.parametrize("data", STRUCTURES, ids=lambda d: d["name"])
-def test_real_structures_are_exact_too(data):
+def test_real_structures_are_exact_too(data, seqs):
     spec = from_dict(data, data["name"])
-    outcome = verify(spec, device="cpu", dtype="float64", seqs=(11, 30), batch=2, tile=(4, 8), repeats=0,
+    outcome = verify(spec, device="cpu", dtype="float64", seqs=seqs, batch=2, tile=(4, 8), repeats=0,
                      show_progress=False)
     bad = [r for r in outcome.checks if not r["match"]]
     assert not bad, bad[:3]
@@ -91,8 +96,11 @@ def test_real_structures_are_exact_too(data):
     assert any("within tolerance" in line for line in outcome.extras)
 
 
-@pytest.mark.parametrize("mla", ["naive", "absorbed", "expanded"])
+@pytest.mark.parametrize("mla", [pytest.param("naive", marks=pytest.mark.slow),
+                                 pytest.param("absorbed", marks=pytest.mark.slow), "expanded"])
 def test_mla_forms_forced_everywhere_are_exact(mla):
+    """Every workload under one MLA form forced (CI: expanded, the one no default runs; the
+    structures above run naive prefills and absorbed decode steps under auto)."""
     spec = from_dict(STRUCTURES[2], "mixed")
     outcome = verify(spec, device="cpu", dtype="float64", seqs=(9,), batch=1, tile=(4, 4), repeats=0,
                      show_progress=False, mla=mla)

@@ -621,11 +621,14 @@ def test_the_roofline_floor_is_held_per_row_against_the_calculator():
 # --- linear-attention and state-space mixers ----------------------------------------------
 
 HYBRIDS = sorted((Path(__file__).resolve().parent / "data").glob("hybrid-*.json"))
-# In CI: Qwen3-Next's structure (Gated DeltaNet, gated attention, MoE) and the Mamba-2 one (mixer-,
-# attention-, MLP-only and parallel layers); the other mixers under `pytest -m slow`.
-FAST_HYBRIDS = ("hybrid-tiny", "hybrid-mamba2")
+# In CI: Qwen3-Next's structure (Gated DeltaNet, gated attention, MoE) under every convention, and the
+# Mamba-2 one (mixer-, attention-, MLP-only and parallel layers) through its two scan forms; the other
+# mixers, and Mamba-2 under every convention, under `pytest -m slow`.
+FAST_HYBRIDS = ("hybrid-tiny",)
 HYBRID_PARAMS = [pytest.param(p, id=p.stem, marks=() if p.stem in FAST_HYBRIDS else pytest.mark.slow)
                  for p in HYBRIDS]
+FAST_SCANS = FAST_HYBRIDS + ("hybrid-mamba2",)
+SCAN_PARAMS = [pytest.param(p, id=p.stem, marks=() if p.stem in FAST_SCANS else pytest.mark.slow) for p in HYBRIDS]
 
 
 def _hybrid(path: Path):
@@ -674,7 +677,7 @@ def test_a_linear_operator_is_charged_to_its_own_layers_term():
     assert o_proj["counted_flops"] == 2 * S * (2 * 3 * d + 24 * d)       # the name's total: both layers
 
 
-@pytest.mark.parametrize("path", HYBRID_PARAMS)
+@pytest.mark.parametrize("path", SCAN_PARAMS)
 def test_the_two_scan_forms_compute_the_same_function(path):
     """The chunked form is the real algorithm, not a FLOP imitation: with weights large enough
     for the state to matter, its outputs equal the recurrent form's, uncached and through a

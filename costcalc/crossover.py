@@ -27,7 +27,7 @@ from typing import Any, Iterable, Optional
 
 from .blocks import Block
 from .errors import CostcalcError
-from .evaluate import Options, Query
+from .evaluate import Options, Query, operator_terms
 from .roots import FOREVER, Poly, Root, add, fit, roots
 from .spec import Group, ModelSpec
 from .vocab import DEFAULT_TILE, ORDER, TERMS
@@ -379,13 +379,6 @@ def compute_bound(query: Query, context: int) -> dict[str, Any]:
         row[f"{prefix}compute_bound_batch"] = first
         row[f"{prefix}compute_bound_batch_exact"] = exact
     return row
-
-
-def operator_terms(query: Query) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for _, recipe in query.recipes():
-        out.update(recipe.term_of)
-    return out
 
 
 def _linear(gaps, name: str, g1: Fraction, slope: Fraction) -> bool:

@@ -16,19 +16,12 @@ from costcalc import collectives, devices, params, presets
 from costcalc.evaluate import Options, Query
 from costcalc.spec import from_dict
 from costcalc import calc
-from costcalc.training import OPTIMIZERS, Plan, Recompute, extend, single
+from costcalc.training import OPTIMIZERS, Plan, Recompute
 
 from cli_run import one_error, run
 from ranks import spawn
 
-LLAMA = dict(d=4096, h=32, h_kv=8, d_h=128, m=14336, V=128256, L=32)   # llama-3.1-8b (its preset)
-
-
-def row(spec, plan=None, batch=8, seq=256, **layout):
-    spec = presets.load(spec) if isinstance(spec, str) else spec
-    query = Query(spec, "train", Options(logits="all", **layout))
-    table = extend(query, plan or Plan(), calc.answer(single(query), batch=[batch], seq=[seq]))
-    return {k: v[0] for k, v in table.items()}
+from train_rows import LLAMA, row
 
 
 def llama_psi(tp):

@@ -12,20 +12,16 @@ from fractions import Fraction
 
 import pytest
 
-from costcalc import calc, collectives, devices, pipeline, presets
-from costcalc.evaluate import Options, Query
-from costcalc.training import Plan, extend, single
+from costcalc import collectives, devices, pipeline
+from costcalc.training import Plan
 
 from cli_run import one_error, run
 
-LLAMA = dict(d=4096, h=32, h_kv=8, d_h=128, m=14336, V=128256, L=32)   # llama-3.1-8b (its preset)
+from train_rows import LLAMA, row as _row
 
 
 def row(spec, plan=None, batch=8, seq=128, **layout):
-    spec = presets.load(spec) if isinstance(spec, str) else spec
-    query = Query(spec, "train", Options(logits="all", **layout))
-    table = extend(query, plan or Plan(), calc.answer(single(query), batch=[batch], seq=[seq]))
-    return {k: v[0] for k, v in table.items()}
+    return _row(spec, plan, batch, seq, **layout)
 
 
 def llama_layers(B, S, tp, layers):

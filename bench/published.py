@@ -273,11 +273,12 @@ def report(results: list[dict], unavailable: Optional[str]) -> str:
               f"{r['measured_s'] / r['floor']['time_s']:.3f}x (compute {r['floor']['compute_time_s']:.4g} s, memory "
               f"{r['floor']['memory_time_s']:.4g} s, comm {r['floor']['comm_time_s']:.4g} s)" for r in close]
     serial = [r for r in kept if r["serial_s"] > r["measured_s"]]
-    lines += ["", "Under `--overlap none` (costcalc's default: every collective added after the roofline) the "
+    lines += ["", "Under `--overlap none` (every collective added after the roofline; the default is `full`) the "
               f"time exceeds the measured one at {len(serial)} point(s)"
               + (": " + "; ".join(f"{r['point'].id} {r['point'].model} on {r['point'].device} tp{r['point'].tp} "
                                    f"({r['serial_s']:.4g} s > {r['measured_s']:.4g} s)" for r in serial) if serial else "")
-              + ". The engines overlap (or fuse) their all-reduces, so the floor is taken under `--overlap full`."]
+              + ". The engines overlap (or fuse) their all-reduces, so the floor is taken under `--overlap full`, "
+              "costcalc's default for that reason."]
     lines += ["", "## Published numbers left out (impossible as printed)", ""]
     lines += [f"- {r['point'].id} {r['point'].published_model} on {r['point'].device} ({r['point'].section}, batch "
               f"{r['point'].batch}, {r['point'].input_len}/{r['point'].output_len}): floor {r['floor']['time_s']:.4g} s, "

@@ -172,8 +172,15 @@ def _attention_table(path: Path) -> dict:
     import pandas as pd
 
     frame = pd.read_parquet(path)
-    frame = frame[(frame["window_size"] == 0) & (frame["beam_width"] == 1)]
-    frame = frame.assign(length=frame["isl"] + frame["step"])
+    for column, plain in (("window_size", 0), ("beam_width", 1)):    # older tables measured these only
+        if column in frame:
+            frame = frame[frame[column] == plain]
+    missing = [c for c in ("isl", "kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "batch_size",
+                           "latency") if c not in frame]
+    if missing:
+        raise CostcalcError(f"measured attention table {path.parent.parent.name}/{path.parent.name}/{path.name} "
+                            f"has no {', '.join(missing)} column: it cannot be read")
+    frame = frame.assign(length=frame["isl"] + (frame["step"] if "step" in frame else 0))
     keys = ["kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "batch_size"]
     frame = frame.groupby([*keys, "length"], as_index=False, sort=True)["latency"].min()
     out: dict = {}

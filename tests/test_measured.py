@@ -268,3 +268,24 @@ def test_generate_looks_each_decode_step_up(capsys):
 def test_commands_that_do_not_look_times_up_refuse_measured(capsys, command):
     code, out, err = run(capsys, command[0], "-p", "toy", *command[1:], "--device", "h100", "--timing", "measured")
     assert code != 0 and one_error(err, f"--timing measured: {command[0]} does not look times up")
+
+
+def test_an_older_attention_table_without_window_or_beam_columns_is_read(tmp_path):
+    """Older versions measured no sliding windows and no beams: their tables lack those columns, and
+    read as window 0 and beam 1; a table without what a lookup needs is one error."""
+    tables()
+    import pandas as pd
+    from costcalc.errors import CostcalcError
+
+    folder = tmp_path / "generation_attention" / "vllm" / "0.1"
+    folder.mkdir(parents=True)
+    rows = [{"kv_cache_dtype": "bf16", "num_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "batch_size": 1,
+             "isl": isl, "step": 1, "latency": isl / 1000} for isl in (100, 200)]
+    path = folder / "old.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    got = measured._attention_table(path)
+    assert got[("bf16", 8, 2, 64)][1][0] == [101, 201]
+    broken = folder / "broken.parquet"
+    pd.DataFrame([{k: v for k, v in rows[0].items() if k != "head_dim"}]).to_parquet(broken)
+    with pytest.raises(CostcalcError, match="has no head_dim column"):
+        measured._attention_table(broken)

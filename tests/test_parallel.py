@@ -198,3 +198,15 @@ def test_every_preset_a_layout_takes_splits_its_operators_or_names_them(name):
     assert named <= REPLICATED, named
     assert got["flops_per_device"] * 2 == got["total_flops"] + got["replicated_flops"]
     assert (got["replicated_flops"] > 0) == bool(named)
+
+
+@pytest.mark.parametrize("command", [["prefill", "--seq", "64"], ["decode", "--context", "64"],
+                                     ["generate", "--prompt", "64", "--new", "4"],
+                                     ["chunked", "--seq", "64", "--chunk", "32"]])
+def test_overlap_without_a_device_warns_that_it_does_nothing(capsys, command):
+    code, out, err = run(capsys, command[0], "-p", "llama-3.1-8b", *command[1:], "--tp", "2", "--overlap", "none")
+    assert code == 0 and out and err.strip() == ("warning: --overlap none does nothing without --device (it changes "
+                                                 "time, not FLOPs, bytes or memory)")
+    code, _, err = run(capsys, command[0], "-p", "llama-3.1-8b", *command[1:], "--tp", "2", "--overlap", "none",
+                       "--device", "h100")
+    assert code == 0 and "--overlap" not in err

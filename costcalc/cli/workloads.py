@@ -101,6 +101,7 @@ def prefill(
     if cached_prefix is None and cache != "whole":
         warn(f"--window-cache {cache} does nothing without --cached-prefix (a prefill caches nothing before it)")
     precision, machine = for_models(traffic, specs)
+    overlap_alone(layout, machine)
     if lengths is not None:   # one batch of its own lengths, under the whole window cache
         given = {"--seq": seq, "--cached-prefix": cached_prefix, "--batch": None if batch == "1" else batch}
         each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, **layout)
@@ -146,6 +147,13 @@ def _varlen(queries: list, lengths: str, padded: bool, given: dict) -> list[dict
     return [calc.varlen(query, sizes, padded) for query in queries]
 
 
+def overlap_alone(layout: dict, machine) -> None:
+    """--overlap given without a device does nothing (it changes time only): a warning says so."""
+    if machine is None and layout.get("overlap") is not None:
+        warn(f"--overlap {layout['overlap']} does nothing without --device (it changes time, not FLOPs, bytes or "
+             f"memory)")
+
+
 def _options(kinds: list[str], **given: Any) -> list[Options]:
     """The options of a command (``given``: the fields of ``Options`` it sets), one record per
     convention asked for."""
@@ -184,6 +192,7 @@ def chunked(
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
+    overlap_alone(layout, machine)
     count = 0
     for point in points:   # every schedule's size is checked before any is built
         count += len(calc.chunk_schedule(int(point["seq"]), int(point["chunk"]))) + 2
@@ -245,6 +254,7 @@ def decode(
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
+    overlap_alone(layout, machine)
     maximum = _wants_max(batch, machine)
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"),
                   batch=("1" if maximum else batch, "--batch"))
@@ -286,6 +296,7 @@ def generate(
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     cache = cache_choice(window_cache, specs, kinds)
     precision, machine = for_models(traffic, specs)
+    overlap_alone(layout, machine)
     maximum = _wants_max(batch, machine)
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=("1" if maximum else batch, "--batch"))
@@ -352,9 +363,7 @@ def train(
     points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
     each = _options(kinds, logits="all", tile=chosen, mla=mla, zero=zero, **layout)
     machine = traffic.machine
-    if machine is None and layout.get("overlap") is not None:
-        warn(f"--overlap {layout['overlap']} does nothing without --device (it changes time, not FLOPs, bytes or "
-             f"memory)")
+    overlap_alone(layout, machine)
     plan = training.Plan(training.Recompute.none if recompute is None else recompute,
                          training.OPTIMIZERS[OptimizerChoice(optimizer).value],
                          machine.device if machine is not None else None,

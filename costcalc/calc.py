@@ -53,12 +53,14 @@ def table(spec: ModelSpec, workload: str, convention: str = "causal", logits: st
 
 def answer(query: Query, **inputs: Sequence[int]) -> Table:
     """``table`` for a query: its FLOPs, the columns its workload adds (``Workload.extras``),
-    and with dtypes or a device its bytes and time. A training step on a layout is
-    the whole step's with ``training``'s columns beside it (forward and backward per device, memory)."""
-    if query.workload.name == "train" and not query.options.layout.single:
+    and with dtypes or a device its bytes and time. A training step on a layout, with recomputation
+    or on a device is the whole step's with ``training``'s columns beside it (forward and backward per
+    device, memory, time)."""
+    if query.workload.name == "train" and (not query.options.layout.single or query.machine is not None
+                                           or query.options.recompute != "none"):
         from . import training
 
-        return training.extend(query, training.Plan(), answer(training.single(query), **inputs))
+        return training.extend(query, answer(training.single(query), **inputs))
     if query.machine is not None and query.machine.timing is not None and not query.options.layout.single:
         from .errors import CostcalcError
 

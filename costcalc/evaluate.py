@@ -53,11 +53,16 @@ class Options:
     micro_batches: Optional[int] = None   # a pipeline's micro-batches per step (None: the schedule's default)
     overlap: Overlap = Overlap.full       # communication against compute (``vocab.Overlap``): full, a floor
     zero: int = 0                         # a training step's ZeRO stage (3: FSDP's full sharding)
+    recompute: str = "none"               # a training step's activation recomputation (training.Recompute)
+    optimizer: str = "adam"               # a training step's numeric convention (training.OPTIMIZERS)
+    schedule: Optional[str] = None        # a training pipeline's schedule (pipeline.SCHEDULES; None: 1f1b)
+    virtual_stages: int = 1               # model chunks a pipeline rank holds (the interleaved schedule)
 
     def __post_init__(self) -> None:
         Layout(self.tp, self.ep, self.pp, self.dp, self.sp)   # validated: one error for a bad degree
         if self.micro_batches is not None:
             positive("--micro-batches", self.micro_batches)
+        positive("--virtual-stages", self.virtual_stages)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise CostcalcError(f"--zero is a ZeRO stage 0, 1, 2 or 3 (3: FSDP's full sharding), got {self.zero!r}")
         try:

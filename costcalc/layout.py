@@ -76,6 +76,11 @@ def check(query: Any) -> None:
     """A query's layout (``evaluate.Query``) checked against its model and workload: one error naming
     what does not divide or what is not modelled."""
     layout, spec, options = query.options.layout, query.spec, query.options
+    trained = {"--recompute": options.recompute != "none", "--optimizer": options.optimizer != "adam",
+               "--schedule": options.schedule is not None, "--virtual-stages": options.virtual_stages != 1}
+    if query.workload.name != "train" and any(trained.values()):
+        raise CostcalcError(f"{', '.join(k for k, v in trained.items() if v)}: a training step's, not "
+                            f"{query.workload.name}'s")
     if options.zero and query.workload.name != "train":
         raise CostcalcError(f"--zero {options.zero} shards a training step's optimizer state: it applies to train, "
                             f"not {query.workload.name}")

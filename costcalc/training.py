@@ -80,6 +80,21 @@ class Plan:
     schedule: Optional[str] = None   # a pipeline's (--pp) schedule: pipeline.SCHEDULES (None: 1f1b)
     virtual: int = 1                 # model chunks a rank (--virtual-stages; the interleaved schedule)
 
+    @classmethod
+    def of(cls, query: Query) -> "Plan":
+        """The plan a training query asks for: its ``Options`` (recompute, optimizer, schedule,
+        virtual_stages) and its machine's device -- the one question object, read in one place."""
+        options = query.options
+        try:
+            recompute = Recompute(options.recompute)
+        except ValueError:
+            raise CostcalcError(f"--recompute must be one of {', '.join(r.value for r in Recompute)}, "
+                                f"got {options.recompute!r}") from None
+        if options.optimizer not in OPTIMIZERS:
+            raise CostcalcError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {options.optimizer!r}")
+        device = query.machine.device if query.machine is not None else None
+        return cls(recompute, OPTIMIZERS[options.optimizer], device, options.schedule, options.virtual_stages)
+
 
 @dataclass(frozen=True)
 class Place:
@@ -420,13 +435,15 @@ def _bytes(value: Fraction) -> int:
 def single(query: Query) -> Query:
     """The same step on one device: the whole step's FLOPs (``calc.answer`` of it), which
     ``extend`` puts the per-device columns beside."""
-    return query.but(tp=1, ep=1, pp=1, dp=1, sp=False, zero=0, micro_batches=None)
+    return query.but(tp=1, ep=1, pp=1, dp=1, sp=False, zero=0, micro_batches=None, recompute="none",
+                     schedule=None, virtual_stages=1, machine=None)
 
 
-def extend(query: Query, plan: Plan, whole: dict[str, list]) -> dict[str, list]:
+def extend(query: Query, whole: dict[str, list]) -> dict[str, list]:
     """``whole`` (the step's table on one device: ``calc.answer(single(query))``) with the training
-    columns of ``query``'s layout beside it."""
+    columns of ``query``'s layout, recomputation, optimizer and device beside it (``Plan.of``)."""
     check_kinds(query)
+    plan = Plan.of(query)
     if query.options.layout.pp == 1 and (plan.schedule is not None or plan.virtual != 1):
         raise CostcalcError("--schedule and --virtual-stages order a pipeline's micro-batches: they need --pp > 1")
     whole.update(columns(query, plan, whole["batch"], whole["seq"], len(whole["total_flops"])))

@@ -361,14 +361,14 @@ def train(
     specs, kinds = models(preset, preset_file, config), conventions(convention)
     chosen, mla = parse_tile(tile, kinds), mla_form(mla, specs)
     points = axes("train", len(specs) * len(kinds), seq=(seq, "--seq"), batch=(batch, "--batch"))
-    each = _options(kinds, logits="all", tile=chosen, mla=mla, zero=zero, **layout)
+    each = _options(kinds, logits="all", tile=chosen, mla=mla, zero=zero,
+                    recompute="none" if recompute is None else training.Recompute(recompute).value,
+                    optimizer=OptimizerChoice(optimizer).value,
+                    schedule=None if schedule is None else ScheduleChoice(schedule).value,
+                    virtual_stages=virtual_stages, **layout)
     machine = traffic.machine
     overlap_alone(layout, machine)
-    plan = training.Plan(training.Recompute.none if recompute is None else recompute,
-                         training.OPTIMIZERS[OptimizerChoice(optimizer).value],
-                         machine.device if machine is not None else None,
-                         None if schedule is None else ScheduleChoice(schedule).value, virtual_stages)
-    queries = [[Query(spec, "train", o) for o in each] for spec in specs]
+    queries = [[Query(spec, "train", o, None, machine) for o in each] for spec in specs]
     if each[0].layout.pp == 1 and (schedule is not None or virtual_stages != 1):
         raise CostcalcError("--schedule and --virtual-stages order a pipeline's micro-batches: they need --pp > 1")
     asked = not each[0].layout.single or machine is not None or recompute is not None
@@ -376,7 +376,7 @@ def train(
         emit(concat([interleave([calc.answer(q, **points) for q in row]) for row in queries]),
              fmt, output, [notes.TRAIN], wide)
         return
-    emit(concat([interleave([training.extend(q, plan, calc.answer(training.single(q), **points)) for q in row])
+    emit(concat([interleave([training.extend(q, calc.answer(training.single(q), **points)) for q in row])
                  for row in queries]),
          fmt, output, [notes.TRAIN, training.NOTE] + ([training.PIPELINE_NOTE] if each[0].layout.pp > 1 else []),
          wide)

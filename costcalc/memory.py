@@ -126,6 +126,12 @@ def _cache_bytes(caches: list[tuple[int, Fraction, Fraction, int]], batch: int, 
                      for keep, per, _, every in caches))
 
 
+def usable_bytes(device: Any, reserve: float = DEFAULT_RESERVE) -> int:
+    """The bytes a device lets weights and caches hold: its memory less ``reserve`` (activations,
+    workspace, fragmentation) -- the one rule ``fits`` uses everywhere."""
+    return math.floor(device.mem_bytes * (1 - reserve))
+
+
 def fit(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESERVE,
         layout: Layout = Layout()) -> dict[str, Any]:
     """The ``memory`` row on the query's device, in its dtypes: resident weights, KV cache,
@@ -144,7 +150,7 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
     batch, context = positive("batch", batch), positive("context", context)
     if not 0 <= reserve < 1:
         raise CostcalcError(f"reserve must be a fraction in [0, 1), got {reserve}")
-    usable = math.floor(device.mem_bytes * (1 - reserve))
+    usable = usable_bytes(device, reserve)
     labels = {**({"mla": query.but(workload="decode").form.value} if spec.has_mla else {}),
               **({"window_cache": query.options.window_cache.value} if _bounded(spec) else {}),
               **({"scan": query.labels()["scan"]} if spec.has_mixers else {}),   # the conv window it holds

@@ -34,7 +34,7 @@ from .evaluate import Options, Query, Recipe, _group_columns, add
 from .layout import device_spec, kv_replicated, shard
 from .spec import ModelSpec
 from .stages import stages
-from .vocab import Logits, Overlap
+from .vocab import TERMS, Logits, Overlap
 from .weights import EMBEDDING
 
 ACT_BITS = 16   # the activations' dtype of a collective: bf16 (--act-dtype with a layout: not yet)
@@ -241,19 +241,31 @@ def device_traffic(query: Query, point: dict[str, int], spec: Optional[ModelSpec
     return roofline.point(own, replica(point, layout), expert_share(layout), per_operator=True)
 
 
-def link(device: Any, n: int) -> links_model.Link:
+def link(device: Any, n: int, span: Optional[int] = None) -> links_model.Link:
     """The link a group of n devices spans (``collectives.link_for``): placed inside one scale-up
-    domain while it fits one (n <= its GPUs), else across domains; a device without interconnect
-    fields is refused (``Device.link``)."""
+    domain while the devices it is spread over (``span``, default n: consecutive) fit one, else across
+    domains; a device without interconnect fields is refused (``Device.link``)."""
     if device.scale_up is None and device.scale_out is None:
         device.link("scale_up")
-    return links_model.link_for(n, device.scale_up, device.scale_out)
+    up = device.scale_up
+    within = up is None or not up.domain or (span or n) <= up.domain
+    return links_model.link_for(n, up, device.scale_out, within=within)
+
+
+def span(layout: Any, n: int) -> int:
+    """The devices a group of n ranks is spread over, placed tensor-parallel innermost, then the
+    pipeline's stages, then the data-parallel replicas: a group over every replica (``--ep T x D``)
+    strides by T x P, so it spans T x P x D devices; any other group is n consecutive ones."""
+    if layout.dp > 1 and n == layout.tp * layout.dp and n > layout.tp:
+        return layout.tp * layout.pp * layout.dp
+    return n
 
 
 def comm_time(found: Sequence[Collective], layout: Any, device: Any) -> float:
     """Seconds of a step's collectives on one device: each ``collectives.time(op, n, bytes, link)``
     (alpha + factor(n) bytes / B) x its count, n the group it runs over."""
-    return sum(c.count * links_model.time(c.op, ranks(c, layout), c.bytes, link(device, ranks(c, layout)))
+    return sum(c.count * links_model.time(c.op, ranks(c, layout), c.bytes,
+                                          link(device, ranks(c, layout), span(layout, ranks(c, layout))))
                for c in found)
 
 
@@ -262,7 +274,7 @@ def links(layout: Any, device: Any) -> str:
     groups = {}
     for name, n in (("tp", layout.tp), ("ep", layout.ep)):
         if n > 1:
-            groups.setdefault(_phrase(device, link(device, n), n), []).append(f"{name}{n}")
+            groups.setdefault(_phrase(device, link(device, n, span(layout, n)), n), []).append(f"{name}{n}")
     return "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items()) or "none"
 
 
@@ -390,12 +402,15 @@ def stage_collectives(stage: Stage, point: dict[str, int], m: int) -> list[Colle
     """One device of a stage, a step of m micro-batches of ``point`` (B already B/m): its tensor- and
     expert-parallel collectives (the logits gather on the last stage only) and, on every stage but the
     last, the activation it sends on: per micro-batch B/m x tokens x d in bf16 (``ACT_BITS``; ``STAGE_TENSORS``
-    of them), every tensor-parallel rank its whole copy (no scatter/gather of the message across the TP ranks)."""
+    of them), every tensor-parallel rank its whole copy (no scatter/gather of the message across the TP ranks);
+    under sequence parallel each rank's own B/m x tokens / tp (Megatron's p2p tensor is sequence-split, as
+    training's sends are)."""
     found = [replace(c, count=c.count * m) for c in collectives(stage, point)
              if (stage.last or c.where != "lm_head") and (stage.first or c.where != "embedding")]
     if not stage.last:
         steps, tokens, _ = forwards(stage, point)
-        message = STAGE_TENSORS * tokens * stage.spec.sizes["d"] * ACT_BITS // 8
+        shard = stage.options.layout.tp if stage.options.layout.sp else 1   # --sp: each TP rank its tokens/tp
+        message = STAGE_TENSORS * tokens // shard * stage.spec.sizes["d"] * ACT_BITS // 8
         found.append(Collective(links_model.SEND_RECV, "stage boundary", steps * m, message, 2))
     return found
 
@@ -493,9 +508,16 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
                        comm_time_s=max(comm_s), stage_time_s=[m * t for t in durations],
                        time_s=pipeline.makespan(pipeline.GPIPE, durations, m), overlap=query.options.overlap.value,
                        links=_pipeline_links(query))
+            for term in TERMS:      # each term's time on its busiest stage's device, and that stage's bound
+                times = [m * got.get(f"{term.name}_time_s", 0.0) for got in moved]
+                busiest = max(range(len(times)), key=times.__getitem__)
+                row[f"{term.name}_time_s"] = times[busiest]
+                row[f"{term.name}_bound"] = moved[busiest].get(f"{term.name}_bound")
         for key in keys + ["collectives"]:
             out[key].append(row[key])
-    return out
+        for key in (k for k in row if k.endswith(("_time_s", "_bound")) and k not in keys):
+            out.setdefault(key, []).append(row[key])
+    return {k: v for k, v in out.items() if any(x not in (0.0, None) for x in v) or k in keys + ["collectives"]}
 
 
 def _pipeline_links(query: Query) -> str:

@@ -21,7 +21,7 @@ What a device holds and moves is derived from the device's own weight matrices (
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Optional, Sequence
 
@@ -29,6 +29,8 @@ from . import collectives as comm, pipeline
 from .errors import CostcalcError
 from .evaluate import Query
 from .layout import Layout, shard
+from .memory import usable_bytes
+from .parallel import link as parallel_link, span as group_span
 from .parallel import (STAGE_TENSORS, Collective, _micro_point, expert_share, micro_batches, number, operator_columns,
                        peers_within, replica, stage_queries, step_time)
 from .spec import Group
@@ -121,9 +123,12 @@ class Step:
     within: Optional[bool] = None   # placed inside one scale-up domain (None: while ``span`` fits one)
 
     def seconds(self, device: Any) -> float:
-        up = device.link("scale_up")
-        within = (up.domain is None or self.span <= up.domain) if self.within is None else self.within
-        link = comm.link_for(self.ranks, up, device.scale_out, within)
+        if self.within is None:        # the inference rule: inside one domain while the span fits it
+            link = parallel_link(device, self.ranks, self.span)
+        else:
+            if device.scale_up is None and device.scale_out is None:
+                device.link("scale_up")     # refused in one line, naming the fields
+            link = comm.link_for(self.ranks, device.scale_up, device.scale_out, self.within)
         c = self.collective
         return c.count * comm.time(c.op, self.ranks, c.bytes, link)
 
@@ -314,7 +319,7 @@ def steps(query: Query, tokens: int, psi: tuple[int, int], optimizer: Optimizer,
             for where in ("forward: experts dispatch", "forward: experts combine", "backward: combine gradient",
                           "backward: dispatch gradient"):
                 out.append(Step(Collective("all_to_all", f"ep {where}", layers * micro, share * k * d * a),
-                                layout.ep, layout.ep))
+                                layout.ep, group_span(replace(layout, pp=place.pp), layout.ep)))
     if layout.dp > 1:
         out += _data_parallel(query, psi, optimizer, layout.tp * place.pp * layout.dp)
     return [s for s in out if s.collective.count]
@@ -402,7 +407,7 @@ def columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequence[int], 
             compute = float(Fraction(flops + extra)) / plan.device.peak("bf16")
             talk = sum(x.seconds(plan.device) for x in found)
             overlap = query.options.overlap
-            row.update({"device": plan.device.name, "fits": total <= plan.device.mem_bytes,
+            row.update({"device": plan.device.name, "fits": total <= usable_bytes(plan.device),
                         "compute_time_s": compute, "comm_time_s": talk,
                         "time_s": step_time(compute, talk, overlap),
                         "overlap": overlap.value})
@@ -577,7 +582,7 @@ def pipeline_columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequen
                "total_bytes_per_device": totals[busy]}
         if plan.device is not None:
             row.update(_pipeline_time(query, plan, flops, extra, found))
-            row.update(device=plan.device.name, fits=max(totals) <= plan.device.mem_bytes,
+            row.update(device=plan.device.name, fits=max(totals) <= usable_bytes(plan.device),
                        overlap=query.options.overlap.value)
         for k in keys:
             out[k].append(row[k])

@@ -50,7 +50,7 @@ def test_decode_fits_is_memory_at_the_context_after_the_step(capsys):
 def test_prefill_chunked_and_generate_rows_hold_what_their_step_leaves(capsys):
     got, _ = rows(capsys, "prefill", "-p", "llama-3.1-8b", "--seq", "64k,128k", "--batch", "4", "--device", "h100")
     assert [r["fits"] for r in got] == [llama_8b_bytes(4, r["seq"]) <= USABLE for r in got] == [True, False]
-    # 8B on one H100 (85.5 GB exposed): 4 x 16k tokens fit, 4 x 128k do not
+    # 8B on one H100 (85.5 GB exposed): 4 x 64k tokens fit, 4 x 128k do not
     seq = 128 * 1024
     got, _ = rows(capsys, "chunked", "-p", "llama-3.1-8b", "--seq", str(seq), "--chunk", "16k", "--batch", "4",
                   "--device", "h100", "--convention", "causal")

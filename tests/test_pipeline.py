@@ -55,9 +55,12 @@ def test_makespan_of_1f1b_with_backward_twice_the_forward():
         assert pipeline.makespan("1f1b", [1] * p, m, [2] * p) == (m + p - 1) * 3
 
 
-@pytest.mark.parametrize("bad", [("zb", 2, 2, 1), ("gpipe", 0, 2, 1), ("gpipe", 2, 2, 2), ("interleaved", 2, 5, 2)])
-def test_bad_schedules_are_one_error(bad):
-    with pytest.raises(CostcalcError):
+@pytest.mark.parametrize("bad, message", [(("zb", 2, 2, 1), "expected one of gpipe, 1f1b, interleaved"),
+                                          (("gpipe", 0, 2, 1), "stages must be a positive integer, got 0"),
+                                          (("gpipe", 2, 2, 2), "one model chunk a rank"),
+                                          (("interleaved", 2, 5, 2), "not a multiple of the rounds")])
+def test_bad_schedules_are_one_error(bad, message):
+    with pytest.raises(CostcalcError, match=message):
         pipeline.order(*bad)
 
 

@@ -191,3 +191,32 @@ def test_a_pipeline_of_one_micro_batch_is_the_tp_ep_layout_plus_its_sends():
     send = h100.scale_up.latency_s + 4 * spec["d"] * 2 / h100.scale_up.bytes_per_s_each_way
     assert two["time_s"][0] == pytest.approx(one["time_s"][0] + send, rel=1e-9)
     assert two["comm_time_s"][0] < one["comm_time_s"][0]          # each stage: its own layers' collectives
+
+
+def test_under_sp_a_stage_sends_each_tp_ranks_share_of_the_tokens():
+    spec = presets.load("llama-3.1-8b")
+    B, S = 2, 1024
+    _, got = _columns("llama-3.1-8b", "prefill", Options(tp=2, pp=2, sp=True), {"B": B, "S": S})
+    sends = [c for c in got["collectives"][0] if c["op"] == "send_recv"]
+    assert sends == [{"op": "send_recv", "where": "stage boundary", "count": 1, "bytes": B * S // 2 * spec["d"] * 2,
+                      "stage": 0}]
+
+
+def test_an_expert_group_over_every_replica_spans_the_stages_between_them():
+    """tp4 x pp2 x dp2 with ep 8: a replica is tp x pp = 8 consecutive devices, so the 8 expert ranks
+    (4 of each replica) span 16 devices -- past an HGX domain of 8: the NIC, not NVLink."""
+    h100 = devices.load("h100")
+    _, got = _columns("deepseek-v2-lite", "prefill", Options(tp=4, pp=2, dp=2, ep=8), {"B": 8, "S": 256},
+                      Machine(h100))
+    assert "ep8: scale_out across domains" in got["links"][0]
+    _, one = _columns("deepseek-v2-lite", "prefill", Options(tp=4, pp=2, ep=4), {"B": 8, "S": 256}, Machine(h100))
+    assert "tp4, ep4: scale_up" in one["links"][0]
+
+
+def test_a_pipelines_term_times_are_its_busiest_stages():
+    h100 = devices.load("h100")
+    query, got = _columns("llama-3.1-70b", "prefill", Options(tp=4, pp=2), {"B": 8, "S": 4096}, Machine(h100))
+    stages = [parallel.stage_traffic(stage, {"B": 8, "S": 4096}) for stage in parallel.stage_queries(query)]
+    for term in ("attn_proj", "ffn", "attention"):
+        assert got[f"{term}_time_s"][0] == max(s[f"{term}_time_s"] for s in stages) > 0
+    assert got["ffn_time_s"][0] <= got["compute_time_s"][0] + got["memory_time_s"][0]

@@ -103,11 +103,11 @@ def increasing(query: Query, batch: int, context: Sequence[int]) -> list[Optiona
 def max_batch(query: Query, context: int) -> int:
     """The largest batch whose weights and cache fit at ``context`` tokens held (0: not even one
     sequence, or one replica's, fits): memory's ``max_batch``, then checked with ``fits`` (a step of
-    the data-parallel replicas ``dp`` under a layout)."""
+    the data-parallel replicas ``dp`` times the micro-batches under a layout)."""
     from . import memory
 
     layout = query.options.layout
-    step = layout.dp
+    step = layout.dp * (query.options.micro_batches or 1)   # every replica's micro-batches whole
     if held(query, step, context) is None:
         memory.check(query.spec, layout, memory_query(query).options, step)   # the reason, as memory says it
     guess = memory.fit(memory_query(query), step, context, RESERVE, layout)["max_batch"]

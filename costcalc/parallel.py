@@ -473,6 +473,8 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
         keys += ["compute_time_s", "memory_time_s", "bound", "comm_time_s", "stage_time_s", "time_s", "overlap",
                  "links"]
     out: dict[str, list] = {key: [] for key in keys + ["collectives"]}
+    for i in range(n):          # every point's batch divides into its micro-batches before any table is built
+        _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag, layout.dp)
     bubble = float(pipeline.bubble(pipeline.GPIPE, layout.pp, m, backward=False))
     for i in range(n):
         one = _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag, layout.dp)

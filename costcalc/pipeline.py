@@ -161,6 +161,8 @@ def _check(schedule: str, p: int, m: int, v: int) -> None:
             raise CostcalcError(f"a pipeline's {name} must be a positive integer, got {value!r}")
     if v > 1 and schedule != INTERLEAVED:
         raise CostcalcError(f"{schedule}: one model chunk a rank (v = 1); interleaved takes v > 1")
+    if v == 1 and schedule == INTERLEAVED:
+        raise CostcalcError("interleaved 1F1B runs v > 1 model chunks a rank (--virtual-stages); with one it is 1f1b")
     if schedule == INTERLEAVED and m % max(1, m // p):
         raise CostcalcError(f"interleaved 1F1B: {m} micro-batches are not a multiple of the rounds "
                             f"max(1, m // p) = {max(1, m // p)} (torch's ScheduleInterleaved1F1B's rule)")

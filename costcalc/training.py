@@ -529,8 +529,10 @@ def pipeline_columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequen
     layout, optimizer, recompute = query.options.layout, plan.optimizer, plan.recompute
     schedule, v = _schedule(plan), plan.virtual
     p, m = layout.pp, micro_batches(query)
+    for b in batch:                                      # before any table of m micro-batches is built
+        _micro(int(b), layout, m)
+    parts = chunks(query, v)                             # p v chunks at most the layers: before the table
     pipeline.order(schedule, p, m, v)                    # the schedule's own checks, one line each
-    parts = chunks(query, v)
     count = len(parts)
     places = [Place(i == 0, i == count - 1, m, p) for i in range(count)]
     psis = [parameters(stage, places[i]) for i, stage in enumerate(parts)]

@@ -92,6 +92,17 @@ def test_batch_max_under_a_layout_counts_the_replicas(capsys):
     assert not memory_fits("llama-3.1-70b", best + 2, 8193, tp=4, dp=2)
 
 
+def test_batch_max_on_a_pipeline_is_whole_micro_batches(capsys):
+    """With --micro-batches 4 the largest batch is a multiple of 4 (each micro-batch whole), and 4 more
+    do not fit."""
+    got, _ = rows(capsys, "decode", "-p", "llama-3.1-8b", "--context", "4k", "--batch", "max",
+                  "--device", "h100", "--pp", "2", "--micro-batches", "4")
+    best = got[0]["batch"]
+    assert best % 4 == 0 and got[0]["fits"]
+    assert memory_fits("llama-3.1-8b", best, 4097, pp=2)
+    assert not memory_fits("llama-3.1-8b", best + 4, 4097, pp=2)
+
+
 def test_batch_max_errors(capsys):
     code, _, err = run(capsys, "decode", "-p", "llama-3.1-8b", "--context", "4k", "--batch", "max")
     assert code != 0 and one_error(err, "--batch max needs a device")

@@ -247,3 +247,19 @@ def test_boundary_peers_in_one_domain_by_placement():
     assert not peers_within(Layout(tp=2, pp=3, dp=2), 8, 0, 1)    # replica 1: 6-7 -> 8-9
     assert peers_within(Layout(tp=2, pp=3, dp=2), 8, 1, 2)        # 2-3 -> 4-5; 8-9 -> 10-11
     assert peers_within(Layout(tp=8, pp=2), None, 0, 1)           # no domain: one link
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "-p", "llama-3.1-8b", "-s", "4k", "-b", "16", "--schedule", "interleaved", "--pp", "2",
+      "--micro-batches", "4", "--virtual-stages", "99999999999999999999"], "model chunks, more than the model's 32"),
+    (["train", "-p", "llama-3.1-8b", "-s", "4k", "-b", "16", "--pp", "2", "--micro-batches", "99999999999"],
+     "batch 16 does not divide into 99999999999 micro-batches"),
+    (["prefill", "-p", "llama-3.1-8b", "-s", "4k", "-b", "16", "--pp", "2", "--micro-batches", "99999999999"],
+     "batch 16 does not divide into 99999999999 micro-batches"),
+    (["train", "-p", "llama-3.1-8b", "-s", "1k", "-b", "8", "--schedule", "interleaved", "--pp", "2",
+      "--micro-batches", "4"], "interleaved 1F1B runs v > 1 model chunks"),
+    (["verify", "-p", "toy", "--device", "cpu", "--tp", "0"], "--tp must be a positive integer, got 0"),
+])
+def test_huge_or_idle_pipeline_options_are_one_error_before_any_table(capsys, args, message):
+    code, out, err = run(capsys, *args)
+    assert code != 0 and not out and one_error(err, message), err

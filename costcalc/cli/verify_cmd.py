@@ -85,6 +85,9 @@ def verify(
     collectives are held to the per-device numbers: costcalc verify --preset-file verify/dry/dense.json --tp 2
     """
     spec = model(preset, preset_file, config)
+    from ..layout import Layout
+
+    Layout(layout["tp"], layout["ep"], sp=layout["sp"])     # a bad degree: one error, as the workload commands say it
     if layout["tp"] > 1 or layout["ep"] > 1 or layout["sp"]:
         return _parallel(spec, layout, dict(device=device, dtype=dtype, layers=layers, vocab=vocab, seq=seq,
                                             batch=batch, workloads=workloads, repeats=repeats, timeout=timeout,

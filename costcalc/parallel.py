@@ -311,8 +311,9 @@ def traffic_columns(query: Query, point: dict[str, Sequence[int]], n: int,
     if machine is None:
         return out
     comm = [comm_time(f, layout, machine.device) for f in found]
-    for name in ("compute_time_s", "memory_time_s", "bound"):
+    for name in ("compute_time_s", "memory_time_s"):
         out[name] = [r[name] for r in rows]
+    out["bound"] = [bound(r["compute_time_s"], r["memory_time_s"], c) for r, c in zip(rows, comm)]
     out["comm_time_s"] = comm
     out["time_s"] = [step_time(r["time_s"], c, query.options.overlap) for r, c in zip(rows, comm)]
     out["overlap"] = [query.options.overlap.value] * n
@@ -323,6 +324,16 @@ def traffic_columns(query: Query, point: dict[str, Sequence[int]], n: int,
             if name in names:
                 out[name] = [r.get(name, absent) for r in rows]
     return out
+
+
+def bound(compute_s: float, memory_s: float, comm_s: float) -> Optional[str]:
+    """Which of one device's times is the largest: ``communication`` where the collectives take longer
+    than both the compute and the memory time, else the roofline's ``memory`` (ties too) or ``compute``."""
+    if comm_s > max(compute_s, memory_s):
+        return "communication"
+    if not (compute_s or memory_s):
+        return None
+    return "memory" if memory_s >= compute_s else "compute"
 
 
 def beside(table: dict[str, list]) -> dict[str, list]:
@@ -506,7 +517,7 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
                         for kind in PER_DEVICE})
         if query.machine is not None:
             compute, memory = (max(m * got[key] for got in moved) for key in ("compute_time_s", "memory_time_s"))
-            row.update(compute_time_s=compute, memory_time_s=memory, bound="memory" if memory >= compute else "compute",
+            row.update(compute_time_s=compute, memory_time_s=memory, bound=bound(compute, memory, max(comm_s)),
                        comm_time_s=max(comm_s), stage_time_s=[m * t for t in durations],
                        time_s=pipeline.makespan(pipeline.GPIPE, durations, m), overlap=query.options.overlap.value,
                        links=_pipeline_links(query))

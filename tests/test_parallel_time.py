@@ -270,7 +270,9 @@ def test_deepseek_v3_generate_on_8_h200(capsys):
         assert tot["layout"] == "tp8" + (".ep8" if extra else "") and tot["devices"] == 8
         assert 0 < tot["ttft_s"] == pre["time_s"] and tot["tpot_s"] > 0 and tot["overlap"] == "full"
         assert all(r["comm_time_s"] > 0 and r["compute_time_s"] > 0 and r["memory_time_s"] > 0 for r in (pre, dec))
-        assert dec["bound"] == "memory"
+        # the largest of one device's times: memory under tp8, the all-to-alls' latency under ep8
+        assert dec["bound"] == ("communication" if dec["comm_time_s"] > dec["memory_time_s"] else "memory")
+        assert dec["bound"] == ("communication" if extra else "memory")
         # a decode step reads at least its share of the weights: 1/8 of the whole model's, at most all of them
         assert dec["weight_bytes"] / 8 <= dec["weight_bytes_per_device"] < dec["weight_bytes"]
 
@@ -306,3 +308,15 @@ def test_each_group_on_its_own_link():
         comm_by_hand(a2a, {"all_to_all": 16}, across)
     assert got["comm_time_s"] == pytest.approx(expected, rel=1e-12)
     assert got["links"].startswith("tp8: scale_up") and "ep16: scale_out across domains" in got["links"]
+
+
+def test_bound_says_communication_where_the_collectives_take_longest(capsys):
+    code, out, err = run(capsys, "decode", "-p", "llama-3.1-8b", "-t", "4k", "--tp", "16", "--device", "h100",
+                         "-f", "json")
+    assert code == 0, err      # 8 KV heads over 16: replicated
+    row = json.loads(out)[0]
+    assert row["comm_time_s"] > max(row["compute_time_s"], row["memory_time_s"]) and row["bound"] == "communication"
+    code, out, _ = run(capsys, "decode", "-p", "llama-3.1-8b", "-t", "4k", "--tp", "2", "--batch", "64",
+                       "--device", "h100", "-f", "json")
+    row = json.loads(out)[0]
+    assert row["memory_time_s"] > row["comm_time_s"] and row["bound"] == "memory"

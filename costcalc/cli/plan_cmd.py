@@ -1,0 +1,181 @@
+"""``costcalc plan``: the serving configurations of a model on N devices under latency targets
+(``costcalc.plan``), the Pareto front of tokens/s per GPU against per user, and the best meeting
+the targets, each with the ``costcalc generate`` line that reproduces it."""
+from __future__ import annotations
+
+import shlex
+import textwrap
+import sys
+import time
+from typing import Annotated, Any, Optional
+
+import typer
+
+from .. import plan, ranges, units
+from ..errors import CostcalcError
+from ..render import render
+from ..vocab import Dtype
+from .emit import Out, emit_to
+from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, EngineOpt, EngineVersionOpt, FormatOpt, KvDtypeOpt,
+                      OutputOpt, PresetFileOpt, PresetOpt, TimingOpt, WideOpt, model, traffic)
+
+PROGRESS_AFTER_S = 1.0      # a search running longer than this shows a progress bar on stderr
+
+
+def plan_command(
+    preset: PresetOpt = None,
+    preset_file: PresetFileOpt = None,
+    config: ConfigOpt = None,
+    device: DeviceOpt = None,
+    device_file: DeviceFileOpt = None,
+    devices: Annotated[str, typer.Option("--devices", metavar="N", help="Devices to fill (of --device).")] = ...,
+    isl: Annotated[str, typer.Option("--isl", metavar="S", help="Input (prompt) tokens a request, e.g. 4k.")] = ...,
+    osl: Annotated[str, typer.Option("--osl", metavar="N", help="Output tokens a request (at least 2), e.g. 1k.")] = ...,
+    ttft: Annotated[str, typer.Option("--ttft", metavar="T", help="Time to first token target, e.g. 2s.")] = ...,
+    tpot: Annotated[str, typer.Option("--tpot", metavar="T", help="Time per output token target, e.g. 30ms.")] = ...,
+    weight_dtype: Annotated[Optional[str], typer.Option(
+        "--weight-dtype", metavar="A,B", show_default=False,
+        help="Weight formats to search, a comma list (as generate's --weight-dtype).  (default: the model's own, "
+             "bf16 and fp8 where the device has an fp8 peak)")] = None,
+    kv_dtype: KvDtypeOpt = None,
+    timing: TimingOpt = None,
+    engine: EngineOpt = None,
+    engine_version: EngineVersionOpt = None,
+    every: Annotated[bool, typer.Option("--all", help="Every candidate in the table, not the front only.")] = False,
+    fmt: FormatOpt = None,
+    output: OutputOpt = None,
+    wide: WideOpt = False,
+) -> None:
+    """Search layouts x batch x weight format x speculation for the best serving configuration
+    under --ttft and --tpot: the Pareto front of tokens/s per GPU against per user, and the best
+    meeting the targets, each with the generate command that reproduces it (JSON and CSV: every
+    candidate, with its pareto and meets_targets).
+
+    Example: costcalc plan -p qwen3-235b-a22b --device h200 --devices 8 --isl 4k --osl 1k --ttft 2s --tpot 30ms
+    """
+    spec = model(preset, preset_file, config)
+    if not (device or device_file):
+        raise CostcalcError("plan needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
+    request = plan.Request(ranges.number(isl, "--isl"), ranges.number(osl, "--osl"), plan.duration(ttft, "--ttft"),
+                           plan.duration(tpot, "--tpot"))
+    count = ranges.number(devices, "--devices")
+    given = {"device": device, "device_file": device_file, "kv_dtype": kv_dtype, "timing": timing, "engine": engine,
+             "engine_version": engine_version}
+    chosen_traffic = traffic(given)
+    precision, machine = chosen_traffic.precision, chosen_traffic.machine
+    weights = plan.weight_choices(spec, precision, machine, _formats(weight_dtype))
+    source = next((flag, value) for flag, value in (("--preset", preset), ("--preset-file", preset_file),
+                                                    ("--config", config)) if value)
+    setup = plan.Setup(spec, precision, machine, count, weights, source, _flags(given))
+    bar = Progress()
+    found = plan.search(setup, request, progress=bar)
+    bar.close()
+    best, met = plan.chosen(found.rows, request)
+    rows = [{key: row[key] for key in plan.FIELDS} for row in found.rows]
+
+    front = rows if every else [r for r, full in zip(rows, found.rows) if full["pareto"] or full is best]
+    said = [_best_line(best, met, request)]
+
+    def own(chosen_format: str, width: Optional[int]):
+        if chosen_format == "table":
+            return lambda handle: handle.write(text(setup, request, found, (best, met), every))
+        if chosen_format == "markdown":
+            return lambda handle: handle.write(render(front, "markdown", said, width))
+        return None     # CSV and JSON: every candidate
+    emit_to(rows, Out(fmt, output, wide), said, own)
+
+
+def _formats(text: Optional[str]) -> Optional[list]:
+    if text is None:
+        return None
+    from ..weights import parse
+
+    names = [n.strip().lower() for n in text.split(",")]
+    if not all(names):
+        raise CostcalcError(f"--weight-dtype: empty name in {text!r}")
+    return [parse(n, "--weight-dtype") for n in dict.fromkeys(names)]
+
+
+def _flags(given: dict[str, Any]) -> tuple:
+    """The options every reproducing command repeats: the device, a KV dtype, the timing mode."""
+    out = []
+    for key, flag in (("device", "--device"), ("device_file", "--device-file"), ("kv_dtype", "--kv-dtype"),
+                      ("timing", "--timing"), ("engine", "--engine"), ("engine_version", "--engine-version")):
+        value = given[key]
+        if value is not None:
+            value = value.value if isinstance(value, Dtype) else str(value).strip()
+            out += [flag, shlex.quote(value.lower() if key in ("device", "timing", "engine") else value)]
+    return tuple(out)
+
+
+class Progress:
+    """A progress bar on stderr for a search running longer than ``PROGRESS_AFTER_S``."""
+
+    def __init__(self) -> None:
+        self.start, self.shown = time.perf_counter(), False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.shown and (time.perf_counter() - self.start < PROGRESS_AFTER_S or not sys.stderr.isatty()):
+            return          # a log or a pipe gets no bar
+        self.shown = True
+        filled = 30 * done // total
+        sys.stderr.write(f"\rplan: [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} layout x format x draft")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+HEAD = ("#", "layout", "devices", "batch", "weights", "draft", "ttft", "tpot", "tok/s/gpu", "tok/s/user", "meets")
+
+
+def _cells(index: int, row: dict[str, Any], best: dict[str, Any]) -> list[str]:
+    mark = "*" if row is best else ""
+    return [f"{index}{mark}", row["layout"], str(row["devices"]), str(row["batch"]), row["weight_dtype"],
+            row["speculation"] or "-", units.seconds(row["ttft_s"]), units.seconds(row["tpot_s"]),
+            f"{row['tokens_per_s_per_gpu']:.1f}", f"{row['tokens_per_s_per_user']:.1f}",
+            "yes" if row["meets_targets"] else "no"]
+
+
+def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: tuple, every: bool) -> str:
+    """The terminal answer: what was searched, the front (``every``: all candidates) as a table with the
+    chosen row marked ``*``, each row's reproducing command, and the chosen configuration's line."""
+    best, met = choice
+    rows = found.rows if every else [r for r in found.rows if r["pareto"] or r is best]
+    grid = [list(HEAD)] + [_cells(i, r, best) for i, r in enumerate(rows, 1)]
+    widths = [max(len(line[c]) for line in grid) for c in range(len(HEAD))]
+    right = {0, 2, 3, 6, 7, 8, 9}
+    lines = ["  ".join(cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in
+                       enumerate(zip(line, widths))).rstrip() for line in grid]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    spec, device = setup.spec.name, setup.machine.device.name
+    what = "every candidate" if every else "the Pareto front (tokens/s per GPU against per user)"
+    timing = "measured" if setup.machine.timing is not None else "roofline"
+    out = [f"{spec} on {setup.devices} {device}: prompts of {request.isl} tokens, {request.osl} out; targets ttft "
+           f"<= {units.seconds(request.ttft)}, tpot <= {units.seconds(request.tpot)}; {timing} timing",
+           f"{len(found.rows)} candidates ({found.evaluated} layout x weight format x draft, "
+           f"{len(found.skipped)} not valid or not fitting); {what}:", "", *lines, "",
+           "commands (each reproduces its row: costcalc generate ...):"]
+    out += [f"{i:>{len(str(len(rows)))}}  {r['command']}" for i, r in enumerate(rows, 1)]
+    out += ["", *textwrap.wrap(_best_line(best, met, request), 80), f"  {best['command']}", ""]
+    out += [line for note in NOTES for line in textwrap.wrap(note, 80)]
+    return "\n".join(out) + "\n"
+
+
+def _best_line(best: dict[str, Any], met: bool, request: plan.Request) -> str:
+    said = (f"{best['layout']} ({best['devices']} devices) batch {best['batch']} {best['weight_dtype']}"
+            + (f" draft {best['speculation']}" if best["speculation"] else "")
+            + f": {best['tokens_per_s_per_gpu']:.1f} tokens/s per GPU, {best['tokens_per_s_per_user']:.1f} per user"
+            + f" (ttft {units.seconds(best['ttft_s'])}, tpot {units.seconds(best['tpot_s'])})")
+    if met:
+        return f"best meeting the targets (*): {said}"
+    return (f"no configuration meets ttft <= {units.seconds(request.ttft)} and tpot <= {units.seconds(request.tpot)}; "
+            f"the closest (*, {plan.miss(best, request):.2f}x over): {said}")
+
+
+NOTES = ("tok/s/gpu = batch x output tokens / (ttft + (N-1) tpot) / the layout's devices; tok/s/user = 1 / tpot. "
+         "A layout of fewer devices than asked runs copies of itself on the rest (the same rates). ttft: the "
+         "batch's prefill step; tpot: its decode phase / (N-1); as generate times them (docs/cost-model.md, "
+         "Planning).",)

@@ -224,11 +224,11 @@ def search(setup: Setup, request: Request, cache: Optional[dict] = None,
             found.skipped[name] = str(exc)
         if progress is not None:
             progress(done, len(items))
-    if not found.rows:
-        reasons = list(dict.fromkeys(found.skipped.values()))
+    if not found.rows:      # the reason of the last layout tried: the most devices, the most memory
+        name, reason = list(found.skipped.items())[-1]
         raise CostcalcError(f"no layout of {setup.spec.name} on {setup.devices} {setup.machine.device.name} is valid "
-                            f"for --isl {request.isl} --osl {request.osl}: {reasons[0]}"
-                            + (f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""))
+                            f"for --isl {request.isl} --osl {request.osl}: {name}: {reason}"
+                            + (f" ({len(found.skipped) - 1} others left out too)" if len(found.skipped) > 1 else ""))
     for row in found.rows:
         row["meets_targets"] = row["ttft_s"] <= request.ttft and row["tpot_s"] <= request.tpot
     for row, on in zip(found.rows, front([r["tokens_per_s_per_gpu"] for r in found.rows],

@@ -128,7 +128,8 @@ class Progress:
             sys.stderr.flush()
 
 
-HEAD = ("#", "layout", "devices", "batch", "weights", "draft", "ttft", "tpot", "tok/s/gpu", "tok/s/user", "meets")
+HEAD = ("#", "layout", "dev", "batch", "weights", "draft", "ttft", "tpot", "per GPU", "per user", "ok")
+RIGHT = {"#", "dev", "batch", "ttft", "tpot", "per GPU", "per user"}
 
 
 def _cells(index: int, row: dict[str, Any], best: dict[str, Any]) -> list[str]:
@@ -141,23 +142,25 @@ def _cells(index: int, row: dict[str, Any], best: dict[str, Any]) -> list[str]:
 
 def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: tuple, every: bool) -> str:
     """The terminal answer: what was searched, the front (``every``: all candidates) as a table with the
-    chosen row marked ``*``, each row's reproducing command, and the chosen configuration's line."""
+    chosen row marked ``*`` (tokens/s per GPU and per user; the draft column where a row drafts), each
+    row's reproducing command, and the chosen configuration's line."""
     best, met = choice
     rows = found.rows if every else [r for r in found.rows if r["pareto"] or r is best]
-    grid = [list(HEAD)] + [_cells(i, r, best) for i, r in enumerate(rows, 1)]
-    widths = [max(len(line[c]) for line in grid) for c in range(len(HEAD))]
-    right = {0, 2, 3, 6, 7, 8, 9}
-    lines = ["  ".join(cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in
-                       enumerate(zip(line, widths))).rstrip() for line in grid]
+    keep = [c for c, name in enumerate(HEAD) if name != "draft" or any(r["speculation"] for r in rows)]
+    grid = [[line[c] for c in keep] for line in [list(HEAD)] + [_cells(i, r, best) for i, r in enumerate(rows, 1)]]
+    names = [HEAD[c] for c in keep]
+    widths = [max(len(line[c]) for line in grid) for c in range(len(names))]
+    lines = ["  ".join(cell.rjust(w) if name in RIGHT else cell.ljust(w) for cell, w, name in
+                       zip(line, widths, names)).rstrip() for line in grid]
     lines.insert(1, "  ".join("-" * w for w in widths))
     spec, device = setup.spec.name, setup.machine.device.name
-    what = "every candidate" if every else "the Pareto front (tokens/s per GPU against per user)"
+    what = "every candidate" if every else "the Pareto front of tokens/s per GPU against per user"
     timing = "measured" if setup.machine.timing is not None else "roofline"
-    out = [f"{spec} on {setup.devices} {device}: prompts of {request.isl} tokens, {request.osl} out; targets ttft "
-           f"<= {units.seconds(request.ttft)}, tpot <= {units.seconds(request.tpot)}; {timing} timing",
-           f"{len(found.rows)} candidates ({found.evaluated} layout x weight format x draft, "
-           f"{len(found.skipped)} not valid or not fitting); {what}:", "", *lines, "",
-           "commands (each reproduces its row: costcalc generate ...):"]
+    head = (f"{spec} on {setup.devices} {device}: prompts of {request.isl} tokens, {request.osl} out; targets ttft "
+            f"<= {units.seconds(request.ttft)}, tpot <= {units.seconds(request.tpot)}; {timing} timing. "
+            f"{len(found.rows)} candidates ({found.evaluated} layout x weight format x draft, "
+            f"{len(found.skipped)} not valid or not fitting); {what}:")
+    out = [*textwrap.wrap(head, 80), "", *lines, "", "commands (each reproduces its row):"]
     out += [f"{i:>{len(str(len(rows)))}}  {r['command']}" for i, r in enumerate(rows, 1)]
     out += ["", *textwrap.wrap(_best_line(best, met, request), 80), f"  {best['command']}", ""]
     out += [line for note in NOTES for line in textwrap.wrap(note, 80)]
@@ -175,7 +178,7 @@ def _best_line(best: dict[str, Any], met: bool, request: plan.Request) -> str:
             f"the closest (*, {plan.miss(best, request):.2f}x over): {said}")
 
 
-NOTES = ("tok/s/gpu = batch x output tokens / (ttft + (N-1) tpot) / the layout's devices; tok/s/user = 1 / tpot. "
+NOTES = ("per GPU = batch x output tokens / (ttft + (N-1) tpot) / the layout's devices; per user = 1 / tpot (tokens/s). "
          "A layout of fewer devices than asked runs copies of itself on the rest (the same rates). ttft: the "
          "batch's prefill step; tpot: its decode phase / (N-1); as generate times them (docs/cost-model.md, "
          "Planning).",)

@@ -49,6 +49,8 @@ def main() -> None:
     ap.add_argument("--preset", default="deepseek-v3")
     ap.add_argument("--devices", default="8,16,32,64")
     ap.add_argument("--device", default="h200,h100")
+    ap.add_argument("--output", default=str(Path(__file__).resolve().parent.parent / "reports" / "plan" / "search.md"),
+                    help="a Markdown report of the run ('' for none)")
     args = ap.parse_args()
     spec = presets.load(args.preset)
     request = plan.Request(4096, 1024, 2.0, 0.030)
@@ -59,16 +61,32 @@ def main() -> None:
     for device in args.device.split(","):
         rows += search(spec, device, counts, request)
     total = time.perf_counter() - start
-    print(f"{spec.name}, prompts 4096, outputs 1024, ttft <= 2 s, tpot <= 30 ms (roofline timing)")
-    print(f"{'device':8} {'devices':>7} {'candidates':>10} {'evaluated':>9} {'left out':>8} {'front':>5} "
-          f"{'seconds':>8}  best meeting the targets")
+    lines = [f"{spec.name}, prompts 4096, outputs 1024, ttft <= 2 s, tpot <= 30 ms (roofline timing)",
+             f"{'device':8} {'devices':>7} {'candidates':>10} {'evaluated':>9} {'left out':>8} {'front':>5} "
+             f"{'seconds':>8}  best meeting the targets"]
     for r in rows:
         best = r["best"]
         said = (f"{best['layout']} batch {best['batch']} {best['weight_dtype']}: "
                 f"{best['tokens_per_s_per_gpu']:.0f} tok/s/gpu" if best else r.get("why", "none")[:60])
-        print(f"{r['device']:8} {r['devices']:>7} {r['candidates']:>10} {r['evaluated']:>9} {r['left_out']:>8} "
-              f"{r['front']:>5} {r['seconds']:>8.2f}  {said}")
-    print(f"all searches: {sum(r['candidates'] for r in rows)} candidates in {total:.2f} s")
+        lines.append(f"{r['device']:8} {r['devices']:>7} {r['candidates']:>10} {r['evaluated']:>9} "
+                     f"{r['left_out']:>8} {r['front']:>5} {r['seconds']:>8.2f}  {said}")
+    lines.append(f"all searches: {sum(r['candidates'] for r in rows)} candidates in {total:.2f} s")
+    print("\n".join(lines))
+    if args.output:
+        import datetime
+        import os
+
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        text = ["# The plan search's size and time", "",
+                f"`python bench/plan.py` on {stamp}: {os.cpu_count()} CPUs, load average {load:.1f} at the end "
+                f"(a machine shared with other jobs: the seconds are this run's, not a bound). Each device's "
+                f"searches share one cache (a layout of 8 devices is one of 16, with copies), so a row's seconds "
+                f"are what that search added. 'evaluated': (layout, weight format, draft) triples timed, each "
+                f"over all its batches at once; 'left out': those not valid or not fitting.", "", "```text",
+                *lines, "```", ""]
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text("\n".join(text))
 
 
 if __name__ == "__main__":

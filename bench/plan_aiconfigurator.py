@@ -61,6 +61,28 @@ def costcalc_search(label: str, given: dict, weights: str | None) -> dict:
                 "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items() if v))}
 
 
+def at_their_choice(row: dict, given: dict, label: str) -> str:
+    """costcalc's generate at aiconfigurator's aggregated choice: its layout (attention tp x dp, the experts
+    over ep), all its concurrent requests as one static batch, its format (bf16)."""
+    from costcalc.cli.options import traffic
+    from costcalc.composites import rates
+    from costcalc.layout import Layout
+    from costcalc.weights import parse
+
+    tp, dp, ep = (int(row[k]) for k in ("tp", "dp", "moe_ep"))
+    batch = int(row["concurrency"])
+    chosen = traffic({"device": DEVICE, **given})
+    setup = plan.Setup(presets.load(PRESET), chosen.precision, chosen.machine, GPUS)
+    layout = Layout(tp, ep if ep > 1 else 1, 1, dp)
+    got = rates(plan.query(setup, layout, parse("bf16"), None), [batch], [ISL], [OSL])
+    ttft, tpot, rate = got["ttft_s"][0], got["tpot_s"][0], got["batch_tokens_per_s"][0]
+    flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items() if v)
+    return (f"| costcalc generate at aiconfigurator's agg choice, {label} | {layout.label}, bf16 | batch {batch} | "
+            f"{units.seconds(ttft)} | {units.seconds(tpot)} | {rate / layout.devices:.1f} | {1 / tpot:.1f} | "
+            f"`costcalc generate -p {PRESET} --device {DEVICE} --prompt {ISL} --new {OSL} --batch {batch} "
+            f"{layout.flags} --weight-dtype bf16{flags}` |")
+
+
 def aiconfigurator(site: str) -> dict:
     """aiconfigurator's `cli default` on the question, timed (wall clock, and the time it reports), and
     the rank-1 configuration of each mode it ran (its best_config_topn.csv)."""
@@ -100,20 +122,21 @@ def _costcalc_row(run: dict) -> str:
 
 def _aic_row(mode: str, row: dict, aic: dict) -> str:
     keys = {k.lower(): v for k, v in row.items()}
-    parallel = keys.get("parallel") or "; ".join(f"{k} {v}" for k, v in row.items() if "parallel" in k.lower())
+    parallel = keys.get("parallel") or "; ".join(f"{k.replace('parallel', '').strip('()')} {v}"
+                                                 for k, v in row.items() if "parallel" in k.lower() and v)
     dtype = keys.get("gemm") or keys.get("(p)gemm") or "?"
     concurrency = keys.get("concurrency", "?")
     batch = keys.get("bs") or keys.get("(d)bs") or "?"
     ttft, tpot = float(keys.get("ttft", "nan")), float(keys.get("tpot", "nan"))
     gpu = float(keys.get("tokens/s/gpu", keys.get("tokens/s/gpu_cluster", "nan")))
     user = float(keys.get("tokens/s/user", "nan"))
-    backend = keys.get("backend", "?")
+    backend = keys.get("backend") or keys.get("(p)backend") or "?"
     return (f"| aiconfigurator {mode} ({backend}) | {parallel}, {dtype} | concurrency {concurrency} (batch {batch}) | "
             f"{ttft / 1000:.3f} s | {tpot:.2f} ms | {gpu:.1f} | {user:.1f} | "
             f"all modes {aic['wall']:.1f} s wall |")
 
 
-def report(runs: list[dict], aic: dict) -> str:
+def report(runs: list[dict], aic: dict, theirs: list[str]) -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# costcalc plan beside aiconfigurator: Qwen3-235B-A22B on 8 H200",
@@ -126,10 +149,14 @@ def report(runs: list[dict], aic: dict) -> str:
         f"- aiconfigurator 0.12.0 (perf database {aic['perf_db']}): `{aic['argv']}`"
         + (f" -- it reported its experiments done in {aic['reported']:.1f} s" if aic["reported"] else ""),
         "",
-        "| tool, mode | chosen configuration | batch | TTFT | TPOT | tokens/s/GPU | tokens/s/user | search |",
+        "| tool, mode | chosen configuration | batch | TTFT | TPOT | tokens/s/GPU | tokens/s/user | search (or command) |",
         "|---|---|---|---|---|---|---|---|",
         *[_costcalc_row(r) for r in runs],
         *[_aic_row(mode, row, aic) for mode, row in aic["modes"].items()],
+        *theirs,
+        "",
+        "The last rows take aiconfigurator's aggregated choice as it is and ask costcalc's `generate` for it",
+        "(its concurrent requests as one static batch): the same configuration, costcalc's time model.",
         "",
         "Layouts are written each tool's way: costcalc's `tp4.ep8.dp2` is tensor parallel 4 for attention, the",
         "experts over all 8 devices, 2 data-parallel replicas; aiconfigurator's `tp1pp1dp8etp1ep8` is attention",
@@ -154,7 +181,10 @@ def report(runs: list[dict], aic: dict) -> str:
         "  throughput lower. costcalc's `--timing measured --engine trtllm` reads the same tables (the",
         "  database version above) for GEMMs and attention, but not yet for the MoE experts (kept at their",
         "  floor: the coverage column of `generate` names them) nor for the collectives (H1/H2's work), so it",
-        "  lands between the floor and aiconfigurator.",
+        "  lands between the floor and aiconfigurator. The rows at aiconfigurator's own choice hold the",
+        "  configuration fixed: what is left between costcalc's TPOT there and aiconfigurator's is the MoE",
+        "  and communication kernels at their floor, the engine's overheads and the prefill work sharing",
+        "  the decode steps.",
         "- **Formats.** Qwen3-235B-A22B ships in bf16; aiconfigurator keeps the checkpoint's format (bf16",
         "  GEMMs, KV cache and MoE here). costcalc's default search adds fp8 weights (the device has an fp8",
         "  peak), which halves the weight bytes a decode step reads: its first row's choice is fp8; the",
@@ -184,7 +214,13 @@ def main() -> None:
         except Exception as exc:        # the extra missing: said in the report's absence of the row
             print(f"costcalc --timing measured not run: {exc}", file=sys.stderr)
     aic = aiconfigurator(args.aic_site)
-    text = report(runs, aic)
+    theirs = []
+    if "agg" in aic["modes"]:
+        theirs.append(at_their_choice(aic["modes"]["agg"], {}, "roofline"))
+        if len(runs) > 2:
+            theirs.append(at_their_choice(aic["modes"]["agg"], {"timing": "measured", "engine": "trtllm"},
+                                          "measured trtllm"))
+    text = report(runs, aic, theirs)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(text)
     print(text)

@@ -136,6 +136,7 @@ def test_the_model_speculates_with_its_mtp_layers_where_it_has_them(capsys):
     (("--ttft", "0s"), "--ttft: '0s' is not a positive duration"),
     (("--tpot", "fast"), "--tpot: 'fast' is not a positive duration"),
     (("--osl", "1"), "--osl must be an integer of at least 2"),
+    (("--isl", "0"), "--isl must be an integer of at least 1"),
     (("--devices", "0"), "--devices must be a positive integer"),
     (("--weight-dtype", "fp9"), "--weight-dtype"),
 ])

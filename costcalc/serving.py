@@ -6,8 +6,8 @@ every iteration, one decode token for each decoding request and prefill chunks w
 continuous batching", derives every rule; in short:
 
 - ``C`` requests are in flight. A *mixed* iteration runs ``m`` prompts' next chunk (``mix``: whole
-  prompts while ``isl`` fits the room the budget leaves beside the other ``C - 1`` decode tokens, else
-  one prompt cut into chunks of that room) beside ``C - m`` decode tokens; a *decode* iteration runs
+  prompts while ``isl`` fits the room the budget leaves beside the other ``C - 1`` decode tokens, as many
+  as arrive an iteration, else one prompt cut into chunks of that room) beside ``C - m`` decode tokens; a *decode* iteration runs
   ``C`` decode tokens. A request lives ``L = n_p + osl - 1`` iterations (its ``n_p`` chunks, the last
   giving its first token, then ``osl - 1`` decode steps); staggered evenly, every ``L`` iterations hold
   ``C n_p / m`` mixed ones and ``L - C n_p / m`` decode ones (``cycle``).
@@ -71,17 +71,20 @@ class Mix:
 
 
 def mix(shape: Shape, concurrency: int) -> Mix:
-    """A mixed iteration's prompts at ``concurrency``: the room the budget leaves beside the other
-    ``C - 1`` requests' decode tokens holds ``room // isl`` whole prompts (at most C), or, where one
-    prompt is longer than the room, one prompt in chunks of the room (the last may be shorter)."""
+    """A mixed iteration's prompts at ``concurrency``: where a prompt fits the room the budget leaves
+    beside the other ``C - 1`` requests' decode tokens, whole prompts -- as many as arrive in an
+    iteration of the staggered steady state, ``ceil(C / osl)`` (a request lives osl iterations: one
+    mixed, osl - 1 decoding), at most ``room // isl`` --; else one prompt in chunks of the room (the last
+    may be shorter)."""
     positive("--concurrency", concurrency)
     room = shape.budget - (concurrency - 1)
     if room < 1:
         raise CostcalcError(f"--max-batched-tokens {shape.budget} leaves no room for a prompt beside the decode tokens "
                             f"of {concurrency - 1} other requests (concurrency {concurrency}): give a concurrency "
                             f"of at most {shape.budget}, or a larger --max-batched-tokens")
-    if shape.isl <= room:
-        return Mix(concurrency, min(concurrency, room // shape.isl), (shape.isl,), (0,))
+    if shape.isl <= room:       # the prompts a request's life of osl iterations sees arrive, staggered: C / osl
+        arriving = -(-concurrency // shape.osl)
+        return Mix(concurrency, min(concurrency, room // shape.isl, arriving), (shape.isl,), (0,))
     sizes = chunk_schedule(shape.isl, room)
     return Mix(concurrency, 1, tuple(sizes), tuple(i * room for i in range(len(sizes))))
 

@@ -35,7 +35,8 @@ from .errors import CostcalcError
 from .evaluate import Query, Table, positive
 from .vocab import Logits
 
-BUDGET = 8192   # --max-batched-tokens: vLLM's max_num_batched_tokens and SGLang's chunked_prefill_size default
+BUDGET = 8192   # --max-batched-tokens: vLLM's max_num_batched_tokens for its OpenAI server on a GPU of >= 70 GiB
+                # (vllm/engine/arg_utils.py; 2048 on smaller GPUs and the A100)
 
 
 @dataclass(frozen=True)

@@ -200,3 +200,18 @@ def test_a_mixed_iteration_of_a_moe_model_reads_the_experts_all_its_tokens_touch
     assert touched["weight_bytes"] > chunk["weight_bytes"] > Fraction(phase["weight_bytes"], 64)
     rest = Fraction(phase["total_bytes"] - phase["weight_bytes"], 64) + chunk["total_bytes"] - chunk["weight_bytes"]
     assert abs(step.bytes - rest - touched["weight_bytes"]) <= 3
+
+
+def test_measured_timing_adds_the_shares_estimates():
+    """--timing measured: one request's decode iterations are the generation's looked-up decode steps."""
+    pytest.importorskip("aiconfigurator_core")
+    from costcalc.measured import timing
+
+    machine = Machine(devices.load("h200"), timing=timing("h200", None, None))
+    spec = presets.load(DENSE)
+    row = _rows(Query(spec, "decode", Options(), Precision(), machine), serving.Shape(2048, 65), [1])[0]
+    gen = as_rows(calc.generation(Query(spec, "generate", Options(), Precision(), machine), [1], [2048], [65]))[-1]
+    assert row["timing"] == "measured"
+    assert row["tpot_s"] == pytest.approx(gen["tpot_s"], rel=1e-9)
+    floor = _rows(_query(), serving.Shape(2048, 65), [1])[0]
+    assert row["ttft_s"] >= floor["ttft_s"] and row["tpot_s"] > floor["tpot_s"]

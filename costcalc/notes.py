@@ -133,3 +133,17 @@ DRAFT = ("draft = the model's multi-token-prediction module run once each decode
          "decoder block over its own KV cache and the LM head for one draft token, beside the step's own FLOPs; "
          "per_token and the rates still count one token a step -- the draft tokens accepted (speculative "
          "decoding) are not modelled here. memory --draft mtp holds the module's weights and KV cache too.")
+
+
+SPECULATION = ("Speculative decoding (--acceptance): a row is one step -- the draft's K proposals (draft_flops: a "
+               "draft model's K decode steps over T..T+K-1 cached tokens, or the MTP module run K times) and the "
+               "target's verify, a forward of K+1 new tokens over T cached with logits at each (the terms: prefill "
+               "--cached-prefix T --seq K+1 --logits all); expected_tokens_per_step E = 1 + a_1 + a_1 a_2 + ... "
+               "(the target's own token counted); per token = per accepted token, over B x E (docs/cost-model.md).")
+SPECULATION_GENERATE = ("Speculative generation (--acceptance): the decode row runs steps = ceil((N-1)/E) "
+                        "speculative steps, the i-th over S + floor(i E) cached tokens (each step yields E tokens "
+                        "in expectation); a draft model prefills the prompt too (draft_flops of the prefill row) "
+                        "(docs/cost-model.md, \"Speculative decoding\").")
+SPECULATE = ("speedup = a plain decode step's time (without a device: FLOPs) per token over the speculative step's; "
+             "break_even_acceptance = the one rate a at which they are equal, (E(a, K) = step time / decode time; "
+             "0 where speculation wins even at a = 0, empty where no a < 1 does); best = the K that costs least per token.")

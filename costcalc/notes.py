@@ -61,8 +61,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(EFFICIENCY)
     if "floor_time_s" in columns:
         lines.append(MEASURED)
-    if "draft" in columns or "draft_flops" in columns:
-        lines.append(DRAFT)
+    if ("draft" in columns or "draft_flops" in columns) and "expected_tokens_per_step" not in columns:
+        lines.append(DRAFT)       # a speculative row's draft: the command's own note (SPECULATION)
     return lines
 TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
           "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
@@ -131,8 +131,8 @@ MEMORY_LAYOUT = ("Per device: the largest device's (the stage that decides the f
 FITS_ON_LINES = 8   # a table's notes say what fits, one line a row, for at most this many distinct answers
 DRAFT = ("draft = the model's multi-token-prediction module run once each decode step (--draft mtp): eh_proj, its "
          "decoder block over its own KV cache and the LM head for one draft token, beside the step's own FLOPs; "
-         "per_token and the rates still count one token a step -- the draft tokens accepted (speculative "
-         "decoding) are not modelled here. memory --draft mtp holds the module's weights and KV cache too.")
+         "per_token and the rates still count one token a step (--acceptance: speculative decoding, the draft "
+         "tokens accepted counted). memory --draft mtp holds the module's weights and KV cache too.")
 
 
 SPECULATION = ("Speculative decoding (--acceptance): a row is one step -- the draft's K proposals (draft_flops: a "

@@ -308,7 +308,9 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
     flops = [key for key in keys if key.endswith("_flops") and key not in ("draft_flops", "total_flops")]
     order = [key for key in keys if not key.endswith("_flops")]
     at_flops = order.index("steps") + 1
-    order = order[:at_flops] + flops + ["draft_flops", "total_flops"] + order[at_flops:]
+    parts = [k for k in order[at_flops:] if k.startswith(("verify_", "draft_"))]   # the step's parts last
+    order = order[:at_flops] + flops + ["draft_flops", "total_flops"] + [k for k in order[at_flops:] if k not in parts]
+    order += parts
     return {key: [row.get(key, 0 if key.endswith(("_flops", "_bytes", "time_s")) and key not in
                           ("ttft_s", "tpot_s") else None) for row in rows] for key in order}
 

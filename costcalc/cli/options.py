@@ -95,8 +95,11 @@ def speculation(value: Optional[str], tokens: Optional[int] = None, acceptance: 
         out["draft"] = "mtp"
     elif value is not None:
         if not value.strip():
-            raise CostcalcError("--draft is mtp or a preset's name (a draft model), got ''")
-        out["draft_model"] = presets.load(value.strip())
+            raise CostcalcError("--draft is mtp or a draft model's preset, got ''")
+        try:
+            out["draft_model"] = presets.load(value.strip())
+        except CostcalcError as exc:
+            raise CostcalcError(f"--draft is mtp or a draft model's preset: {exc}") from None
     if acceptance is not None:
         rates = []
         for part in acceptance.split(","):

@@ -264,11 +264,17 @@ def decode(
     each = _options(kinds, tile=chosen, mla=mla, window_cache=cache,
                     **speculation_fields(draft, draft_tokens, acceptance), **layout)
     at = {spec.name: _max_points(Query(spec, "decode", each[0], precision, machine), points,
-                                 [int(t) + 1 for t in points["context"]]) if maximum else points for spec in specs}
+                                 [int(t) + _written(each[0]) for t in points["context"]]) if maximum else points
+          for spec in specs}
     table = concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **at[spec.name])
                                 for o in each]) for spec in specs])
     _fit_warning(table)
     emit(table, fmt, output, [_decode_note(specs, cache)] + ([notes.SPECULATION] if acceptance else []), wide)
+
+
+def _written(options: Options) -> int:
+    """Tokens a decode step writes to a sequence's cache: 1, or a speculative step's K + 1 (its verify)."""
+    return 1 if options.acceptance is None else options.draft_tokens + 1
 
 
 @with_layout

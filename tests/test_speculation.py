@@ -226,3 +226,40 @@ def test_the_library_refuses_bad_options_by_name():
     with pytest.raises(CostcalcError, match="applies to decode steps and generations"):
         Query(presets.load("deepseek-v3"), "prefill", Options(draft="mtp", acceptance=(0.5,)))
     assert Options(draft="mtp", acceptance=(0.8,)).acceptance == (Fraction(4, 5),)
+
+
+def test_a_hybrid_targets_verify_is_its_cached_prefill_whatever_its_mixers_cost():
+    """Qwen3-Next's Gated DeltaNet layers verify K+1 tokens as the cached prefill runs them (its scan)."""
+    target = presets.load("qwen3-next-80b-a3b")
+    draft = from_dict({"name": "small", "arch": "dense", "L": 1, "d": 64, "h_q": 2, "h_kv": 1, "d_h": 32, "m": 128,
+                       "V": target.sizes["V"]}, origin="test")
+    for convention in ("causal", "full"):
+        options = Options(convention, draft_model=draft, draft_tokens=3, acceptance=(Fraction(7, 10),))
+        row = calc.rows(calc.answer(Query(target, "decode", options), batch=[2], context=[1000]))[0]
+        cached = calc.cached_prefill(target, chunk=4, prefix=1000, batch=2, logits="all", convention=convention)
+        flops = [k for k in cached if k.endswith("_flops") and k != "total_flops"]
+        assert len(flops) > 5 and all(row[k] == cached[k] for k in flops)
+        assert row["total_flops"] == cached["total_flops"] + row["draft_flops"]
+
+
+def test_rates_by_position_set_k_and_a_step_is_vectorised_over_points(capsys):
+    code, out, err = run(capsys, "decode", "-p", TARGET, "-t", "2k", "--draft", DRAFT, "--acceptance", "0.9,0.5",
+                         "-f", "json")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    assert row["draft_tokens"] == 2 and row["acceptance"] == "0.9,0.5" and row["expected_tokens_per_step"] == 2.35
+    query = spec_query(presets.load(TARGET), presets.load(DRAFT), 3, [0.8])
+    batch, context = np.arange(1, 301, dtype=np.int64), np.arange(1000, 1300, dtype=np.int64)
+    many = speculation.step(query, batch, context)
+    for i in (0, 137, 299):
+        one = speculation.step(query, [int(batch[i])], [int(context[i])])
+        assert all(many[k][i] == one[k][0] for k in one), i
+
+
+def test_without_a_device_speculate_compares_flops_and_the_best_is_one_draft(capsys):
+    code, out, err = run(capsys, "speculate", "-p", TARGET, "--draft", DRAFT, "--acceptance", "0.9", "-t", "4k",
+                         "--kmax", "4", "-f", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["best"] for r in rows] == [True, False, False, False]
+    assert all(r["speedup"] < 1 for r in rows) and "break_even_acceptance" not in rows[0]

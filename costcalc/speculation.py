@@ -117,27 +117,27 @@ def step(query: Query, batch: Sequence[int], context: Sequence[int], tokens: Opt
     drafter = drafting(query)
     d = _answer(drafter, batch=batch, seq=context, new_tokens=[k + 1] * n)
     model = query.options.draft_model is not None      # the MTP module: its draft term
-    key = {"flops": "total_flops" if model else "draft_flops", "bytes": "total_bytes" if model else "draft_bytes",
-           "time": "time_s" if model else "draft_time_s"}
+    part = {"flops": "total_flops" if model else "draft_flops", "bytes": "total_bytes" if model else "draft_bytes",
+            "time": "time_s" if model else "draft_time_s"}
     out: Table = {"preset": [query.spec.name] * n, "workload": ["decode"] * n}
     out.update({key: [value] * n for key, value in {**checked.labels(), **_draft_label(query)}.items()})
     out.update({"draft_tokens": [k] * n, "acceptance": [label(query.options.acceptance)] * n,
                 "batch": batch, "context": context})
     terms = [key for key in v if key.endswith("_flops") and key != "total_flops"]
     out.update({key: v[key] for key in terms})
-    out["draft_flops"] = d[key["flops"]]
+    out["draft_flops"] = d[part["flops"]]
     out["total_flops"] = [a + b for a, b in zip(v["total_flops"], out["draft_flops"])]
     out["expected_tokens_per_step"] = [float(e)] * n
     out["total_flops_per_token"] = [float(t / (b * e)) for t, b in zip(out["total_flops"], batch)]
     if query.traffic:
         labels = list(v)[list(v).index("total_flops") + 1:]
         out.update({key: v[key] for key in labels[:next(i for i, x in enumerate(labels) if x.endswith("_bytes"))]})
-        out["verify_bytes"], out["draft_bytes"] = v["total_bytes"], d[key["bytes"]]
-        out["total_bytes"] = [a + b for a, b in zip(v["total_bytes"], d[key["bytes"]])]
+        out["verify_bytes"], out["draft_bytes"] = v["total_bytes"], d[part["bytes"]]
+        out["total_bytes"] = [a + b for a, b in zip(v["total_bytes"], d[part["bytes"]])]
         out["total_bytes_per_token"] = [float(t / (b * e)) for t, b in zip(out["total_bytes"], batch)]
     if query.machine is not None:
-        out["verify_time_s"], out["draft_time_s"] = v["time_s"], d[key["time"]]
-        out["time_s"] = [a + b for a, b in zip(v["time_s"], d[key["time"]])]
+        out["verify_time_s"], out["draft_time_s"] = v["time_s"], d[part["time"]]
+        out["time_s"] = [a + b for a, b in zip(v["time_s"], d[part["time"]])]
         out["time_per_token_s"] = [t / float(e) for t in out["time_s"]]
         out["tokens_per_s"] = [float(e) / t if t else None for t in out["time_s"]]
         out["batch_tokens_per_s"] = [b * float(e) / t if t else None for b, t in zip(batch, out["time_s"])]
@@ -286,7 +286,7 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
         first = _prefill(query, b, s)
         at = contexts(s, new, e)
         steps_ = step(query, [b] * len(at), at) if at else {}
-        decode = {key: _total(key, values) for key, values in steps_.items() if _summed(key)}
+        decode = {key: sum(values) for key, values in steps_.items() if _summed(key)}
         head = {"preset": query.spec.name, "workload": "generate", **verify(query).labels(), **_draft_label(query)}
         shape = {"batch": b, "seq": s, "new_tokens": new, "draft_tokens": k,
                  "acceptance": label(query.options.acceptance), "expected_tokens_per_step": float(e)}
@@ -318,10 +318,6 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
 def _summed(key: str) -> bool:
     return (key.endswith(("_flops", "_bytes", "time_s")) and not key.endswith("_per_token")
             and key not in ("ttft_s", "tpot_s"))
-
-
-def _total(key: str, values: list) -> Any:
-    return sum(values)
 
 
 def _prefill(query: Query, batch: int, seq: int) -> dict[str, Any]:

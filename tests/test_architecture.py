@@ -18,7 +18,7 @@ LAYERS = (
     ("core", ("core", "core.*", "formulas", "codegen", "compiled", "cachefile", "grammar")),
     ("evaluation", ("evaluate",)),
     ("calculator", ("params", "roofline", "memory", "fitting", "crossover", "composites", "parallel", "training",
-                    "serving")),
+                    "serving", "speculation")),
     ("api", ("calc",)),
     ("presentation", ("render", "terminal", "plot", "peers", "peers.*")),
     ("cli", ("costcalc", "__main__", "cli", "cli.*")),

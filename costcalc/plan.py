@@ -72,9 +72,9 @@ class Request:
 @dataclass(frozen=True)
 class Setup:
     """The model on its device: ``spec``, the dtypes and device (``precision``, ``machine``), the devices
-    to fill, the weight formats to search (None: the model's own) and how a command line names the model
+    to fill, the weight formats to search (None: the model's own), how a command line names the model
     and the options it was given (``source``: e.g. ``("--preset", "deepseek-v3")``; ``flags``: the
-    device and dtype options every command repeats)."""
+    device and dtype options every command repeats) and the speculation axis (``drafts``)."""
     spec: ModelSpec
     precision: Any
     machine: Any
@@ -82,6 +82,7 @@ class Setup:
     weights: tuple = (None,)
     source: tuple = ("--preset", "")
     flags: tuple = ()
+    drafts: Optional[tuple] = None      # the speculation axis (``Draft``s, None: none); default ``speculations``
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
@@ -126,16 +127,43 @@ def layouts(spec: ModelSpec, devices: int) -> list[Layout]:
     return out
 
 
+@dataclass(frozen=True)
+class Draft:
+    """One value of the speculation axis: its ``label`` (the rows' ``speculation``: ``mtp``, or
+    ``mtp k2 a0.8``), the ``evaluate.Options`` fields it sets (``draft``, ``draft_model``,
+    ``draft_tokens``, ``acceptance``) and the ``generate`` options that ask it (``flags``)."""
+    label: str
+    fields: Any = field(default_factory=dict, compare=False, hash=False)
+    flags: str = ""
+
+    @property
+    def speculative(self) -> bool:
+        """Whether its tokens are accepted (speculative decoding), not only drafted (``--draft mtp``)."""
+        return self.fields.get("acceptance") is not None
+
+
+MTP = Draft("mtp", {"draft": "mtp"}, "--draft mtp")
+
+
 def speculations(spec: ModelSpec) -> tuple:
-    """None (no draft), and ``mtp`` where the model has multi-token-prediction layers."""
-    return (None, "mtp") if spec.mtp is not None else (None,)
+    """The default speculation axis: None (no draft), and ``mtp`` (the MTP module drafting at every
+    decode step: its cost, no tokens accepted) where the model has multi-token-prediction layers."""
+    return (None, MTP) if spec.mtp is not None else (None,)
 
 
-def query(setup: Setup, layout: Layout, weight: Any, draft: Optional[str]) -> Query:
+def speculative(drafter: str, tokens: Sequence[int], acceptance: str, fields: Callable[[int], dict]) -> tuple:
+    """Speculative decoding's values of the axis: ``drafter`` (mtp or a draft model's preset) proposing K
+    tokens for each K of ``tokens``, accepted at ``acceptance`` (the option's text: one rate, or one per
+    position); ``fields(K)``: the ``Options`` fields of K (``cli.options.speculation``'s)."""
+    return tuple(Draft(f"{drafter} k{k} a{acceptance}", fields(k),
+                       f"--draft {drafter} --draft-tokens {k} --acceptance {acceptance}") for k in tokens)
+
+
+def query(setup: Setup, layout: Layout, weight: Any, draft: Optional[Draft]) -> Query:
     """The ``generate`` question of one layout, weight format and draft (``layout.check``-ed: an error
     where it is not valid)."""
     options = Options(tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp,
-                      micro_batches=layout.pp if layout.pp > 1 else None, draft=draft or "none")
+                      micro_batches=layout.pp if layout.pp > 1 else None, **(draft.fields if draft else {}))
     return Query(setup.spec, "generate", options, replace(setup.precision, weight=weight), setup.machine)
 
 
@@ -163,8 +191,9 @@ def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] 
     ``composites.generation`` table (an error where the layout is not valid or nothing fits).
     ``cache``: rows kept by the question they answer, shared between searches (a bench's device counts)."""
     layout, weight, draft = item
-    key = (id(setup.spec), id(setup.machine), repr(setup.precision), layout, repr(weight), draft, request.isl,
-           request.osl)    # the objects by identity: a cache lives beside the spec and device it was filled for
+    # the spec and device by identity: a cache lives beside the objects it was filled for
+    key = (id(setup.spec), id(setup.machine), repr(setup.precision), layout, repr(weight), draft and draft.label,
+           request.isl, request.osl)
     if cache is not None and key in cache:
         return [dict(r) for r in cache[key]]
     q = query(setup, layout, weight, draft)
@@ -175,12 +204,19 @@ def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] 
     if not sizes:
         raise CostcalcError(f"nothing fits: not even batch {step} with {held} tokens a sequence held")
     n = len(sizes)
-    table = rates(q, sizes, [request.isl] * n, [request.osl] * n)     # generate's total rows' rates
+    if draft is not None and draft.speculative:      # generate's speculative generation (costcalc.speculation)
+        from .speculation import generation
+
+        whole = generation(q, sizes, [request.isl] * n, [request.osl] * n)
+        table = {key: whole[key][2::3] for key in ("ttft_s", "tpot_s", "batch_tokens_per_s")}
+        table["weight_dtype"] = [q.precision.labels(q.spec)["weight_dtype"]] * n
+    else:
+        table = rates(q, sizes, [request.isl] * n, [request.osl] * n)     # generate's total rows' rates
     rows = []
     for b, label, ttft, tpot, rate in zip(sizes, table["weight_dtype"], table["ttft_s"], table["tpot_s"],
                                           table["batch_tokens_per_s"]):
         rows.append({"layout": layout.label, "devices": layout.devices, "batch": b, "weight_dtype": label,
-                     "speculation": draft, "ttft_s": ttft, "tpot_s": tpot,
+                     "speculation": draft and draft.label, "ttft_s": ttft, "tpot_s": tpot,
                      "tokens_per_s_per_gpu": rate / layout.devices, "tokens_per_s_per_user": 1 / tpot,
                      "meets_targets": None, "pareto": None, "fits": True,   # every batch up to the largest fits
                      "timing": "measured" if setup.machine.timing is not None else "roofline",
@@ -201,7 +237,7 @@ def command(setup: Setup, request: Request, item: tuple, batch: int) -> str:
     if weight is not None:
         parts += ["--weight-dtype", weight.name]
     if draft is not None:
-        parts += ["--draft", draft]
+        parts.append(draft.flags)
     return " ".join(parts)
 
 
@@ -211,8 +247,9 @@ def search(setup: Setup, request: Request, cache: Optional[dict] = None,
     error naming why where no layout is valid. ``progress(done, total)`` after each (layout, format,
     draft) evaluated."""
     start = time.perf_counter()
+    drafts = speculations(setup.spec) if setup.drafts is None else setup.drafts
     items = [(layout, weight, draft) for layout in layouts(setup.spec, setup.devices)
-             for weight in setup.weights for draft in speculations(setup.spec)]
+             for weight in setup.weights for draft in drafts]
     found = Search()
     for done, item in enumerate(items, 1):
         try:
@@ -220,7 +257,8 @@ def search(setup: Setup, request: Request, cache: Optional[dict] = None,
             found.evaluated += 1
         except CostcalcError as exc:
             layout, weight, draft = item
-            name = ".".join([layout.label] + ([weight.name] if weight is not None else []) + ([draft] if draft else []))
+            name = " ".join([layout.label] + ([weight.name] if weight is not None else [])
+                            + ([draft.label] if draft else []))
             found.skipped[name] = str(exc)
         if progress is not None:
             progress(done, len(items))

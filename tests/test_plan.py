@@ -123,13 +123,30 @@ def test_unmet_targets_say_so_and_name_the_closest(rows, capsys):
     assert f"\n  {closest['command']}\n" in tail
 
 
-def test_the_model_speculates_with_its_mtp_layers_where_it_has_them(capsys):
-    """DeepSeek-V2-Lite has no MTP (speculation none only); a model with MTP layers adds mtp on one device
-    (a draft under a parallel layout is not modelled: those are left out)."""
+def test_the_model_speculates_with_its_mtp_layers_where_it_has_them():
+    """The default speculation axis: none, and --draft mtp (its module's cost at every step) where the
+    model has MTP layers."""
     from costcalc import presets
 
     assert plan.speculations(presets.load("qwen3-8b")) == (None,)
-    assert plan.speculations(presets.load("deepseek-v3")) == (None, "mtp")
+    assert plan.speculations(presets.load("deepseek-v3")) == (None, plan.MTP)
+
+
+def test_speculative_candidates_reproduce_through_generate(capsys):
+    """With --acceptance the axis is speculative decoding over K (Qwen3.5-35B-A3B's MTP layers, one
+    device): each K's rows are there, and a speculative row's command gives its numbers."""
+    code, out, err = run(capsys, "plan", "-p", "qwen3.5-35b-a3b", "--device", "h100", "--devices", "1", "--isl",
+                         "256", "--osl", "16", "--ttft", "1s", "--tpot", "10ms", "--weight-dtype", "fp8",
+                         "--acceptance", "0.8", "--draft-tokens", "2", "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert {r["speculation"] for r in got} == {None, "mtp k2 a0.8"}
+    row = next(r for r in got if r["speculation"] and r["batch"] == 8)
+    assert row["command"].endswith("--draft mtp --draft-tokens 2 --acceptance 0.8")
+    total = _reproduced(capsys, row)
+    assert total["expected_tokens_per_step"] == pytest.approx(1 + 0.8 + 0.8 ** 2)
+    assert (total["ttft_s"], total["tpot_s"]) == (row["ttft_s"], row["tpot_s"])
+    assert total["batch_tokens_per_s"] == row["tokens_per_s_per_gpu"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -144,6 +161,17 @@ def test_bad_input_is_one_line(capsys, args, message):
     given = dict(zip(QUESTION[1::2], QUESTION[2::2]))
     given.update(dict(zip(args[0::2], args[1::2])))
     code, out, err = run(capsys, "plan", *[x for kv in given.items() for x in kv])
+    assert code == 2 and one_error(err, message), err
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--acceptance", "0.8"), "--acceptance: olmoe-1b-7b has no multi-token-prediction layers"),
+    (("--draft-tokens", "2"), "--draft-tokens sizes speculative decoding: it needs --acceptance"),
+    (("--draft", "qwen3-8b"), "a draft model runs only as speculative decoding"),
+    (("--draft", "qwen3-8b", "--acceptance", "0.8,0.7", "--draft-tokens", "3"), "--acceptance"),
+])
+def test_bad_speculation_is_one_line(capsys, args, message):
+    code, out, err = run(capsys, *QUESTION, *args)
     assert code == 2 and one_error(err, message), err
 
 

@@ -37,6 +37,18 @@ def plan_command(
         "--weight-dtype", metavar="A,B", show_default=False,
         help="Weight formats to search, a comma list (as generate's --weight-dtype).  (default: the model's own, "
              "bf16 and fp8 where the device has an fp8 peak)")] = None,
+    draft: Annotated[Optional[str], typer.Option(
+        "--draft", metavar="DRAFT", show_default=False,
+        help="The drafter of the speculation axis: mtp (the model's MTP layers) or a draft model's preset; with "
+             "--acceptance, speculative decoding over --draft-tokens.  (default: mtp where the model has MTP "
+             "layers)")] = None,
+    draft_tokens: Annotated[Optional[str], typer.Option(
+        "--draft-tokens", metavar="K", show_default=False,
+        help="With --acceptance: the tokens K a step drafts to search, a list or range.  (default: 1:4, or 1 to "
+             "the positions --acceptance gives)")] = None,
+    acceptance: Annotated[Optional[str], typer.Option(
+        "--acceptance", metavar="A", show_default=False,
+        help="Speculative decoding's acceptance rate in [0, 1): one (0.8) or one per drafted position.")] = None,
     kv_dtype: KvDtypeOpt = None,
     timing: TimingOpt = None,
     engine: EngineOpt = None,
@@ -66,7 +78,8 @@ def plan_command(
     weights = plan.weight_choices(spec, precision, machine, _formats(weight_dtype))
     source = next((flag, value) for flag, value in (("--preset", preset), ("--preset-file", preset_file),
                                                     ("--config", config)) if value)
-    setup = plan.Setup(spec, precision, machine, count, weights, source, _flags(given))
+    setup = plan.Setup(spec, precision, machine, count, weights, source, _flags(given),
+                       _drafts(spec, draft, draft_tokens, acceptance))
     bar = Progress()
     found = plan.search(setup, request, progress=bar)
     bar.close()
@@ -83,6 +96,43 @@ def plan_command(
             return lambda handle: handle.write(render(front, "markdown", said, width))
         return None     # CSV and JSON: every candidate
     emit_to(rows, Out(fmt, output, wide), said, own)
+
+
+DEFAULT_DRAFT_TOKENS = "1:4"
+
+
+def _drafts(spec: Any, draft: Optional[str], tokens: Optional[str], acceptance: Optional[str]) -> Optional[tuple]:
+    """The speculation axis asked for (None: ``plan.speculations``' default): with --acceptance, no draft
+    and speculative decoding by ``--draft`` (else the model's MTP layers) at each K of --draft-tokens;
+    without, no draft and ``--draft mtp``'s drafting. Each value checked here, in one line."""
+    from ..evaluate import Options
+    from .options import speculation
+
+    if draft is None and acceptance is None:
+        if tokens is not None:
+            raise CostcalcError("--draft-tokens sizes speculative decoding: it needs --acceptance")
+        return None
+    drafter = (draft or "mtp").strip()
+    if drafter.lower() == "mtp":
+        drafter = "mtp"
+        if spec.mtp is None:
+            raise CostcalcError(f"{'--draft mtp' if draft else '--acceptance'}: {spec.name} has no multi-token-"
+                                f"prediction layers costcalc models{'' if draft else '; give --draft PRESET (a draft model)'}")
+    if acceptance is None:
+        if tokens is not None:
+            raise CostcalcError("--draft-tokens sizes speculative decoding: it needs --acceptance")
+        speculation(drafter, None, None)            # a draft model without a rate: the one-line refusal
+        return (None, plan.MTP)
+    positions = len(acceptance.split(","))
+    default = DEFAULT_DRAFT_TOKENS if positions == 1 else f"1:{positions}"
+    ks = list(ranges.parse(tokens or default, "--draft-tokens", 1))
+    rate = acceptance.replace(" ", "")
+
+    def fields(k: int) -> dict:
+        got = speculation(drafter, k, rate)
+        Options(**got)                              # a K beyond the rates given: one line, before any search
+        return got
+    return (None, *plan.speculative(drafter, ks, rate, fields))
 
 
 def _formats(text: Optional[str]) -> Optional[list]:

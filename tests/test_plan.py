@@ -188,3 +188,11 @@ def test_no_device_and_no_valid_layout_are_one_line(capsys):
 def test_durations():
     assert plan.duration("2s", "--ttft") == 2.0 and plan.duration("30ms", "--tpot") == pytest.approx(0.03)
     assert plan.duration("0.5", "--ttft") == 0.5 and plan.duration("250us", "--tpot") == pytest.approx(250e-6)
+
+
+def test_all_lists_every_candidate_in_the_table(rows, capsys):
+    code, out, err = run(capsys, *QUESTION, "--all")
+    assert code == 0
+    table = out[:out.index("commands (each")].splitlines()
+    numbered = [line for line in table if line.split() and line.split()[0].rstrip("*").isdigit()]
+    assert len(numbered) == len(rows) and "every candidate" in " ".join(out.split())

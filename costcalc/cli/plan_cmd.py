@@ -13,6 +13,7 @@ import typer
 
 from .. import plan, ranges, units
 from ..errors import CostcalcError
+from ..printable import escape
 from ..render import render
 from ..vocab import Dtype
 from .emit import Out, emit_to
@@ -91,7 +92,7 @@ def plan_command(
 
     def own(chosen_format: str, width: Optional[int]):
         if chosen_format == "table":
-            return lambda handle: handle.write(text(setup, request, found, (best, met), every))
+            return lambda handle: handle.write(escape(text(setup, request, found, (best, met), every), lines=True))
         if chosen_format == "markdown":
             return lambda handle: handle.write(render(front, "markdown", said, width))
         return None     # CSV and JSON: every candidate

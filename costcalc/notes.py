@@ -153,3 +153,8 @@ SPECULATION_GENERATE = ("Speculative generation (--acceptance): the decode row r
 SPECULATE = ("speedup = a plain decode step's time (without a device: FLOPs) per token over the speculative step's; "
              "break_even_acceptance = the one rate a at which they are equal, (E(a, K) = step time / decode time; "
              "0 where speculation wins even at a = 0, empty where no a < 1 does); best = the K that costs least per token.")
+SERVE = ("serve: a steady state of continuous batching with chunked prefill (every iteration one decode token per "
+         "decoding request and prompt chunks within --max-batched-tokens); ttft = the request's own prompt "
+         "iterations (+ queueing past the concurrency prompts keep up with); tpot = the rest of a request's cycle / "
+         "(osl - 1); tokens_per_s_per_gpu = requests/s x osl / devices; per user = 1 / tpot (docs/cost-model.md, "
+         "Serving under continuous batching).")

@@ -257,7 +257,21 @@ def over_k(query: Query, batch: int, context: int, kmax: Optional[int] = None) -
         out["speedup"] = [per / f for f in out["total_flops_per_token"]]
     costs = cost(out, by)
     out["best"] = [c == min(costs) and costs.index(c) == i for i, c in enumerate(costs)]
-    return out
+    return _answers_first(out)
+
+
+# The columns ``costcalc speculate`` is asked for, placed right after K: a table narrowed to the
+# terminal's width keeps them and gives up the breakdown first.
+ANSWERS = ("expected_tokens_per_step", "time_per_token_s", "speedup", "best", "break_even_acceptance",
+           "total_flops_per_token")
+
+
+def _answers_first(table: Table) -> Table:
+    keys = list(table)
+    at = keys.index("draft_tokens") + 1 if "draft_tokens" in keys else 0
+    head = [k for k in keys[:at] if k not in ANSWERS]
+    ordered = head + [k for k in ANSWERS if k in table] + [k for k in keys if k not in head and k not in ANSWERS]
+    return {k: table[k] for k in ordered}
 
 
 def steps(new_tokens: int, expected: Fraction) -> int:

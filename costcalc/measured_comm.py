@@ -76,8 +76,7 @@ def latency(root: Path, system: str, engine: str, version: str, op: str, n: int,
                 if used != version:
                     note = "; ".join(filter(None, [f"{engine} {used}'s all-reduce table (none at {version})", note]))
                 return t, note
-            said.append(f"{engine}'s all-reduce measured at {', '.join(map(str, sorted(curves)))} ranks, not {n}: "
-                        f"NCCL's")
+            said.append(f"{engine}'s all-reduce measured at {', '.join(map(str, sorted(curves)))} ranks")
     name = NCCL_OPS.get(op)
     dtype = NCCL_DTYPES.get(element_bytes)
     if name is None or dtype is None:
@@ -88,9 +87,10 @@ def latency(root: Path, system: str, engine: str, version: str, op: str, n: int,
     curve = curves.get((dtype, name, n))
     if curve is None:
         have = sorted(r for d, o, r in curves if (d, o) == (dtype, name))
-        return None, "; ".join(said + [f"NCCL {name} measured at {', '.join(map(str, have)) or 'no'} ranks, not {n}"])
+        ranks = ", ".join(map(str, have)) or "no"
+        return None, ", ".join(said + [f"NCCL's {name} {'at' if said else 'measured at'} {ranks} ranks, not {n}"])
     t, note = _linear(*curve, elements, "elements")
-    return t, "; ".join(filter(None, [*said, note]))
+    return t, "; ".join(filter(None, [*(f"{s}, not {n}: NCCL's all_reduce" for s in said), note]))
 
 
 @functools.lru_cache(maxsize=None)

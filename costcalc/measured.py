@@ -27,7 +27,7 @@ are not counted at all; MoE experts, MLA, windows, state-space mixers, a cached 
 a decode phase of more than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
 An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
 On a layout (``--tp/--ep/--pp/--dp``) each device's operators are looked up at its shard's shapes and each
-collective in the NCCL and custom all-reduce tables (``Timing.collective``, ``costcalc.measured_comm``).
+collective in the NCCL and custom all-reduce tables (``costcalc.measured_comm``).
 """
 from __future__ import annotations
 
@@ -129,15 +129,6 @@ class Timing:
             return None, f"no {phase} attention measured for {heads} heads, {kv_heads} KV heads, head dim " \
                          f"{head_dim}, KV {kv_dtype}"
         return _bilinear(table[key], batch, length, ("batch", "keys" if phase == "generation" else "seq"))
-
-
-    def collective(self, op: str, n: int, message_bytes: int, element_bytes: int = 2) -> tuple[Optional[float], str]:
-        """Seconds of one collective over ``n`` ranks of one node (``measured_comm.latency``: the engine's
-        all-reduce, NCCL's other collectives), and a note; None (and why) where no table holds it."""
-        from . import measured_comm
-
-        return measured_comm.latency(self.root, self.system, self.engine, self.version, op, n, message_bytes,
-                                     element_bytes)
 
 
 def timing(device: str, engine: Optional[str], version: Optional[str]) -> Timing:

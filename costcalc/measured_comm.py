@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import CostcalcError
-from .measured import MS, _linear, _version_key
+from .measured import MS, Timing, _linear, _version_key
 
 NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
             "all_to_all": "alltoall"}            # costcalc's collective -> nccl_perf's op_name
@@ -55,12 +55,13 @@ CUSTOM = "custom_allreduce_perf.parquet"
 NCCL = "nccl_perf.parquet"
 
 
-def latency(root: Path, system: str, engine: str, version: str, op: str, n: int, message_bytes: int,
-            element_bytes: int = 2) -> tuple[Optional[float], str]:
+def latency(timing: Timing, op: str, n: int, message_bytes: int, element_bytes: int = 2) -> tuple[Optional[float], str]:
     """Seconds of one collective ``op`` (all_reduce, all_gather, reduce_scatter, all_to_all) over ``n``
     ranks of one node, on a message of ``message_bytes`` in a dtype of ``element_bytes`` bytes, as
-    measured on ``system`` (the engine's all-reduce under ``engine`` ``version``); a note: '' inside what
-    was measured, else what was stood in. None (and why) where no table holds it."""
+    measured on the system of ``timing`` (``measured.timing``: the engine's all-reduce under its engine
+    and version); a note: '' inside what was measured, else what was stood in. None (and why) where no
+    table holds it."""
+    root, system, engine, version = timing.root, timing.system, timing.engine, timing.version
     if n < 2:
         return 0.0, ""
     if message_bytes % element_bytes:

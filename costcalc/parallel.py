@@ -271,11 +271,13 @@ def comm_time(found: Sequence[Collective], layout: Any, device: Any) -> float:
 
 def measured_comm_time(found: Sequence[Collective], layout: Any, device: Any, timing: Any) -> tuple[float, dict]:
     """``--timing measured``: seconds of a step's collectives on one device, each looked up in the measured
-    tables at its group's ranks and message (``Timing.collective``: ``costcalc.measured_comm``) x its count,
+    tables at its group's ranks and message (``measured_comm.latency``) x its count,
     and the notes for ``measured_coverage`` ("op (where, ...)" -> note). A collective keeps its roofline time
     (``collectives.time``, as ``comm_time``) where no table holds it (a send/recv, a rank count not measured),
     where its group spans scale-up domains (the tables were measured inside one node), and where the table
     times it under the roofline (raised to it, as an operator's lookup is): each is named."""
+    from . import measured_comm
+
     total, said = 0.0, {}
     for c in found:
         n = ranks(c, layout)
@@ -286,7 +288,7 @@ def measured_comm_time(found: Sequence[Collective], layout: Any, device: Any, ti
         if used is not device.scale_up:
             got, note = None, "its group spans scale-up domains (the tables were measured inside one node)"
         else:
-            got, note = timing.collective(c.op, n, c.bytes, ACT_BITS // 8)
+            got, note = measured_comm.latency(timing, c.op, n, c.bytes, ACT_BITS // 8)
         if got is None:
             note = f"{note}: roofline time kept"
         elif got < floor:
@@ -513,12 +515,13 @@ def stage_traffic(stage: Stage, point: dict[str, int]) -> dict[str, Any]:
     return device_traffic(stage, point, device_spec(stage.spec, stage.options.layout))
 
 
-def _stage_times(query: Query, found: list[Collective], index: int, own: float, m: int,
+def _stage_times(query: Query, found: list[Collective], index: int, own: float,
                  measured: bool = False) -> tuple[float, float, dict]:
     """(a micro-batch's time on stage ``index``, the step's communication on its device, the notes): its
-    time ``own`` and its TP/EP collectives under --overlap (``step_time``), then its send; ``measured``: the
-    collectives looked up (``measured_comm_time``; a send keeps its roofline time: no table holds it)."""
-    device = query.machine.device
+    time ``own`` and its TP/EP collectives (of the step's ``micro_batches``) under --overlap (``step_time``),
+    then its send; ``measured``: the collectives looked up (``measured_comm_time``; a send keeps its roofline
+    time: no table holds it)."""
+    device, m = query.machine.device, micro_batches(query)
     sends = [c for c in found if c.op == links_model.SEND_RECV]
     rest = [c for c in found if c.op != links_model.SEND_RECV]
     comm, notes = measured_comm_time(rest, query.options.layout, device, query.machine.timing) if measured else \
@@ -571,11 +574,11 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
                 moved.append(stage_traffic(stage, one))
             if query.machine is not None:
                 duration, spent, _ = _stage_times(query, found, index, moved[-1].get("floor_time_s",
-                                                                                     moved[-1]["time_s"]), m)
+                                                                                     moved[-1]["time_s"]))
                 durations.append(duration)
                 comm_s.append(spent)
             if timing is not None:      # --timing measured: the stage's looked-up time and collectives
-                duration, spent, notes = _stage_times(query, found, index, moved[-1]["time_s"], m, measured=True)
+                duration, spent, notes = _stage_times(query, found, index, moved[-1]["time_s"], measured=True)
                 looked.append((duration, spent))
                 said.update(notes)
         extra = {op: per_op[op] - whole[op][i] for op in whole}

@@ -7,6 +7,7 @@ import pytest
 
 from cli_run import run
 from costcalc import measured
+from costcalc.measured_comm import latency
 from costcalc.devices import load as device
 
 LLAMA_D, LLAMA_V, LLAMA_L = 4096, 128256, 32        # llama-3.1-8b: d, vocabulary, layers
@@ -63,11 +64,11 @@ def test_a_measured_size_is_the_tables_value():
     for n in (2, 4, 8):
         sizes, lat = custom(root, "h100_sxm", "vllm", "0.24.0", n)
         for i in (0, len(sizes) // 2, len(sizes) - 1):
-            assert timing.collective("all_reduce", n, 2 * sizes[i]) == (lat[i], "")
+            assert latency(timing, "all_reduce", n, 2 * sizes[i]) == (lat[i], "")
         sizes, lat = nccl(root, "h100_sxm", "all_gather", n)
-        assert timing.collective("all_gather", n, 2 * sizes[3]) == (lat[3], "")
+        assert latency(timing, "all_gather", n, 2 * sizes[3]) == (lat[3], "")
         sizes, lat = nccl(root, "h100_sxm", "alltoall", n)
-        assert timing.collective("all_to_all", n, 2 * sizes[5]) == (lat[5], "")
+        assert latency(timing, "all_to_all", n, 2 * sizes[5]) == (lat[5], "")
 
 
 def test_between_measured_sizes_lies_between_the_neighbours():
@@ -76,7 +77,7 @@ def test_between_measured_sizes_lies_between_the_neighbours():
     sizes, lat = custom(root, "h100_sxm", "trtllm", "1.3.0rc20", 4)
     for i in (3, 10, 18):
         x = (sizes[i] + sizes[i + 1]) // 2
-        got, note = timing.collective("all_reduce", 4, 2 * x)
+        got, note = latency(timing, "all_reduce", 4, 2 * x)
         assert min(lat[i], lat[i + 1]) <= got <= max(lat[i], lat[i + 1]) and note == ""
         assert got == pytest.approx(between(sizes, lat, x), rel=1e-12)
 
@@ -85,13 +86,13 @@ def test_outside_what_was_measured_is_named():
     root = tables()
     timing = measured.timing("h100", "vllm", "0.24.0")
     sizes, lat = custom(root, "h100_sxm", "vllm", "0.24.0", 8)
-    got, note = timing.collective("all_reduce", 8, 2 * 4 * sizes[-1])       # 4x the largest: 4x its time
+    got, note = latency(timing, "all_reduce", 8, 2 * 4 * sizes[-1])       # 4x the largest: 4x its time
     assert got == pytest.approx(4 * lat[-1], rel=1e-12) and "above the largest measured" in note
-    got, note = timing.collective("all_reduce", 8, 2 * (sizes[0] // 2))    # half the smallest: its time
+    got, note = latency(timing, "all_reduce", 8, 2 * (sizes[0] // 2))    # half the smallest: its time
     assert got == lat[0] and "below the smallest measured" in note
-    got, note = timing.collective("all_reduce", 6, 2 * sizes[5])           # 6 ranks: measured at 2, 4, 8 only
+    got, note = latency(timing, "all_reduce", 6, 2 * sizes[5])           # 6 ranks: measured at 2, 4, 8 only
     assert got is None and "not 6" in note
-    got, note = timing.collective("send_recv", 2, 1024)
+    got, note = latency(timing, "send_recv", 2, 1024)
     assert got is None and "no table" in note
 
 
@@ -99,7 +100,7 @@ def test_an_engine_version_without_the_table_takes_the_newest_earlier_one():
     root = tables()
     assert not (root / "l40s/comm/vllm/0.24.0/custom_allreduce_perf.parquet").exists()
     sizes, lat = custom(root, "l40s", "vllm", "0.22.0", 4)
-    got, note = measured.timing("l40s", "vllm", "0.24.0").collective("all_reduce", 4, 2 * sizes[7])
+    got, note = latency(measured.timing("l40s", "vllm", "0.24.0"), "all_reduce", 4, 2 * sizes[7])
     assert got == lat[7] and "vllm 0.22.0's all-reduce table (none at 0.24.0)" in note
 
 

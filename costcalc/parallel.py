@@ -20,7 +20,9 @@ tensor-parallel group: one device's numbers are a replica's at B / D, except the
 Bytes and time per device (``device_traffic``): the workload's bytes recipes evaluated by
 ``roofline.point`` on the groups one device holds (``layout.device_spec``), its share of the routed
 experts given by ``roofline.Share``; each collective takes ``collectives.time`` over the link its group
-spans (``link``), and ``--overlap`` says how the two meet (``step_time``).
+spans (``link``), and ``--overlap`` says how the two meet (``step_time``). Under ``--timing measured`` the
+device's operators are looked up at its shard's shapes (``roofline.point`` on its query) and each collective
+in the measured tables (``measured_comm_time``), the floor beside (``traffic_columns``).
 """
 from __future__ import annotations
 

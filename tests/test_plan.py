@@ -196,3 +196,20 @@ def test_all_lists_every_candidate_in_the_table(rows, capsys):
     table = out[:out.index("commands (each")].splitlines()
     numbered = [line for line in table if line.split() and line.split()[0].rstrip("*").isdigit()]
     assert len(numbered) == len(rows) and "every candidate" in " ".join(out.split())
+
+
+def test_measured_candidates_reproduce_through_generate(capsys):
+    """--timing measured reaches every command: a layout's row equals its generate line's (the measured
+    tables, where the extra is installed)."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("aiconfigurator_core")
+    code, out, err = run(capsys, "plan", "-p", "qwen3-8b", "--device", "h100", "--devices", "2", "--isl", "1k",
+                         "--osl", "64", "--ttft", "1s", "--tpot", "20ms", "--weight-dtype", "bf16", "--timing",
+                         "measured", "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert {r["timing"] for r in got} == {"measured"}
+    for row in (next(r for r in got if r["layout"] == "tp2"), next(r for r in got if r["layout"] == "tp1")):
+        assert "--timing measured" in row["command"]
+        total = _reproduced(capsys, row)
+        assert (total["ttft_s"], total["tpot_s"]) == (row["ttft_s"], row["tpot_s"])

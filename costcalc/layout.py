@@ -15,7 +15,7 @@ WORKLOADS = ("prefill", "cached_prefill", "decode", "decode_phase")
 ATTENTIONS = ("gqa", "window", "chunk", "mla")   # split by heads; the others are refused by name
 # The mixers split by heads or channels under inference's tensor parallelism (vLLM's model files; the table
 # in docs/cost-model.md, "Tensor and expert parallelism"), and a layer without attention (``none``).
-MIXERS = ("gdn", "kda", "mamba1", "mamba2", "lightning")
+MIXERS = ("gdn", "kda", "mamba1", "mamba2", "lightning", "shortconv")
 SPLIT = ("h_q", "m", "m_s", "h_lk", "h_lv", "h_m", "d_in")   # sizes divided by tp (m_e without ep; V: ``vocab``)
 # vLLM's vocabulary-parallel embedding and LM head (vllm/model_executor/layers/vocab_parallel_embedding.py):
 # ``pad_vocab_size`` rounds V up to a multiple of DEFAULT_VOCAB_PADDING_SIZE = 64, and each of tp devices
@@ -184,6 +184,8 @@ def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str, train
                       ("d_in", "Mamba inner width d_in")):
         if key in sizes and sizes[key] % tp:
             raise CostcalcError(f"--tp {tp}: {name}'s {what} {sizes[key]} does not divide by {tp}")
+    if block.mixer == "shortconv" and sizes["d"] % tp:
+        raise CostcalcError(f"--tp {tp}: {name}'s short-convolution channels d {sizes['d']} do not divide by {tp}")
     if "G" in sizes and sizes["G"] % tp and sizes["G"] != 1:
         raise CostcalcError(f"--tp {tp}: {name}'s {sizes['G']} Mamba-2 groups do not divide by {tp} and are not "
                             f"1 (vLLM's MambaMixer2 replicates a single group on every device, else asserts "
@@ -206,7 +208,9 @@ def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str, train
 def shard(group: Group, layout: Layout, rows: Optional[int] = None) -> Group:
     """A layer group at one device's sizes: every size in ``SPLIT`` divided by tp, the KV heads
     by tp or one a device where h_kv < tp (replicated), Mamba-2's groups G by tp or the one group on
-    every device (G = 1: vLLM's ``MambaMixer2`` replicates it), the expert width by tp without ep, and
+    every device (G = 1: vLLM's ``MambaMixer2`` replicates it), a short convolution's channels d_c = d / tp
+    (vLLM's ``ShortConv``: in_proj, conv column-parallel, out_proj row-parallel), the expert width by tp
+    without ep, and
     the vocabulary ``rows`` (default V / tp, a training step's: Megatron's split of a V that divides;
     inference passes ``vocab``'s padded rows)."""
     tp, sizes = layout.tp, dict(group.sizes)
@@ -215,6 +219,8 @@ def shard(group: Group, layout: Layout, rows: Optional[int] = None) -> Group:
             sizes[key] //= tp
     if "V" in sizes:
         sizes["V"] = sizes["V"] // tp if rows is None else rows
+    if group.block.mixer == "shortconv":      # its d channels (d_c), not the residual's d
+        sizes["d_c"] = sizes["d"] // tp
     for key in ("h_kv", "G"):
         if key in sizes:
             sizes[key] = max(sizes[key] // tp, 1)

@@ -181,8 +181,6 @@ def test_csv_holds_the_collectives_as_json_text(capsys):
 REFUSED = {
     "deepseek-v4-flash": "swa.moe_shared layers are not modelled",     # DeepSeek-V4's blocks
     "deepseek-v4-pro": "hca.moe_shared layers are not modelled",
-    "lfm2-1.2b": "shortconv.dense layers are not modelled",            # its conv width is the model width d
-    "lfm2-8b-a1b": "shortconv.dense layers are not modelled",
 }
 
 

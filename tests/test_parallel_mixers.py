@@ -19,6 +19,8 @@ not read back from costcalc:
   ``f_a_proj`` and ``g_a_proj`` ``ReplicatedLinear``;
 - lightning (linear_attn.py, ``MiniMaxText01LinearAttention``): qkv_proj, output_gate column-parallel,
   out_proj row-parallel, heads / tp; ``MiniMaxText01RMSNormTP`` all-reduces each token's variance (fp32);
+- shortconv (short_conv.py, ``ShortConv``): in_proj (d -> 3 d) and the conv's d channels column-parallel,
+  out_proj row-parallel;
 - DeepSeek Sparse Attention (deepseek_v2.py, ``Indexer``: "no tensor parallel, just replicated"): wq_b,
   wk, weights_proj ``ReplicatedLinear``, so every device scores every key with all h_I heads; the sparse
   MLA core runs h_q / tp heads.
@@ -163,6 +165,28 @@ def test_lightning_heads_split_and_norm_all_reduced():
                                                           "count": L_lin, "bytes": B * S * 4}
 
 
+def test_short_convolution_channels_split():
+    """LFM2-1.2B: the short convolution's d channels, its in_proj's 3 d outputs and out_proj's d inputs are
+    split (d_c = d / tp), the residual's d is not: every operator halves, the conv window too."""
+    B, S, d, K_c, conv_layers = 2, 8, 2048, 3, 10
+    got = row("lfm2-1.2b", batch=B, seq=S)
+    assert got["flops_per_device"] * 2 == got["total_flops"] and got["replicated"] == "none"
+    one = calc.answer(Query(presets.load("lfm2-1.2b"), "prefill"), batch=[B], seq=[S])
+    assert one["total_flops"][0] == got["total_flops"]
+    reduce = where(got, "all_reduce")
+    assert (reduce["o_proj"]["count"], reduce["mixer out_proj"]["count"], reduce["ffn down_proj"]["count"]) == \
+        (6, conv_layers, 16)
+
+
+def test_short_convolution_window_per_device(capsys):
+    B, d, K_c, layers = 2, 2048, 3, 10
+    base = ["memory", "-p", "lfm2-1.2b", "-b", str(B), "-t", "1k", "--device", "h100", "-f", "json"]
+    whole = json.loads(run(capsys, *base)[1])[0]
+    tp2 = json.loads(run(capsys, *base, "--tp", "2")[1])[0]
+    assert whole["state_bytes"] == B * layers * d * (K_c - 1) * 2          # causal: K_c - 1 positions, bf16
+    assert tp2["state_bytes_per_device"] == B * layers * (d // 2) * (K_c - 1) * 2
+
+
 def test_a_decode_step_of_mixers_divides_too():
     got = row("qwen3.5-27b", "decode", batch=4, context=100)
     assert got["flops_per_device"] * 2 == got["total_flops"] and got["replicated"] == "none"
@@ -224,7 +248,6 @@ def test_nemotron_h_mixer_only_and_ffn_only_layers():
 # --- what stays refused ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
-    (["-p", "lfm2-1.2b", "--tp", "2"], "shortconv.dense layers are not modelled under parallelism yet"),
     (["-p", "deepseek-v4-flash", "--tp", "2", "--ep", "2"], "swa.moe_shared layers are not modelled"),
     (["-p", "qwen3.5-27b", "--tp", "2", "--sp"], "--sp with qwen3.5-27b's mixer layers is not modelled"),
     (["-p", "qwen3.5-27b", "--tp", "32"], "linear-attention key head count h_lk 16 does not divide by 32"),

@@ -284,3 +284,22 @@ def test_the_sharded_decoder_runs_padded_vocabulary_rows(tmp_path):
     checks = {r["check"]: r for r in rows if r["rank"] == 1 and r["job"] == "prefill B=2 S=8"}
     assert checks[f"all_gather lm_head x {B * padded(250) * 2} B"]["counted"] == 1
     assert checks["flops lm_head"]["counted"] == 2 * B * d * padded(250) // 2
+
+
+@pytest.mark.parametrize("preset, replicated", [
+    # KDA's f_a_proj d x d_lk and g_a_proj d x d_lv (20 layers), MLA's kv_a_proj_with_mqa d x (r_kv + d_rope)
+    # (7 layers), the router d x E (26 MoE layers)
+    ("kimi-linear-48b-a3b", 2304 * (128 + 128) * 20 + 2304 * (512 + 64) * 7 + 2304 * 256 * 26),
+    # Mamba-2's one group: in_proj's B and C columns, d x 2 N_s (36 layers); the router d x E (40 layers)
+    ("granite-4.0-h-small", 4096 * 2 * 128 * 36 + 4096 * 72 * 40),
+    ("qwen3.5-27b", 0),
+])
+def test_weights_per_device_are_the_whole_and_the_replicated(capsys, preset, replicated):
+    """tp2 (ep2 with MoE): each device holds half of every split matrix, E / 2 experts, and the replicated
+    matrices whole: weight bytes per device x 2 = the model's + the replicated ones (bf16)."""
+    base = ["memory", "-p", preset, "-b", "1", "-t", "1k", "--device", "h200", "-f", "json"]
+    whole = json.loads(run(capsys, *base)[1])[0]
+    ep = ["--ep", "2"] if preset != "qwen3.5-27b" else []
+    tp2 = json.loads(run(capsys, *base, "--tp", "2", *ep)[1])[0]
+    assert whole["weight_dtype"] == "bf16"
+    assert tp2["weight_bytes_per_device"] * 2 == whole["weight_bytes_resident"] + replicated * 2

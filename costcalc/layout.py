@@ -16,7 +16,10 @@ ATTENTIONS = ("gqa", "window", "chunk", "mla")   # split by heads; the others ar
 # The mixers split by heads or channels under inference's tensor parallelism (vLLM's model files; the table
 # in docs/cost-model.md, "Tensor and expert parallelism"), and a layer without attention (``none``).
 MIXERS = ("gdn", "kda", "mamba1", "mamba2", "lightning", "shortconv")
-SPLIT = ("h_q", "m", "m_s", "h_lk", "h_lv", "h_m", "d_in")   # sizes divided by tp (m_e without ep; V: ``vocab``)
+# DeepSeek-V4's blocks (vllm/model_executor/models/deepseek_v4.py, ``DeepseekV4Attention``): wq_b column-parallel
+# (h_q / tp heads), the grouped wo_a over o_groups / tp groups, wo_b row-parallel; the rest replicated.
+V4 = ("swa", "hca", "csa")
+SPLIT = ("h_q", "m", "m_s", "h_lk", "h_lv", "h_m", "d_in", "G_o")   # sizes divided by tp (m_e without ep; V: ``vocab``)
 # vLLM's vocabulary-parallel embedding and LM head (vllm/model_executor/layers/vocab_parallel_embedding.py):
 # ``pad_vocab_size`` rounds V up to a multiple of DEFAULT_VOCAB_PADDING_SIZE = 64, and each of tp devices
 # holds and runs padded / tp rows (``divide`` asserts they divide). vLLM pads at tp 1 too; costcalc keeps one
@@ -169,19 +172,19 @@ def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str, train
     FFNs only) and every split size dividing."""
     block, sizes, tp = group.block, group.sizes, layout.tp
     name = spec.name
-    kinds = ATTENTIONS if train else ATTENTIONS + MIXERS + ("none",)
+    kinds = ATTENTIONS if train else ATTENTIONS + MIXERS + V4 + ("none",)
     beside = block.beside and (train or block.beside not in MIXERS)
     if (block.attention not in kinds or (block.sparse and train) or beside or block.mtp
             or (block.ffn not in ("dense", "mlp", "moe", "none"))):
         what = ("softmax attention gqa, window, chunk, mla without an indexer or a mixer, dense, MLP or MoE FFNs"
                 if train else f"softmax attention {', '.join(ATTENTIONS)} (mla: with or without DeepSeek's indexer), "
-                f"the mixers {', '.join(MIXERS)}, none; dense, MLP or MoE FFNs")
+                f"DeepSeek-V4's {', '.join(V4)}, the mixers {', '.join(MIXERS)}, none; dense, MLP or MoE FFNs")
         raise CostcalcError(f"{flag}: {name}'s {block.key} layers are not modelled under parallelism"
                             f"{' for a training step' if train else ''} yet ({what})")
     for key, what in (("h_q", "query head count h_q"), ("m", "FFN width m"), ("m_s", "shared expert width m_s"),
                       ("h_lk", "linear-attention key head count h_lk"),
                       ("h_lv", "linear-attention value head count h_lv"), ("h_m", "Mamba-2 head count h_m"),
-                      ("d_in", "Mamba inner width d_in")):
+                      ("d_in", "Mamba inner width d_in"), ("G_o", "output-projection group count G_o")):
         if key in sizes and sizes[key] % tp:
             raise CostcalcError(f"--tp {tp}: {name}'s {what} {sizes[key]} does not divide by {tp}")
     if block.mixer == "shortconv" and sizes["d"] % tp:

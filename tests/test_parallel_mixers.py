@@ -245,10 +245,41 @@ def test_nemotron_h_mixer_only_and_ffn_only_layers():
     assert got["flops_per_device"] * 2 == got["total_flops"]      # G = 8 divides, V = 131072
 
 
+def test_deepseek_v4_splits_heads_and_output_groups_and_replicates_the_rest():
+    """DeepSeek-V4-Flash at tp2 ep2 (deepseek_v4.py, ``DeepseekV4Attention``): wq_b column-parallel, wo_a over
+    o_groups / tp groups, wo_b row-parallel; fused_wqa_wkv (q_a_proj, kv_proj) and the compressors
+    ``disable_tp=True``, the indexer replicated, the hyper-connections' parameters plain (whole)."""
+    B, S, tp = 1, 8, 2
+    d, r_q, d_h, n_hc, d_I, h_I, E = 4096, 1024, 512, 4, 128, 64, 256
+    swa, csa, hca = 2, 21, 20
+    T = B * S
+    every = 2 * T * (d * r_q + d * d_h                            # q_a_proj, kv_proj
+                     + 2 * n_hc * d * n_hc * (2 + n_hc)           # attn_hc.fn, ffn_hc.fn
+                     + 2 * n_hc * n_hc * d                        # attn_hc.comb, ffn_hc.comb
+                     + d * E)                                     # router
+    hca_own = 2 * T * 2 * d * d_h                                 # the compressor's kv_proj and gate_proj
+    csa_own = 2 * T * (2 * d * 2 * d_h + 2 * d * 2 * d_I + r_q * h_I * d_I + d * h_I)
+    got = row("deepseek-v4-flash", ep=2, batch=B, seq=S)
+    hc_head = 2 * T * n_hc * d * n_hc                             # once a model, every new token
+    projections = (swa + csa + hca) * every + hca * hca_own + csa * csa_own + hc_head
+    # the indexer's scores: all of the model's on every device (indexer_flops, the whole model's term)
+    assert got["replicated_flops"] == (tp - 1) * (projections + got["indexer_flops"])
+    assert got["flops_per_device"] * 2 == got["total_flops"] + got["replicated_flops"]
+    assert where(got, "all_reduce")["o_proj"]["count"] == swa + csa + hca
+
+
+def test_deepseek_v4_caches_are_whole_on_every_device(capsys):
+    """One K=V head and its compressed entries: no head split divides them."""
+    base = ["memory", "-p", "deepseek-v4-flash", "-b", "2", "-t", "8k", "--device", "h200", "-f", "json"]
+    whole = json.loads(run(capsys, *base)[1])[0]
+    tp4 = json.loads(run(capsys, *base, "--tp", "4", "--ep", "4")[1])[0]
+    assert tp4["kv_cache_bytes_per_device"] == whole["kv_cache_bytes"]
+
+
 # --- what stays refused ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
-    (["-p", "deepseek-v4-flash", "--tp", "2", "--ep", "2"], "swa.moe_shared layers are not modelled"),
+    (["-p", "deepseek-v4-flash", "--tp", "16", "--ep", "16"], "output-projection group count G_o 8 does not divide"),
     (["-p", "qwen3.5-27b", "--tp", "2", "--sp"], "--sp with qwen3.5-27b's mixer layers is not modelled"),
     (["-p", "qwen3.5-27b", "--tp", "32"], "linear-attention key head count h_lk 16 does not divide by 32"),
 ])

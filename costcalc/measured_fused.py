@@ -31,6 +31,17 @@ shape exactly (they are the model's, not the workload's), else the operators kee
   and ``num_heads``; the other projections are plain GEMMs (``measured.Timing.gemm``), as aiconfigurator's
   own granular DeepSeek model builds them (``sdk/models/deepseek.py``).
 
+- **Gated DeltaNet** (Qwen3-Next, Qwen3.5; ``linear_attention/.../gdn_perf.parquet``, collector
+  ``collector/vllm/collect_gdn.py`` and its twins): the scan (``*gated_delta_rule*`` kernels: chunked over a
+  prompt, the recurrent step in a decode step) and the short convolution (``causal_conv1d_fn`` over a prompt,
+  ``causal_conv1d_update`` a step), each its own row, at the layer's exact key heads, key head dim, value
+  heads, value head dim and taps (``d_model`` does not enter these kernels: the fastest row over it); an
+  uncached prefill bilinear in (batch, prompt length), a decode step linear in the batch. The collectors
+  keep the state as the engine serves it (vLLM 0.24.0: bf16; SGLang 0.5.14: fp32), which may be narrower than
+  a preset's ``state_dtype``: the estimate is then raised to costcalc's floor. TensorRT-LLM's collector
+  (``collector/trtllm/collect_gdn.py``) convolves the key channels only, not the layer's packed q, k and v:
+  its convolution rows are not looked up (the scan's are).
+
 A lookup that covers several operators (the fused MoE kernel; vLLM's MLA module) is shared among them in
 proportion to their floors (``roofline.point``), so each is raised to its floor exactly where the whole is.
 """
@@ -130,6 +141,28 @@ def mla_bmm(timing: Timing, op: str, tokens: int, heads: int, dtype: str) -> tup
     return _linear(*table[key], tokens, "tokens")
 
 
+GDN_KERNELS = {"scan": "gated_delta_rule", "conv": "causal_conv1d"}   # costcalc's operator -> kernel names
+GDN_KEYS_ONLY_CONV = ("trtllm",)   # engines whose collector convolves h_k d_k channels, not 2 h_k d_k + h_v d_v
+
+
+def gdn(timing: Timing, op: str, phase: str, batch: int, length: int, shape: tuple) -> tuple[Optional[float], str]:
+    """One Gated DeltaNet layer's scan or convolution (``op``): ``phase`` context (``length`` = the prompt)
+    or generation (one token a sequence), ``shape`` = (key heads, key head dim, value heads, value head dim,
+    taps); None (and why) where no table holds it."""
+    path = _folder(timing, "linear_attention") / "gdn_perf.parquet"
+    if not path.is_file():
+        return None, "no Gated DeltaNet table"
+    if op == "conv" and timing.engine in GDN_KEYS_ONLY_CONV:
+        return None, f"{timing.engine}'s Gated DeltaNet convolution was measured over the keys only"
+    table = _gdn_table(path)
+    key = (phase, op, *shape)
+    if key not in table:
+        hk, dk, hv, dv, taps = shape
+        return None, f"no {phase} Gated DeltaNet {op} measured for {hk} key heads of {dk}, {hv} value heads " \
+                     f"of {dv}, {taps} taps"
+    return _bilinear(table[key], batch, length, ("batch", "seq"))
+
+
 # --- the tables --------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -177,3 +210,24 @@ def _bmm_table(path: Path) -> dict:
     keys = ["op_name", "bmm_dtype", "num_heads"]
     frame = frame.groupby([*keys, "num_tokens"], as_index=False, sort=True)["latency"].min()
     return {(op, dtype, int(h)): (xs, lat) for (op, dtype, h), xs, lat in _runs(frame, keys, "num_tokens")}
+
+
+@functools.lru_cache(maxsize=None)
+def _gdn_table(path: Path) -> dict:
+    """(phase, scan or conv, key heads, key dim, value heads, value dim, taps) -> {batch: (sorted lengths,
+    seconds)}: the prompt length (context) or 1 (generation), the fastest row over ``d_model``."""
+    import pandas as pd
+
+    frame = pd.read_parquet(path, columns=["kernel_source", "phase", "batch_size", "seq_len", "d_conv", "num_k_heads",
+                                           "head_k_dim", "num_v_heads", "head_v_dim", "latency"])
+    op = pd.Series("", index=frame.index)
+    for name, kernel in GDN_KERNELS.items():
+        op = op.mask(frame.kernel_source.str.contains(kernel), name)
+    frame = frame.assign(op=op, length=frame["seq_len"].where(frame.phase == "context", 1))
+    frame = frame[frame.op != ""]
+    keys = ["phase", "op", "num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim", "d_conv", "batch_size"]
+    frame = frame.groupby([*keys, "length"], as_index=False, sort=True)["latency"].min()
+    out: dict = {}
+    for (phase, op, hk, dk, hv, dv, taps, b), lengths, lat in _runs(frame, keys, "length"):
+        out.setdefault((phase, op, int(hk), int(dk), int(hv), int(dv), int(taps)), {})[int(b)] = (lengths, lat)
+    return out

@@ -338,6 +338,22 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             total, said = total + got, said + [note]
         return total * group.count, "; ".join(dict.fromkeys(filter(None, said)))
 
+    def gdn_kernels(group: Group, op: str) -> tuple[Optional[float], str]:
+        """--timing measured: a Gated DeltaNet layer's scan or convolution, all its layers: an uncached prompt
+        (the chunked kernels) or decode steps (the recurrent ones), from the engine's GDN table."""
+        kind, sizes = wl.traffic, group.sizes
+        if kind == "0,S":
+            phase, length, times = "context", values["S"], 1
+        elif kind in ("T,1", "steps"):
+            phase, length, times = "generation", 1, values["N"] - 1 if kind == "steps" else 1
+        else:
+            return None, f"no Gated DeltaNet table for {wl.name}"
+        if times < 1:
+            return None, "no decode step"
+        shape = (sizes["h_lk"], sizes["d_lk"], sizes["h_lv"], sizes["d_lv"], sizes["K_c"])
+        got, note = fused.gdn(timing, op, phase, values["B"], length, shape)
+        return (None if got is None else got * group.count * times), note
+
     def together(index: int, group: Group) -> list[dict]:
         """--timing measured: the lookups of one group that stand for several operators at once -- a MoE
         layer's fused experts kernel, vLLM's whole MLA module -- each {ops, got, note, label}; a lookup the
@@ -377,6 +393,8 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         GEMM is a projection of one matrix (not a routed expert, not an absorbed MLA slice) whose FLOPs are
         2 m fan_in fan_out a layer for a whole m; GQA attention without a window, at the heads it has."""
         kind, steps = wl.traffic, values["N"] - 1 if wl.traffic == "steps" else 1   # a decode phase: N-1 steps
+        if op in ("scan", "conv") and group.block.mixer == "gdn" and not group.block.beside:
+            return gdn_kernels(group, op)
         if op == "attention" and group.block.attention == "mla":
             return mla_kernels(index, group, op)
         if op in weights.SLICES and group.block.attention == "mla":

@@ -47,9 +47,8 @@ from .layout import Layout, _check_group, device_spec
 from .ranges import MAX_VALUE
 from .spec import ModelSpec
 from .stages import partition, stages
-from .vocab import Draft, WindowCache
+from .vocab import MEMORY_RESERVE as DEFAULT_RESERVE, Draft, WindowCache
 
-DEFAULT_RESERVE = 0.1
 SERVING = Options(window_cache="rolling")   # what a serving cache keeps: windows and chunks only theirs
 
 

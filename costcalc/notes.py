@@ -51,6 +51,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(STATE_TRAFFIC)
     if "routing" in columns:
         lines.append(ROUTING)
+    if "comm_bytes_per_device" in columns:
+        lines.append(COLLECTIVES)
     if "ttft_s" in columns:
         lines.append(RATES)
     elif "tokens_per_s" in columns:
@@ -91,6 +93,10 @@ TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expe
 STATE_TRAFFIC = ("state_read, state_write = a linear-attention or state-space layer's recurrent state (state_dtype), "
                  "read once per forward over a cache and written once, whatever the context; its convolution window "
                  "moves with the K/V (kv_read, kv_write).")
+COLLECTIVES = ("comm_bytes_per_device = the sum over a device's collectives of count x message size S (nccl-tests' "
+               "size: the buffer an all-reduce reduces, an all-gather's output), not the bytes on the wire: a ring "
+               "moves factor(n) x S each way (all-reduce 2(n-1)/n, the others (n-1)/n); comm time = alpha + "
+               "factor(n) x S / the link's bandwidth each way (docs/cost-model.md, Tensor and expert parallelism).")
 ROUTING = ("routing expected: a MoE layer reads the weights of E (1 - (1 - k/E)^n) distinct experts for n routed "
            "tokens (uniform top-k routing), a rational count -- bytes are rounded to the whole byte; worst: "
            "min(E, n k).")

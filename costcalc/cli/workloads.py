@@ -324,7 +324,7 @@ ScheduleOpt = Annotated[Optional[ScheduleChoice], typer.Option(
     "--schedule", show_default=False, help="A pipeline's (--pp) schedule: 1f1b (the default), gpipe or interleaved "
                                            "(with --virtual-stages).")]
 VirtualOpt = Annotated[int, typer.Option(
-    "--virtual-stages", metavar="V", help="Model chunks a pipeline rank holds (the interleaved schedule).")]
+    "--virtual-stages", parser=whole_number("--virtual-stages"), metavar="V", help="Model chunks a pipeline rank holds (the interleaved schedule).")]
 OptimizerOpt = Annotated[OptimizerChoice, typer.Option(
     "--optimizer", help="Optimizer convention: adam (bf16 weights and gradients, fp32 master weights and two fp32 "
                         "moments: 16 bytes a parameter).")]

@@ -25,8 +25,8 @@ one's latency is scaled in proportion (``m`` twice the largest: twice its time),
 ``measured_coverage`` names each such operator and size. An operator the tables do not hold (norms
 are not counted at all; windows, state-space mixers, a cached prefill's attention, a decode phase of more
 than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
-A MoE layer's routed experts (the fused-MoE kernel) and DeepSeek-V3-shaped MLA (vLLM's attention module;
-the other engines' MLA kernels and absorbed products) and Gated DeltaNet's scan and convolution are looked
+A MoE layer's routed experts (the fused-MoE kernel), DeepSeek-V3-shaped MLA (vLLM's attention module;
+the other engines' MLA kernels and absorbed products), DeepSeek-V3.2's sparse MLA (vLLM's DSA module) and Gated DeltaNet's scan and convolution are looked
 up by ``measured_fused``.
 An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
 Collectives of a parallel layout are not looked up yet: measured timing is refused on a layout.

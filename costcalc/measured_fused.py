@@ -18,6 +18,10 @@ shape exactly (they are the model's, not the workload's), else the operators kee
   balanced routing reads min(E, tokens k) distinct experts, ``--routing worst``'s count: at a few tokens
   it reads more experts than uniform routing is expected to, so the estimate errs long, never short.
   Linear in ``num_tokens`` (27 measured, 1 to 16384) at the model's exact (hidden, inter, topk, E, dtype).
+- **DeepSeek-V3.2's sparse MLA** (DSA: DeepSeek-V3's MLA and a lightning indexer of 64 heads of 128 choosing
+  2048 keys): under vLLM only, its whole attention module (``sparse_attention/vllm/.../dsa_{context,generation}
+  _module_perf.parquet``, the same collector with the indexer), DeepSeek-V3.2's rows, as the MLA module below;
+  it stands for the indexer's projections and scores too.
 - **MLA of DeepSeek-V3's shape** (d 7168, query LoRA 1536, KV latent 512, 128 + 64 query/key head
   dims, 128 value dims; any measured head count): vLLM's tables (``mla/vllm/.../mla_{context,generation}
   _module_perf.parquet``, collector ``collector/vllm/collect_mla_module.py``) time the whole
@@ -69,6 +73,11 @@ MLA_SHAPE = {"d": 7168, "r_q": 1536, "r_kv": 512, "d_nope": 128, "d_rope": 64, "
 MLA_MODULE_OPS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "q_absorb", "v_absorb", "o_proj",
                   "attention")
 MLA_FORMS = {"context": "naive", "generation": "absorbed"}   # the form each phase's kernels run
+# DeepSeek-V3.2's sparse MLA (DSA): DeepSeek-V3's MLA and its lightning indexer, the one DSA shape measured by
+# vLLM's DSA module tables (rows of other models, GLM-5's, are left out)
+DSA_SHAPE = {**MLA_SHAPE, "h_I": 64, "d_I": 128, "k_I": 2048}
+DSA_MODEL = "deepseek-ai/DeepSeek-V3.2"
+INDEXER_OPS = ("indexer.wq_b", "indexer.wk", "indexer.weights_proj", "indexer")
 BMM_OPS = {"q_absorb": "mla_gen_pre", "v_absorb": "mla_gen_post"}
 
 
@@ -92,22 +101,25 @@ def moe(timing: Timing, tokens: int, shape: tuple, dtype: str, gated: bool = Tru
     return _linear(*table[key], tokens, "tokens")
 
 
-def mla_shape(sizes: dict) -> bool:
-    """Whether a layer's MLA has the one shape the MLA tables measured (DeepSeek-V3's)."""
-    return all(sizes.get(k) == v for k, v in MLA_SHAPE.items())
+def mla_shape(sizes: dict, sparse: bool = False) -> bool:
+    """Whether a layer's MLA has the one shape the MLA tables measured (DeepSeek-V3's; with ``sparse``,
+    DeepSeek-V3.2's, its indexer included)."""
+    return all(sizes.get(k) == v for k, v in (DSA_SHAPE if sparse else MLA_SHAPE).items())
 
 
 def mla_module(timing: Timing, phase: str, batch: int, length: int, heads: int, kv_dtype: str,
-               gemm_dtype: str) -> tuple[Optional[float], str]:
-    """vLLM's whole MLA attention module of one layer: ``phase`` context (``length`` = the prompt) or
-    generation (``length`` = the keys read); None (and why) where no table holds it."""
-    path = _folder(timing, "mla") / f"mla_{phase}_module_perf.parquet"
+               gemm_dtype: str, sparse: bool = False) -> tuple[Optional[float], str]:
+    """vLLM's whole MLA attention module of one layer (with ``sparse``, DeepSeek-V3.2's DSA module, its
+    indexer included): ``phase`` context (``length`` = the prompt) or generation (``length`` = the keys
+    read); None (and why) where no table holds it."""
+    name = "DSA" if sparse else "MLA"
+    path = _folder(timing, "sparse_attention" if sparse else "mla") / f"{name.lower()}_{phase}_module_perf.parquet"
     if not path.is_file():
-        return None, f"no {phase} MLA module table"
-    table = _mla_table(path, "gemm_type")
+        return None, f"no {phase} {name} module table"
+    table = _mla_table(path, "gemm_type", DSA_MODEL if sparse else None)
     key = (KV_DTYPES.get(kv_dtype, ""), GEMM_DTYPES.get(gemm_dtype, ""), heads)
     if key not in table:
-        return None, f"no {phase} MLA module measured for {heads} heads, KV {kv_dtype}, projections {gemm_dtype}"
+        return None, f"no {phase} {name} module measured for {heads} heads, KV {kv_dtype}, projections {gemm_dtype}"
     return _bilinear(table[key], batch, length, ("batch", "keys" if phase == "generation" else "seq"))
 
 
@@ -181,14 +193,19 @@ def _moe_table(path: Path) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _mla_table(path: Path, gemm: Optional[str]) -> dict:
-    """(kv dtype, gemm type or None, heads) -> {batch: (sorted lengths, seconds)}, bf16 attention compute;
-    the length is the prompt (context), the keys a step reads (generation: ``step`` in a module table,
-    which counts the step's own token, ``isl + step`` in a kernel table, as for GQA)."""
+def _mla_table(path: Path, gemm: Optional[str], model: Optional[str] = None) -> dict:
+    """(kv dtype, gemm type or None, heads) -> {batch: (sorted lengths, seconds)}, bf16 attention compute,
+    ``model``'s rows only where given; the length is the prompt (context: uncached, ``step`` 0), the keys a
+    step reads (generation: ``step`` in a module table, which counts the step's own token, ``isl + step`` in a
+    kernel table, as for GQA)."""
     import pandas as pd
 
     frame = pd.read_parquet(path)
     frame = frame[frame.mla_dtype == "bfloat16"]
+    if model is not None:
+        frame = frame[frame.model == model]
+    if "context" in path.name:
+        frame = frame[frame.step == 0]
     generation = "generation" in path.name
     module = "module" in path.name
     length = frame["step"] if generation and module else frame["isl"] + (frame["step"] if generation else 0)

@@ -112,7 +112,7 @@ COMPUTE_BOUND = ("compute_bound = compute_bound_batch: the first whole batch at 
                  "they are equal; per term <term>_compute_bound_batch; never: memory-bound at every batch).")
 MEASURED = ("timing measured: time = each operator's latency at its shape in aiconfigurator-core's measured kernel "
             "tables for this device and engine version (plain GEMMs, GQA attention, fused MoE experts, DeepSeek-V3-"
-            "shaped MLA, Gated DeltaNet; the rest at its roofline "
+            "shaped MLA and DSA, Gated DeltaNet; the rest at its roofline "
             "time, and shapes outside the tables, named in measured_coverage); floor = the roofline time above; "
             "efficiency = floor / time (docs/cost-model.md, Measured time).")
 EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "

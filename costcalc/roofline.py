@@ -314,7 +314,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         else:
             return None
         block = group.block
-        if block.sparse or block.v4 or block.mixer or not fused.mla_shape(group.sizes) or not block.q_lora \
+        if block.v4 or block.mixer or not fused.mla_shape(group.sizes, block.sparse) or not block.q_lora \
                 or query.form.value != fused.MLA_FORMS[out[0][0]]:
             return None
         return out
@@ -323,7 +323,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         """--timing measured: MLA's attention kernel (context or generation) or an absorbed per-head product
         (q_absorb, v_absorb: one a token and head), all its layers, from the engine's kernel tables."""
         runs = phases(group)
-        if runs is None:
+        if runs is None or group.block.sparse:      # the kernel tables are dense MLA's
             return None, "no table for this MLA"
         total, said = 0.0, []
         for phase, length in runs:
@@ -373,18 +373,20 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         runs = phases(group) if block.attention == "mla" and timing.engine == "vllm" else None
         if runs is not None:
             ops = [op for op in fused.MLA_MODULE_OPS if op in own or op in weights.SLICES or op == "attention"]
-            formats = {own[op][3].name for op in ops if op in own}
+            formats = {own[op][3].name for op in ops if op in own}      # the MLA projections' (not the indexer's)
+            ops += list(fused.INDEXER_OPS) if block.sparse else []
             if len(formats) == 1:
                 gemm, total, said = formats.pop(), 0.0, []
                 for phase, length in runs:
                     got, note = fused.mla_module(timing, phase, values["B"], length, sizes["h_q"],
-                                                 precision.kv.value, gemm)
+                                                 precision.kv.value, gemm, sparse=block.sparse)
                     if got is None:
                         break
                     total, said = total + got, said + [note]
                 else:
                     out.append({"ops": tuple(ops), "got": total * group.count,
-                                "note": "; ".join(dict.fromkeys(filter(None, said))), "label": "MLA module"})
+                                "note": "; ".join(dict.fromkeys(filter(None, said))),
+                                "label": "DSA module" if block.sparse else "MLA module"})
         return out
 
     def looked_up(index: int, group: Group, op: str, flops) -> tuple[Optional[float], str]:

@@ -180,22 +180,46 @@ def experts_floor(tokens, hidden, inter, topk, touched, matrices, weight_bytes, 
                                   + tokens * topk * (hidden + inter) * act_bytes) / bw)
 
 
-def mla_attention_floor(batch, new, past, heads, absorbed, kv_bytes, peak, bw):
+def mla_attention_floor(batch, new, past, heads, absorbed, kv_bytes, peak, bw, chosen=None):
     """costcalc's MLA attention: naive, per head 192-wide scores and 128-wide values over per-head K and V
-    (heads x 320 a key); absorbed, 576-wide scores and 512-wide values over the 576-wide latent a key."""
+    (heads x 320 a key); absorbed, 576-wide scores and 512-wide values over the 576-wide latent a key. With
+    ``chosen`` (DSA's k_I), a query attends to min(p, k_I) keys and a step reads that many (an uncached
+    prompt, ``past`` 0, or a single step, ``new`` 1)."""
     import numpy as np
 
     qk, av = (576, 512) if absorbed else (192, 128)
     width = 576 if absorbed else heads * 320
-    pairs = new * past + new * (new + 1) / 2
+    pairs, loaded = new * past + new * (new + 1) / 2, past + new
+    if chosen is not None:
+        k = chosen
+        pairs = np.where(past > 0, np.minimum(past + 1, k),
+                         np.where(new <= k, new * (new + 1) / 2, k * (k + 1) / 2 + (new - k) * k))
+        loaded = np.where(past > 0, np.minimum(past + 1, k), new)
     flops = 2 * heads * (qk + av) * pairs * batch
-    moved = batch * new * heads * (qk + av) * 2 + batch * (past + new) * width * kv_bytes \
+    moved = batch * new * heads * (qk + av) * 2 + batch * loaded * width * kv_bytes \
         + batch * new * width * kv_bytes
     return np.maximum(flops / peak, moved / bw)
 
 
-def mla_module_floor(batch, new, past, heads, absorbed, weights, kv_bytes, profile):
-    """The operators vLLM's MLA module runs (DeepSeek-V3's projections, then the attention), each its floor."""
+def indexer_floor(batch, new, past, weights, index_bytes, profile):
+    """costcalc's lightning indexer of DeepSeek-V3.2 (64 heads of 128): its projections (wq_b from the query
+    latent, wk and weights_proj from the hidden state) and its scores, 2 x 64 x 128 + 2 x 64 FLOPs a (query,
+    legal key) pair, the queries and head weights in, every index key read, the new ones written."""
+    weight_bytes, act_bytes, peak = weights
+    gemm_peak, bw, rows = profile.peak(peak), profile.mem_bw, batch * new
+    projections = gemm_floor(rows, 1536, 64 * 128, 1, weight_bytes, act_bytes, gemm_peak, bw) \
+        + gemm_floor(rows, 7168, 128, 1, weight_bytes, act_bytes, gemm_peak, bw) \
+        + gemm_floor(rows, 7168, 64, 1, weight_bytes, act_bytes, gemm_peak, bw)
+    import numpy as np
+
+    pairs = new * past + new * (new + 1) / 2
+    moved = rows * (64 * 128 + 64) * 2 + batch * (past + new) * 128 * index_bytes + rows * 128 * index_bytes
+    return projections + np.maximum((2 * 64 * 128 + 2 * 64) * pairs * batch / profile.peak("bf16"), moved / bw)
+
+
+def mla_module_floor(batch, new, past, heads, absorbed, weights, kv_bytes, profile, chosen=None):
+    """The operators vLLM's MLA module runs (DeepSeek-V3's projections, then the attention), each its floor
+    (with ``chosen``, DSA's sparse attention; its indexer is ``indexer_floor``)."""
     weight_bytes, act_bytes, peak = weights
     gemm_peak, bw, rows = profile.peak(peak), profile.mem_bw, batch * new
     total = gemm_floor(rows, 7168, 1536, 1, weight_bytes, act_bytes, gemm_peak, bw) \
@@ -207,7 +231,8 @@ def mla_module_floor(batch, new, past, heads, absorbed, weights, kv_bytes, profi
             + gemm_floor(rows, 512, 128, heads, weight_bytes, act_bytes, gemm_peak, bw)
     else:
         total = total + gemm_floor(rows, 512, heads * 256, 1, weight_bytes, act_bytes, gemm_peak, bw)
-    return total + mla_attention_floor(batch, new, past, heads, absorbed, kv_bytes, profile.peak("bf16"), bw)
+    return total + mla_attention_floor(batch, new, past, heads, absorbed, kv_bytes, profile.peak("bf16"), bw,
+                                       chosen)
 
 
 def mla_spec(tmp_path: Path, heads: int):
@@ -236,6 +261,49 @@ def test_the_floor_formulas_are_costcalcs(tmp_path, workload, values):
     module = [o for o in fused.MLA_MODULE_OPS if o in ops]
     assert sum(ops[o]["time_s"] for o in module) == pytest.approx(
         float(mla_module_floor(batch, new, past, 16, absorbed, WEIGHTS["bfloat16"], 2, h100)), rel=1e-12)
+
+
+def dsa_spec(tmp_path: Path, heads: int):
+    data = {"name": "shape", "d": 7168, "h_q": heads, "V": 64, "r_q": 1536, "r_kv": 512, "d_nope": 128,
+            "d_rope": 64, "d_v": 128, "h_I": 64, "d_I": 128, "k_I": 2048,
+            "layers": [{"count": 1, "arch": "mla_q-sparse.dense", "m": 64}],
+            "source": {"note": "a test shape: DeepSeek-V3.2's sparse MLA, one layer"}}
+    path = tmp_path / "dsa.json"
+    path.write_text(json.dumps(data))
+    return presets.load_file(path)
+
+
+@pytest.mark.parametrize("workload, values", [("prefill", {"B": 2, "S": 3000}), ("decode", {"B": 3, "T": 5000}),
+                                              ("decode", {"B": 3, "T": 1000})])
+def test_the_dsa_floor_formulas_are_costcalcs(tmp_path, workload, values):
+    """DeepSeek-V3.2's sparse attention and indexer, past k_I = 2048 keys and short of it, as roofline.point."""
+    h100 = device("h100")
+    ops = point(Query(dsa_spec(tmp_path, 16), workload, Options(), Precision(), Machine(h100)), values,
+                per_operator=True)["operators"]
+    batch, new, past = (values["B"], values["S"], 0) if workload == "prefill" else (values["B"], 1, values["T"])
+    absorbed = workload == "decode"
+    module = [o for o in fused.MLA_MODULE_OPS if o in ops]
+    assert sum(ops[o]["time_s"] for o in module) == pytest.approx(float(mla_module_floor(
+        batch, new, past, 16, absorbed, WEIGHTS["bfloat16"], 2, h100, chosen=2048)), rel=1e-12)
+    assert sum(ops[o]["time_s"] for o in fused.INDEXER_OPS) == pytest.approx(float(indexer_floor(
+        batch, new, past, WEIGHTS["bfloat16"], 2, h100)), rel=1e-12)
+
+
+def test_deepseek_v32_decode_is_the_vllm_dsa_module(capsys):
+    """deepseek-v3.2 (61 sparse MLA layers; fp8 128x128 blocks, bf16 KV), a decode step of 1 over 8192 cached
+    tokens under vLLM: the whole DSA module of each layer (projections, indexer, sparse attention) at 8193
+    keys, linear between the measured 8192 and 16384, DeepSeek-V3.2's rows (not GLM-5's)."""
+    root = tables()
+    row = measured_row(capsys, "decode", "-p", "deepseek-v3.2", "--context", "8k")
+    t = frame(root / "h100_sxm/sparse_attention/vllm/0.24.0/dsa_generation_module_perf.parquet")
+    t = t[(t.model == fused.DSA_MODEL) & (t.num_heads == 128) & (t.batch_size == 1) & (t.kv_cache_dtype == "bfloat16")
+          & (t.gemm_type == "fp8_block") & (t.mla_dtype == "bfloat16")]
+    lo, hi = (t[t.step == n].latency.min() * 1e-3 for n in (8192, 16384))
+    module = 61 * (lo + (hi - lo) * 1 / 8192)
+    terms = ("attn_proj", "indexer_proj", "attention", "indexer")
+    floor = sum(float(row[f"{x}_floor_time_s"]) for x in terms)
+    assert sum(float(row[f"{x}_time_s"]) for x in terms) == pytest.approx(max(module, floor), rel=1e-9)
+    assert "roofline floor" not in row["measured_coverage"]
 
 
 def moe_violations(name: str) -> dict:
@@ -289,6 +357,20 @@ def mla_violations(name: str) -> dict:
             new, past = (1 + 0 * b, isl + step - 1) if generation else (isl, 0 * isl)
             floor = mla_attention_floor(b, new, past, h, generation, kv, profile.peak("bf16"), bw)
         out[str(path.relative_to(root))] = t[t.latency.to_numpy() * 1e-3 < floor]
+    for path in sorted((root / DEVICES[name] / "sparse_attention" / "vllm").glob("*/dsa_*_module_perf.parquet")):
+        t = frame(path)
+        t = t[(t.mla_dtype == "bfloat16") & (t.model == fused.DSA_MODEL) & ((t.step == 0) | (t.op_name != "dsa_context_module"))]
+        b, isl, step, h = (t[c].to_numpy(float) for c in ("batch_size", "isl", "step", "num_heads"))
+        kv = np.where((t.kv_cache_dtype == "fp8").to_numpy(), 1, 2)
+        generation = "generation" in path.name
+        new, past = (1 + 0 * b, step - 1) if generation else (isl, 0 * isl)
+        floor = 0 * b
+        for gemm in ("bfloat16", "fp8_block"):      # the index keys in fp8 (1 byte: the lower floor)
+            mine = (t.gemm_type == gemm).to_numpy()
+            both = mla_module_floor(b, new, past, h, generation, WEIGHTS[gemm], kv, profile, chosen=2048) \
+                + indexer_floor(b, new, past, WEIGHTS[gemm], 1, profile)
+            floor = np.where(mine, both, floor)
+        out[str(path.relative_to(root))] = t[t.latency.to_numpy() * 1e-3 < floor]
     for path in sorted((root / DEVICES[name] / "mla_bmm").glob("*/*/mla_bmm_perf.parquet")):
         t = frame(path)
         pre = (t.op_name == "mla_gen_pre").to_numpy()
@@ -322,8 +404,8 @@ L2_BYTES = 50 * 10**6   # H100 SXM5 and H200: 50 MB of L2 (NVIDIA H100 Tensor Co
 
 @pytest.mark.parametrize("name", sorted(DEVICES))
 def test_the_floor_is_at_or_below_every_measured_mla_shape(name):
-    """Every MLA attention kernel (TensorRT-LLM, SGLang), absorbed product (mla_bmm) and vLLM MLA module row
-    takes at least costcalc's floor for those operators, except bf16 absorbed products whose whole working set
+    """Every MLA attention kernel (TensorRT-LLM, SGLang), absorbed product (mla_bmm), vLLM MLA module and
+    DeepSeek-V3.2 DSA module row takes at least costcalc's floor for those operators, except bf16 absorbed products whose whole working set
     (the heads' slices, the rows in and out) fits the 50 MB L2 -- timed again and again on the same tensors, as
     test_measured's small GEMMs, they are read from a warm L2 at more than HBM's bandwidth."""
     for table, bad in mla_violations(name).items():

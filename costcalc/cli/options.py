@@ -288,7 +288,7 @@ def with_layout(command, keep: Sequence[str] = tuple(LAYOUT_OPTIONS)):
 
 
 TIMING_OPTIONS = ("timing", "engine", "engine_version")
-MEASURED_COMMANDS = ("prefill", "decode", "generate", "chunked")   # the commands whose rows --timing measured times
+MEASURED_COMMANDS = ("prefill", "decode", "generate", "chunked", "serve")   # the commands whose rows --timing measured times
 
 
 def with_traffic(command, keep: Sequence[str] = tuple(TRAFFIC_OPTIONS)):

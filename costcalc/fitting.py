@@ -33,7 +33,8 @@ def memory_query(query: Query) -> Query:
     rolling window cache, the row's draft and dtypes on its device."""
     from .roofline import Precision
 
-    options = Options(mla=query.options.mla, window_cache=WindowCache.rolling, draft=query.options.draft)
+    options = Options(mla=query.options.mla, window_cache=WindowCache.rolling, draft=query.options.draft,
+                      draft_model=query.options.draft_model)
     return Query(query.spec, "decode", options, query.precision or Precision(), query.machine)
 
 

@@ -29,7 +29,8 @@ A MoE layer's routed experts (the fused-MoE kernel), DeepSeek-V3-shaped MLA (vLL
 the other engines' MLA kernels and absorbed products), DeepSeek-V3.2's sparse MLA (vLLM's DSA module) and Gated DeltaNet's scan and convolution are looked
 up by ``measured_fused``.
 An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
-Collectives of a parallel layout are not looked up yet: measured timing is refused on a layout.
+On a layout (``--tp/--ep/--pp/--dp``) each device's operators are looked up at its shard's shapes and each
+collective in the NCCL and custom all-reduce tables (``costcalc.measured_comm``).
 """
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ _NARROWER = ("formula", "title", "stage_bytes", "stage_time_s", "V", "t_equal", 
              "compute_bound_batch_exact", "compute_bound_context", *(f"{t}_flops" for t in LINEAR_PARTS),
              "rule_6p_flops", "lm_head_flops",
              *(f"{t.name}{part}" for part in ("_bytes", "_time_s", "_bound") for t in TERMS),
-             "kv_write_bytes", "state_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "comm_time_s", "intensity",
+             "kv_write_bytes", "state_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "comm_time_s", "comm_floor_time_s", "comm_efficiency", "intensity",
              "constants", "shares", "weight_bytes", "linear_flops",
              "total_flops_per_token", "tile", "mla", "scan", "logits", "attention_flops", "kv_read_bytes", "tokens_per_s",
              "state_read_bytes", "weight_dtype", "weight_dtype_source", "kv_dtype", "state_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
@@ -206,7 +206,8 @@ def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
         return units.nbytes(value)
     if col.endswith("_s") and not col.endswith("per_s") and isinstance(value, float):
         return units.seconds(value)
-    if isinstance(value, float) and (col.endswith(("intensity", "per_s")) or "_per_s_per_" in col):
+    if isinstance(value, float) and (col.endswith(("intensity", "per_s", "speedup", "break_even_acceptance"))
+                                     or "_per_s_per_" in col):
         return f"{value:.4g}"
     if col == "collectives" and isinstance(value, list):   # a layout's collectives: op where x count, bytes each
         return "; ".join(f"{'stage ' + str(c['stage']) + ' ' if 'stage' in c else ''}{c['op']} {c['where']} "

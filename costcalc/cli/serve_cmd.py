@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import ranges, serving
+from .. import notes, ranges, serving
 from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from .emit import emit
@@ -85,7 +85,7 @@ def serve(
         warn(f"does not fit on {machine.device.name} at concurrency "
              f"{', '.join(str(c) for c, f in zip(table['concurrency'], table['fits']) if f is False)} (weights + KV "
              f"caches of the requests at isl + osl - 1 tokens: fits false; see 'costcalc memory')")
-    emit(table, fmt, output, wide=wide)
+    emit(table, fmt, output, [notes.SERVE], wide)
 
 
 def _engine(base: Query, tp: PoolOpt, ep: PoolOpt) -> Query:

@@ -11,7 +11,8 @@ shape exactly (they are the model's, not the workload's), else the operators kee
   ``collector/vllm/collect_moe.py`` and its TRT-LLM and SGLang twins): one fused-MoE kernel per layer --
   the gated (SwiGLU) experts' gate-and-up product, the activation and the down product of ``num_tokens``
   tokens each routed to ``topk`` of ``num_experts`` experts of ``hidden_size`` x ``inter_size``, in
-  ``moe_dtype``; looked up at ``moe_tp_size`` = ``moe_ep_size`` = 1 (one device) and the ``balanced``
+  ``moe_dtype``; looked up at ``moe_ep_size`` = 1 by the width one device runs, ``inter_size /
+  moe_tp_size`` (the collector's ``local_inter_size``: a tensor-parallel shard's kernel), and the ``balanced``
   distribution: the collector's ``balanced_logits`` sends token t's i-th choice to expert
   ``(t + i ceil(E/k)) mod E``, every expert the same load -- uniform routing, costcalc's ``--routing
   expected`` assumption (its ``power_law_*`` rows model skewed routing, which costcalc does not). Note that
@@ -92,9 +93,9 @@ def moe(timing: Timing, tokens: int, shape: tuple, dtype: str, gated: bool = Tru
     path = _folder(timing, "moe") / "moe_perf.parquet"
     if not path.is_file():
         return None, f"no MoE table for {timing.engine} {timing.version}"
-    key = (GEMM_DTYPES.get(dtype, ""), *shape)
+    key = (GEMM_DTYPES.get(dtype, ""), *shape, gated)
     table = _moe_table(path)
-    if key not in table or (tuple(shape) in NON_GATED) == gated:
+    if key not in table:
         hidden, inter, topk, experts = shape
         return None, f"no {'gated' if gated else 'non-gated'} fused MoE measured for hidden {hidden}, expert " \
                      f"width {inter}, top-{topk} of {experts}, {dtype}"
@@ -179,17 +180,21 @@ def gdn(timing: Timing, op: str, phase: str, batch: int, length: int, shape: tup
 
 @functools.lru_cache(maxsize=None)
 def _moe_table(path: Path) -> dict:
-    """(moe dtype, hidden, inter, topk, experts) -> (sorted token counts, seconds): one device (tp = ep = 1),
-    balanced routing, the fastest kernel where several were measured."""
+    """(moe dtype, hidden, the width one device runs, topk, experts, gated) -> (sorted token counts, seconds):
+    no expert parallelism (ep = 1), the width ``inter_size / moe_tp_size``, gated unless the model's shape is
+    ``NON_GATED``, balanced routing, the fastest kernel where several were measured at one such key."""
     import pandas as pd
 
     frame = pd.read_parquet(path, columns=["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
                                            "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency"])
-    frame = frame[(frame.moe_tp_size == 1) & (frame.moe_ep_size == 1) & (frame.distribution == MOE_DISTRIBUTION)]
-    keys = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts"]
+    frame = frame[(frame.moe_ep_size == 1) & (frame.distribution == MOE_DISTRIBUTION)]
+    shapes = zip(frame.hidden_size, frame.inter_size, frame.topk, frame.num_experts)
+    frame = frame.assign(local=frame.inter_size // frame.moe_tp_size,
+                         gated=[tuple(int(x) for x in shape) not in NON_GATED for shape in shapes])
+    keys = ["moe_dtype", "hidden_size", "local", "topk", "num_experts", "gated"]
     frame = frame.groupby([*keys, "num_tokens"], as_index=False, sort=True)["latency"].min()
-    return {(dtype, int(h), int(i), int(k), int(e)): (xs, lat)
-            for (dtype, h, i, k, e), xs, lat in _runs(frame, keys, "num_tokens")}
+    return {(dtype, int(h), int(i), int(k), int(e), bool(g)): (xs, lat)
+            for (dtype, h, i, k, e, g), xs, lat in _runs(frame, keys, "num_tokens")}
 
 
 @functools.lru_cache(maxsize=None)

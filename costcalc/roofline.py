@@ -363,7 +363,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         kind, steps = wl.traffic, values["N"] - 1 if wl.traffic == "steps" else 1
         experts = fused.PLAIN_MOE_OPS if block.plain else fused.MOE_OPS
         if block.ffn == "moe" and all(op in own for op in experts) and kind in ("0,S", "T,1", "T,C", "steps") \
-                and steps >= 1:
+                and steps >= 1 and share.ep == 1:       # expert parallelism: not looked up (the floor)
             fmt = {own[op][3].name for op in experts}
             if len(fmt) == 1:
                 got, note = fused.moe(timing, routed, (sizes["d"], sizes["m_e"], sizes["k"], sizes["E"]), fmt.pop(),

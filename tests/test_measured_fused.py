@@ -521,3 +521,22 @@ def test_the_floor_is_at_or_below_every_measured_gated_deltanet_shape(name):
             assert len(bad) == 64
             continue
         assert bad.empty, (str(path.relative_to(root)), bad.head().to_dict("records"))
+
+
+def test_experts_on_a_tensor_parallel_device_are_its_shards_kernel(capsys):
+    """--tp 2 without expert parallelism: each device runs every expert at half its width (768 / 2 = 384), the
+    collector's local_inter_size at moe_tp_size 2; with --ep 2 the experts keep their floor (expert
+    parallelism is not looked up) and the row says so."""
+    root = tables()
+    row = measured_row(capsys, "decode", "-p", "qwen3-30b-a3b", "--context", "1k", "--batch", "64", "--tp", "2")
+    t = frame(root / "h100_sxm/moe/vllm/0.24.0/moe_perf.parquet")
+    t = t[(t.moe_ep_size == 1) & (t.distribution == "balanced") & (t.moe_dtype == "bfloat16") & (t.hidden_size == 2048)
+          & (t.inter_size // t.moe_tp_size == 384) & (t.topk == 8) & (t.num_experts == 128) & (t.num_tokens == 64)]
+    assert set(t.moe_tp_size) == {2}
+    kernel = t.latency.min() * 1e-3
+    assert float(row["experts_time_s"]) == pytest.approx(max(48 * kernel, float(row["experts_floor_time_s"])),
+                                                         rel=1e-9)
+    ep = measured_row(capsys, "decode", "-p", "qwen3-30b-a3b", "--context", "1k", "--batch", "64", "--tp", "2",
+                      "--ep", "2")
+    assert float(ep["experts_time_s"]) == float(ep["experts_floor_time_s"])
+    assert "experts.gate_proj" in ep["measured_coverage"]

@@ -23,8 +23,11 @@ Outside what was measured nothing is extrapolated silently: below the smallest m
 smallest one's latency is taken (a kernel is not faster on fewer rows), above the largest the largest
 one's latency is scaled in proportion (``m`` twice the largest: twice its time), and the row's
 ``measured_coverage`` names each such operator and size. An operator the tables do not hold (norms
-are not counted at all; MoE experts, MLA, windows, state-space mixers, a cached prefill's attention,
-a decode phase of more than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
+are not counted at all; windows, state-space mixers, a cached prefill's attention, a decode phase of more
+than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
+A MoE layer's routed experts (the fused-MoE kernel), DeepSeek-V3-shaped MLA (vLLM's attention module;
+the other engines' MLA kernels and absorbed products), DeepSeek-V3.2's sparse MLA (vLLM's DSA module) and Gated DeltaNet's scan and convolution are looked
+up by ``measured_fused``.
 An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
 On a layout (``--tp/--ep/--pp/--dp``) each device's operators are looked up at its shard's shapes and each
 collective in the NCCL and custom all-reduce tables (``costcalc.measured_comm``).

@@ -43,10 +43,11 @@ def usable(query: Query, reserve: float = RESERVE) -> int:
     return math.floor(query.machine.device.mem_bytes * (1 - reserve))
 
 
-def held(query: Query, batch: int, context: int, layout: Optional[Layout] = None) -> Optional[int]:
+def held(query: Query, batch: int, context: int, layout: Optional[Layout] = None, one: Any = None) -> Optional[int]:
     """Bytes the fullest device holds: weights + KV cache (+ states) of ``batch`` sequences of
-    ``context`` tokens (``memory``'s count; ``layout``: the query's own unless given). None where
-    memory does not model the layout (e.g. sequence parallelism, a draft under a layout)."""
+    ``context`` tokens (``memory``'s count; ``layout``: the query's own unless given; ``one``: its
+    ``memory.shard``, where worked out already). None where memory does not model the layout (e.g.
+    sequence parallelism, a draft under a layout)."""
     from . import memory
 
     mq = memory_query(query)
@@ -58,13 +59,13 @@ def held(query: Query, batch: int, context: int, layout: Optional[Layout] = None
         memory.check(query.spec, layout, mq.options, batch)
     except CostcalcError:
         return None
-    stages = memory.per_device(mq, layout, memory.Held(batch, context, usable(query)), limits=False)
+    stages = memory.per_device(mq, layout, memory.Held(batch, context, usable(query)), one, limits=False)
     return max(st["total_bytes"] for st in stages)
 
 
-def fits(query: Query, batch: int, context: int) -> Optional[bool]:
+def fits(query: Query, batch: int, context: int, one: Any = None) -> Optional[bool]:
     """Whether ``held`` fits in ``usable`` (None: not modelled under the layout)."""
-    total = held(query, batch, context)
+    total = held(query, batch, context, one=one)
     return None if total is None else total <= usable(query)
 
 
@@ -107,13 +108,14 @@ def max_batch(query: Query, context: int) -> int:
 
     layout = query.options.layout
     step = layout.dp * (query.options.micro_batches or 1)   # every replica's micro-batches whole
-    if held(query, step, context) is None:
-        memory.check(query.spec, layout, memory_query(query).options, step)   # the reason, as memory says it
-    guess = memory.fit(memory_query(query), step, context, RESERVE, layout)["max_batch"]
+    mq = memory_query(query)
+    memory.check(query.spec, layout, mq.options, step)     # where ``held`` is None: the reason, as memory says it
+    one = None if layout.single else memory.shard(mq, layout)      # one device's matrices and caches, once
+    guess = memory.max_batch(mq, context, RESERVE, layout, one)    # memory.fit's, without the rest of its row
     guess -= guess % step
-    while guess > 0 and not fits(query, guess, context):
+    while guess > 0 and not fits(query, guess, context, one):
         guess -= step
-    while fits(query, guess + step, context):
+    while fits(query, guess + step, context, one):
         guess += step
     return guess
 

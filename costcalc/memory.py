@@ -204,6 +204,21 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
     return row, found.line(spec.name, batch, context, device.name)
 
 
+def max_batch(query: Query, context: int, reserve: float = DEFAULT_RESERVE, layout: Layout = Layout(),
+              one: Optional[Shard] = None) -> int:
+    """``fit``'s ``max_batch`` alone, without the row's other limits and its search for the smallest layout
+    that fits: the largest batch of ``context`` tokens whose weights and caches fit in the usable bytes (under
+    a ``layout``, already ``check``-ed, the fullest stage's per replica times dp; ``one``: its ``shard``)."""
+    context = positive("context", context)
+    usable = usable_bytes(query.machine.device, reserve)
+    if layout.single:
+        room = usable - weight_bytes(query)
+        per_sequence = _cache_bytes(_caches(query), 1, context) + state_bytes(query, 1)
+        return room // per_sequence if room > 0 and per_sequence else 0
+    stages_ = per_device(query, layout, Held(layout.dp, context, usable), one, limits="batch")
+    return min(st["max_batch"] for st in stages_) * layout.dp
+
+
 def _least(values):
     """The smallest of some ``max_context`` values ("unbounded" above every number)."""
     values = list(values)
@@ -300,10 +315,10 @@ class Held:
     usable: int
 
 
-def _stage(one: Shard, counts: list[int], ends: Fraction, asked: Held, limits: bool = True) -> dict[str, Any]:
+def _stage(one: Shard, counts: list[int], ends: Fraction, asked: Held, limits: Any = True) -> dict[str, Any]:
     """One stage's device: its layers' matrices and ``ends`` (the embedding, the LM head: the
     bytes a stage holds besides its layers), the caches of its layers for ``asked``'s sequences,
-    and (``limits``) its limits."""
+    and (``limits``) its limits (``"batch"``: its largest batch only)."""
     batch, context, usable = asked.batch, asked.context, asked.usable
     weights = round(sum((n * w for n, w in zip(counts, one.layer)), Fraction(0)) + ends)
     rows = [(keep, n * per, n * state, every) for n, group in zip(counts, one.caches) if n
@@ -313,14 +328,16 @@ def _stage(one: Shard, counts: list[int], ends: Fraction, asked: Held, limits: b
         return {"total_bytes": weights + cache + states}
     room = usable - weights
     per_sequence = _cache_bytes(rows, 1, context) + round(sum(r[2] for r in rows))
+    most = room // per_sequence if room > 0 and per_sequence else 0
+    if limits == "batch":       # the largest batch alone (``max_batch``)
+        return {"total_bytes": weights + cache + states, "max_batch": most}
     return {"layers": sum(counts), "weight_bytes": weights, "kv_cache_bytes": cache,
             **({"state_bytes": states} if states else {}), "total_bytes": weights + cache + states,
-            "max_batch": room // per_sequence if room > 0 and per_sequence else 0,
-            "max_context": _max_context(rows, batch, room - states)}
+            "max_batch": most, "max_context": _max_context(rows, batch, room - states)}
 
 
 def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] = None,
-               limits: bool = True) -> list[dict[str, Any]]:
+               limits: Any = True) -> list[dict[str, Any]]:
     """Each pipeline stage's device (one list entry per stage, first to last) under ``layout``:
     weight, KV cache and total bytes, and (``limits``) the largest batch (per replica) and context
     it allows, for the B/D of ``asked``'s B sequences its replica holds (``one``: the layout's

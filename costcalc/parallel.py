@@ -619,20 +619,25 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
     for i in range(n):          # every point's batch divides into its micro-batches before any table is built
         _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag, layout.dp)
     bubble = float(pipeline.bubble(pipeline.GPIPE, layout.pp, m, backward=False))
+    alike = same_stages(parts)
     for i in range(n):
         one = _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag, layout.dp)
         per_op: dict[str, Any] = {}
         flops, comm, listed, moved, durations, comm_s, looked, said = [], [], [], [], [], [], [], {}
+        done: dict[int, tuple] = {}     # a stage's FLOPs, collectives and bytes, by the first stage alike
         for index, stage in enumerate(parts):
-            got = operator_columns(stage, {k: [v] for k, v in one.items()}, 1, sharded=True)
+            if alike[index] not in done:
+                done[alike[index]] = (operator_columns(stage, {k: [v] for k, v in one.items()}, 1, sharded=True),
+                                      stage_collectives(stage, one, m),
+                                      stage_traffic(stage, one) if query.traffic else None)
+            got, found, traffic = done[alike[index]]
             for op, column in got.items():
                 per_op[op] = per_op.get(op, 0) + column[0] * m * layout.tp * layout.dp
             flops.append(number(m * sum(column[0] for column in got.values())))
-            found = stage_collectives(stage, one, m)
             comm.append(sum(c.count * c.bytes for c in found))
             listed += [{**c.row(), "stage": index} for c in found]
             if query.traffic:
-                moved.append(stage_traffic(stage, one))
+                moved.append(traffic)
             if query.machine is not None:
                 duration, spent, _ = _stage_times(query, found, index, moved[-1].get("floor_time_s",
                                                                                      moved[-1]["time_s"]))
@@ -683,6 +688,19 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
         for key in (k for k in row if k.endswith(("_time_s", "_bound", "_efficiency")) and k not in keys):
             out.setdefault(key, []).append(row[key])
     return {k: v for k, v in out.items() if any(x not in (0.0, None) for x in v) or k in keys + ["collectives"]}
+
+
+def same_stages(parts: Sequence[Stage]) -> list[int]:
+    """For each stage of one pipeline, the index of the first stage alike: the same layer groups (counts,
+    blocks, sizes), weight formats, first and last (what its FLOPs, collectives and bytes depend on besides
+    the query they share), so a pipeline's many like middle stages are evaluated once at each point."""
+    first: dict[tuple, int] = {}
+    out = []
+    for index, stage in enumerate(parts):
+        key = (stage.first, stage.last, repr(stage.spec.groups), repr(sorted(stage.spec.dtypes.items())),
+               repr(stage.spec.sizes))
+        out.append(first.setdefault(key, index))
+    return out
 
 
 def _pipeline_links(query: Query) -> str:

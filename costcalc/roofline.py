@@ -290,12 +290,14 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         raise CostcalcError(f"{wl.name}: no memory-traffic model (bytes are modelled for prefill, chunks, "
                             f"decode steps and generations)")
     routed = math.prod(values[x] for x in wl.routed)
-    kinds = {kind: Fraction(0) for kind in TRAFFIC}
+    kinds = {kind: 0 for kind in TRAFFIC}      # exact: ints while whole (faster), Fractions where not
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
-    term_bytes = {t.name: Fraction(0) for t in TERMS}
-    per_element = {kind: precision.bits(kind, query.spec) / 8 for kind in TRAFFIC if kind != "weight"}   # bytes, exact
+    term_bytes = {t.name: 0 for t in TERMS}
+    per_element = {kind: _exact(precision.bits(kind, query.spec) / 8) for kind in TRAFFIC
+                   if kind != "weight"}   # bytes, exact
     key_bytes = {}      # by operator: K/V elements in the KV dtype, an indexer's keys in the index dtype
+    rates: dict = {}    # (group index, op) -> bytes per weight element
     plan = precision.weights(query.spec)
     each: dict[str, dict[str, Any]] = {}     # per operator, over the groups (``per_operator``)
     timing = machine.timing if machine is not None else None   # --timing measured: the tables' times beside
@@ -448,22 +450,24 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
         flops = flops_recipe.evaluate(base, operators)
         term_of = flops_recipe.term_of
-        touched = share.touched(group, routed, precision)
+        touched = _exact(share.touched(group, routed, precision))
         for op in operators:
-            moved = read = Fraction(0)
+            moved = read = 0
             runs = share.runs if routed_expert(op) else 1     # a device's share of the routed pairs
             for kind in TRAFFIC:
                 count = elements.get(f"{op}.{kind}", 0)
                 if not count:        # nothing moved: exact sums, so skipping a zero changes no number
                     continue
                 if kind == "weight":    # each matrix in its own format: bytes exact per matrix
-                    part = count * (touched if routed_expert(op) else 1) * plan.rate(index, op)
+                    if (index, op) not in rates:
+                        rates[index, op] = _exact(plan.rate(index, op))
+                    part = count * (touched if routed_expert(op) else 1) * rates[index, op]
                     read += part
                 elif runs > 1:
-                    part = Fraction(count, runs) * per_element[kind]
+                    part = _ratio(count, runs) * per_element[kind]
                 elif kind.startswith("kv"):
                     if op not in key_bytes:
-                        key_bytes[op] = precision.key_bits(op, query.spec) / 8
+                        key_bytes[op] = _exact(precision.key_bits(op, query.spec) / 8)
                     part = count * key_bytes[op]
                 else:
                     part = count * per_element[kind]
@@ -473,9 +477,9 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             # step reads its state elementwise: no scan FLOPs) is its own term (scan, conv)
             term = term_of.get(op, op)
             term_bytes[term] += moved
-            ran = flops.get(op, 0) if runs == 1 else Fraction(flops.get(op, 0), runs)
+            ran = flops.get(op, 0) if runs == 1 else _ratio(flops.get(op, 0), runs)
             if per_operator:
-                mine = each.setdefault(op, {"flops": Fraction(0), "bytes": Fraction(0), "weight_bytes": Fraction(0)})
+                mine = each.setdefault(op, {"flops": 0, "bytes": 0, "weight_bytes": 0})    # Fractions at the end
                 mine["flops"] += ran
                 mine["bytes"] += moved
                 mine["weight_bytes"] += read
@@ -522,7 +526,11 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                 if c or m:
                     out.update({f"{t}_floor_time_s": time, f"{t}_time_s": term_estimate[t],
                                 f"{t}_efficiency": round(time / term_estimate[t], 4) if term_estimate[t] else None})
-    if per_operator:
+    if per_operator:     # the exact sums as Fractions (ints while summed: the same values, fewer gcds)
+        for mine in each.values():
+            for key in ("flops", "bytes", "weight_bytes"):
+                if isinstance(mine[key], int):
+                    mine[key] = Fraction(mine[key])
         out["operators"] = each
     return out
 
@@ -576,6 +584,16 @@ def group_experts_touched(group: Group, routed: int, precision: Precision) -> Fr
     if group.block.ffn != "moe":
         return Fraction(1)
     return experts_touched(group.sizes["E"], group.sizes["k"], routed, precision.routing)
+
+
+def _exact(value: Fraction) -> Any:
+    """An exact number as an int where it is whole (the same value; int sums skip Fraction's gcds)."""
+    return value.numerator if isinstance(value, Fraction) and value.denominator == 1 else value
+
+
+def _ratio(count: int, runs: int) -> Any:
+    """count / runs exactly: an int where it divides, else a Fraction."""
+    return count // runs if count % runs == 0 else Fraction(count, runs)
 
 
 def _whole(value: Fraction) -> int:

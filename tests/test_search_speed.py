@@ -1,0 +1,97 @@
+"""The shortcuts that make ``costcalc plan``'s search fast change no number: a pipeline's like stages
+evaluated once equal every stage evaluated (roofline and, where the tables are installed, measured timing);
+``memory.max_batch`` is ``memory.fit``'s ``max_batch``; ``fitting.max_batch`` is the largest batch that
+``fits`` (checked batch by batch here); the exact sums of ``roofline.point`` keep their types."""
+from fractions import Fraction
+
+import pytest
+
+from costcalc import composites, devices, fitting, memory, parallel, presets
+from costcalc.evaluate import Options, Query
+from costcalc.layout import Layout
+from costcalc.roofline import Machine, Precision
+from costcalc.vocab import TRAFFIC
+from costcalc.weights import parse
+
+
+def generate(preset, layout, machine, weight=None):
+    options = Options(tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp,
+                      micro_batches=layout.pp if layout.pp > 1 else None)
+    return Query(presets.load(preset), "generate", options, Precision(weight=weight), machine)
+
+
+def every_stage(monkeypatch):
+    """``parallel.same_stages`` off: each stage its own (the plain path)."""
+    monkeypatch.setattr(parallel, "same_stages", lambda parts: list(range(len(parts))))
+
+
+def test_like_middle_stages_are_found():
+    # DeepSeek-V3, 61 layers (3 dense, then MoE) in 8 stages
+    parts = parallel.stage_queries(generate("deepseek-v3", Layout(1, 1, 8, 1), None).but(workload="prefill"))
+    alike = parallel.same_stages(parts)
+    assert alike[0] == 0 and alike[-1] == len(parts) - 1    # the first (embedding) and last (LM head) are their own
+    assert len(set(alike)) < len(parts)                     # some middle stages are alike
+    for i, j in enumerate(alike):                           # and alike ones hold the same layers
+        assert repr(parts[i].spec.groups) == repr(parts[j].spec.groups)
+
+
+@pytest.mark.parametrize("preset,layout,weight", [
+    ("deepseek-v3", Layout(4, 4, 2, 1), None),
+    ("deepseek-v3", Layout(1, 2, 2, 2), "bf16"),
+    ("qwen3-235b-a22b", Layout(1, 1, 8, 1), None),
+    ("qwen3-235b-a22b", Layout(2, 2, 4, 1), "fp8"),
+])
+def test_like_stages_once_equal_every_stage(monkeypatch, preset, layout, weight):
+    machine = Machine(devices.load("h200"))
+    q = generate(preset, layout, machine, parse(weight) if weight else None)
+    sizes = [layout.dp * layout.pp * b for b in (1, 4, 32)]
+    fast = composites.rates(q, sizes, [4096] * 3, [1024] * 3)
+    every_stage(monkeypatch)
+    assert composites.rates(q, sizes, [4096] * 3, [1024] * 3) == fast
+
+
+def test_like_stages_once_equal_every_stage_measured(monkeypatch):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("aiconfigurator_core")
+    from costcalc import measured
+
+    machine = Machine(devices.load("h200"), timing=measured.timing("h200", None, None))
+    q = generate("deepseek-v3", Layout(2, 2, 4, 1), machine)
+    fast = composites.rates(q, [4, 16], [4096] * 2, [1024] * 2)
+    every_stage(monkeypatch)
+    assert composites.rates(q, [4, 16], [4096] * 2, [1024] * 2) == fast
+
+
+@pytest.mark.parametrize("preset,layout", [
+    ("llama-3.1-8b", Layout()), ("deepseek-v3", Layout(8, 8, 1, 1)), ("deepseek-v3", Layout(4, 8, 2, 2)),
+    ("deepseek-v3", Layout(2, 2, 4, 1)), ("qwen3-235b-a22b", Layout(4, 4, 1, 2)),
+])
+@pytest.mark.parametrize("context", [1, 5119, 131072])
+def test_memory_max_batch_is_fits(preset, layout, context):
+    q = fitting.memory_query(generate(preset, layout, Machine(devices.load("h200"))))
+    row = memory.fit(q, layout.dp, context, fitting.RESERVE, layout)
+    assert memory.max_batch(q, context, fitting.RESERVE, layout) == row["max_batch"]
+
+
+@pytest.mark.parametrize("layout", [Layout(8, 8, 1, 1), Layout(4, 8, 1, 2), Layout(2, 2, 4, 1), Layout(8, 16, 1, 2)])
+def test_fitting_max_batch_is_the_largest_that_fits(layout):
+    q = generate("deepseek-v3", layout, Machine(devices.load("h200")))
+    step = layout.dp * layout.pp
+    got = fitting.max_batch(q, 5119)
+    assert got % step == 0
+    assert got == 0 or fitting.fits(q, got, 5119)
+    assert not fitting.fits(q, got + step, 5119)
+    # batch by batch, the plain way (no shard shared): every smaller multiple fits
+    assert all(fitting.fits(q, b, 5119) for b in range(step, got + 1, max(step, got // 8 // step * step)))
+
+
+def test_point_sums_keep_their_types():
+    machine = Machine(devices.load("h200"))
+    q = generate("deepseek-v3", Layout(2, 4, 1, 2), machine).but(workload="prefill")
+    got = parallel.device_traffic(q, {"B": 8, "S": 4096})
+    assert all(isinstance(v, int) for k, v in got.items() if k.endswith("_bytes"))
+    assert all(isinstance(op[key], (Fraction, float)) for op in got["operators"].values()
+               for key in ("flops", "bytes", "weight_bytes"))
+    kinds = [k for k in got if k.endswith("_bytes") and k.removesuffix("_bytes") in TRAFFIC]
+    exact = sum(op["bytes"] for op in got["operators"].values())     # each kind's sum is rounded once
+    assert abs(exact - got["total_bytes"]) <= len(kinds) / 2

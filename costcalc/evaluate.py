@@ -247,7 +247,7 @@ class Query:
                     fetched[block] = compiled.get(name, block, self.options.convention, self.logits)
                 else:
                     fetched[block] = compiled.get(kind, block)
-            yield group, Recipe(fetched[block], index == 0)
+            yield group, Recipe.of(fetched[block], index == 0)
         draft = self.draft
         if draft is not None and kind in ("flops", "bytes"):
             name = self.workload.name + ("" if kind == "flops" else ".bytes")
@@ -267,11 +267,26 @@ DRAFTED = ("prefill", "decode", "decode_phase", "generate")
 SPECULATIVE = ("decode", "generate")   # the workloads a speculative query asks (costcalc.speculation)
 
 
+_RECIPES: dict = {}     # (id(compiled recipe), head) -> (the compiled recipe, its Recipe): ``Recipe.of``
+
+
 class Recipe:
     """A layer group's compiled recipe as a query charges it: the LM head's outputs
     (``lm_head``, ``lm_head.<kind>``; so DeepSeek-V4's hyper-connection head, ``vocab.ONCE``), and the
     ``total`` that holds it, in the first group only -- a model has one LM head, whatever its groups (a model's total is its groups'
     terms added: ``evaluate.columns``)."""
+
+    @classmethod
+    def of(cls, code: Any, head: bool) -> "Recipe":
+        """``Recipe(code, head)``, the same object each time asked for the same compiled recipe (a search
+        asks at every point; a recipe is not changed once made)."""
+        hit = _RECIPES.get((id(code), head))
+        if hit is not None and hit[0] is code:
+            return hit[1]
+        if len(_RECIPES) >= 4096:
+            _RECIPES.clear()
+        made = _RECIPES[id(code), head] = (code, cls(code, head))
+        return made[1]
 
     def __init__(self, code: Any, head: bool) -> None:
         self.code, self.head = code, head

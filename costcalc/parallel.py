@@ -469,7 +469,7 @@ class Stage(Query):
 
     def recipes(self, kind: str = "flops"):
         for group, recipe in Query.recipes(self, kind):
-            yield group, recipe if self.last or not isinstance(recipe, Recipe) else Recipe(recipe.code, False)
+            yield group, recipe if self.last or not isinstance(recipe, Recipe) else Recipe.of(recipe.code, False)
 
 
 def stage_queries(query: Query) -> list[Stage]:

@@ -446,22 +446,27 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         set_of = {op: s for s in sets for op in s["ops"]}     # op -> the lookup standing for it
         for s in sets:
             s["floors"] = {}
-        elements = recipe.evaluate(base)
-        operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
+        elements: dict[str, dict[str, int]] = {}      # op -> kind -> elements, ops in order: float sums repeat
+        for key, count in recipe.evaluate(base).items():
+            op, kind = key.rsplit(".", 1) if "." in key else (key, "")
+            elements.setdefault(op, {})[kind] = count
+        operators = list(elements)
         flops = flops_recipe.evaluate(base, operators)
         term_of = flops_recipe.term_of
         touched = _exact(share.touched(group, routed, precision))
         for op in operators:
             moved = read = 0
-            runs = share.runs if routed_expert(op) else 1     # a device's share of the routed pairs
+            expert = routed_expert(op)
+            runs = share.runs if expert else 1     # a device's share of the routed pairs
+            own = elements[op]
             for kind in TRAFFIC:
-                count = elements.get(f"{op}.{kind}", 0)
+                count = own.get(kind, 0)
                 if not count:        # nothing moved: exact sums, so skipping a zero changes no number
                     continue
                 if kind == "weight":    # each matrix in its own format: bytes exact per matrix
                     if (index, op) not in rates:
                         rates[index, op] = _exact(plan.rate(index, op))
-                    part = count * (touched if routed_expert(op) else 1) * rates[index, op]
+                    part = count * (touched if expert else 1) * rates[index, op]
                     read += part
                 elif runs > 1:
                     part = _ratio(count, runs) * per_element[kind]

@@ -95,3 +95,15 @@ def test_point_sums_keep_their_types():
     kinds = [k for k in got if k.endswith("_bytes") and k.removesuffix("_bytes") in TRAFFIC]
     exact = sum(op["bytes"] for op in got["operators"].values())     # each kind's sum is rounded once
     assert abs(exact - got["total_bytes"]) <= len(kinds) / 2
+
+
+def test_a_recipe_is_made_once_and_is_the_plain_one():
+    from costcalc.evaluate import Recipe
+
+    q = Query(presets.load("deepseek-v3"), "prefill")
+    for (_, first), (_, again) in zip(q.recipes(), q.recipes()):
+        assert first is again
+        plain = Recipe(first.code, first.head)
+        assert (first.outputs, first.operators, first.term_of) == (plain.outputs, plain.operators, plain.term_of)
+    code = next(q.recipes())[1].code
+    assert Recipe.of(code, False).outputs == Recipe(code, False).outputs != Recipe.of(code, True).outputs

@@ -48,7 +48,8 @@ MS = 1e-3               # the tables' latencies are milliseconds
 # costcalc device profile -> aiconfigurator system (systems/<system>.yaml, systems/data/<system>/)
 # (a system whose folder holds no GEMM table, as h100_pcie's and l4's in 0.12.0, is refused like an unmapped device)
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "a100": "a100_sxm", "b200": "b200_sxm", "b300": "b300_sxm",
-           "gb200": "gb200", "l40s": "l40s", "h100-pcie": "h100_pcie", "l4": "l4"}
+           "gb200": "gb200", "l40s": "l40s", "h100-pcie": "h100_pcie", "l4": "l4",
+           "rtx-pro-6000": "rtx_pro_6000_server"}   # a10g: aiconfigurator measured no A10G (no system)
 # weight format -> gemm_dtype: bf16; fp8 per tensor (costcalc's generic fp8, fp8-tensor); DeepSeek's 128x128
 # blocks (fp8-block128, either scale byte)
 GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8-tensor": "fp8", "fp8-block128": "fp8_block",

@@ -183,6 +183,8 @@ class NotAvailable(Exception):
 
 REFUSED: list[str] = []   # points the measured mode gave no time for, and its one-line reason
 COVERAGE: dict[str, str] = {}   # point id -> the estimate's measured_coverage (what kept its floor, what lay outside)
+PARTS: dict[str, dict] = {}     # point id -> the estimate's times by term, and its mem ops (seconds)
+PART_NAMES = ("attn_proj", "ffn", "router", "experts", "attention", "lm_head", "mem_ops")   # those these models have
 BAND = 0.15   # the issue's aim: the estimate's median error within +-15%
 # The summary this report printed before the estimate counted the mem ops, read fp16 from the bfloat16 tables,
 # int8/int4 weight-only from int8_wo/int4_wo (gpt-fast's rows then took the default engine, vllm), and looked up
@@ -216,6 +218,7 @@ def estimate(p: Point) -> Optional[float]:
     rows = rows if isinstance(rows, list) else rows.get("rows", [rows])
     row = next((r for r in rows if r.get("phase") == "total"), rows[-1])
     COVERAGE[p.id] = row.get("measured_coverage") or ""
+    PARTS[p.id] = {name: float(row.get(f"{name}_time_s") or 0.0) for name in PART_NAMES}
     value = row.get("time_s")
     return float(value) if value is not None else None
 
@@ -286,7 +289,7 @@ def report(results: list[dict], unavailable: Optional[str]) -> str:
             lines.append(f"Measured / {what} {label}: " + "; ".join(f"{k}: {spread(v)}" for k, v in sorted(
                 groups.items(), key=lambda kv: str(kv[0]))) + ".")
             lines.append("")
-    lines += _outside(kept)
+    lines += _outside(kept) + _decode_parts(kept)
     bad = [r for r in kept if r["floor"]["time_s"] > r["measured_s"]]
     lines += ["## Points where the floor exceeds the measured time", ""]
     lines.append("None." if not bad else "\n".join(
@@ -353,6 +356,24 @@ def _outside(kept: list[dict]) -> list[str]:
         out.append(f"- {p.id} {p.model} on {p.device} tp{p.tp}, {p.phase}, {p.weight_dtype}, batch {p.batch}, "
                    f"{p.input_len}/{p.output_len} ({p.source}): measured / estimate "
                    f"{r['measured_s'] / r['estimate_s']:.2f}" + (f"; at the floor: {held}" if held else ""))
+    return out + [""]
+
+
+def _decode_parts(kept: list[dict]) -> list[str]:
+    """The decode points' estimates by term (shares of the estimate), beside measured / estimate."""
+    own = [r for r in kept if r["point"].phase == "decode" and r["estimate_s"] and r["point"].id in PARTS]
+    if not own:
+        return []
+    out = ["## The decode points' estimate by term", "",
+           "Share of the estimate per term (`<term>_time_s`; `mem_ops`: norms, adds, activation, embedding), the "
+           "operators kept at their floor, and measured / estimate:", "",
+           "| id | model | layout | weights | " + " | ".join(PART_NAMES) + " | at the floor | measured / estimate |",
+           "|---|---|---|---|" + "---|" * len(PART_NAMES) + "---|---|"]
+    for r in own:
+        p, parts = r["point"], PARTS[r["point"].id]
+        shares = " | ".join(f"{parts[name] / r['estimate_s']:.1%}" for name in PART_NAMES)
+        out.append(f"| {p.id} | {p.model} | tp{p.tp} | {p.weight_dtype} | {shares} | "
+                   f"{floored(COVERAGE.get(p.id, '')) or '-'} | {r['measured_s'] / r['estimate_s']:.2f} |")
     return out + [""]
 
 

@@ -66,6 +66,10 @@ def answer(query: Query, **inputs: Sequence[int]) -> Table:
 
         raise CostcalcError("--timing measured: the collectives of a layout are not looked up in the tables yet; "
                             "use it on one device (no --tp/--ep/--pp/--dp)")
+    if _speculative(query):
+        from . import speculation
+
+        return speculation.step(query, **inputs)
     out = evaluate.table(query, **inputs)
     for extra in query.workload.extras:
         out.update(EXTRAS[extra](query, out))
@@ -91,6 +95,16 @@ HELD = {"prefill": lambda t: t["seq"],
         "decode": lambda t: [c + 1 for c in t["context"]]}
 
 
+def _speculative(query: Query) -> bool:
+    """Whether a query asks a speculative step (``--acceptance``; a draft model runs only so)."""
+    if query.options.draft_model is not None and query.options.acceptance is None:
+        from .errors import CostcalcError
+
+        raise CostcalcError(f"--draft {query.options.draft_model.name}: a draft model runs only as speculative "
+                            f"decoding; give --acceptance")
+    return query.options.acceptance is not None
+
+
 def fit_and_rates(query: Query, out: Table) -> Table:
     """A timed row's ``fits`` (its weights and the cache it holds after the step, on its device:
     ``costcalc.fitting``) beside its time; a decode step's ``tokens_per_s`` (one token per sequence:
@@ -108,6 +122,10 @@ def fit_and_rates(query: Query, out: Table) -> Table:
 def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_tokens: Sequence[int]) -> Table:
     """``composites.generation``; on a device each row's ``fits``: the prefill holding S tokens a
     sequence, the decode phase and the total S + N - 1."""
+    if _speculative(query):
+        from . import speculation
+
+        return speculation.generation(query, batch, seq, new_tokens)
     from .composites import generation as generated
 
     out = generated(query, batch, seq, new_tokens)

@@ -8,6 +8,7 @@ once over arrays (``costcalc.compiled``), with the same exact integers either wa
 from __future__ import annotations
 
 import operator
+from fractions import Fraction
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
@@ -37,8 +38,11 @@ class Options:
     """What a number is computed under: the attention convention, the logits mode, the tile
     of the tiled convention (default 128 x 128), the MLA form and the KV cache of window
     layers (both in ``docs/cost-model.md``), and the draft each decode step runs (``mtp``: the
-    model's multi-token-prediction module, docs/cost-model.md "MTP layers"). Built from strings or enums; bad values are
-    one error."""
+    model's multi-token-prediction module, docs/cost-model.md "MTP layers"). With ``acceptance`` a
+    decode step or a generation is speculative (``costcalc.speculation``, docs/cost-model.md
+    "Speculative decoding"): the drafter (``mtp``, or ``draft_model``, another model) proposes
+    ``draft_tokens`` = K tokens, the target verifies them, ``acceptance`` is one rate or K rates by
+    position. Built from strings or enums; bad values are one error."""
     convention: Convention = Convention.causal
     logits: Logits = Logits.last
     tile: Optional[tuple[int, int]] = None
@@ -57,6 +61,9 @@ class Options:
     optimizer: str = "adam"               # a training step's numeric convention (training.OPTIMIZERS)
     schedule: Optional[str] = None        # a training pipeline's schedule (pipeline.SCHEDULES; None: 1f1b)
     virtual_stages: int = 1               # model chunks a pipeline rank holds (the interleaved schedule)
+    draft_model: Optional[ModelSpec] = None   # a draft model proposing tokens (--draft PRESET)
+    draft_tokens: int = 1                 # K: tokens the drafter proposes a speculative step (--draft-tokens)
+    acceptance: Optional[tuple] = None    # speculation's acceptance rate(s) (Fractions): one, or one per position
 
     def __post_init__(self) -> None:
         Layout(self.tp, self.ep, self.pp, self.dp, self.sp)   # validated: one error for a bad degree
@@ -74,6 +81,7 @@ class Options:
             object.__setattr__(self, "overlap", Overlap.parse(self.overlap, "overlap"))
         except ValueError as exc:
             raise CostcalcError(str(exc)) from None
+        _check_speculation(self)
         if self.convention == Convention.tiled:
             b_q, b_k = self.tile or DEFAULT_TILE
             object.__setattr__(self, "tile", (positive("tile queries", b_q), positive("tile keys", b_k)))
@@ -93,6 +101,44 @@ class Options:
 
     def values(self) -> dict[str, int]:
         return {"b_q": self.tile[0], "b_k": self.tile[1]} if self.tile else {}
+
+
+MAX_DRAFT_TOKENS = 64   # --draft-tokens above this is an error (engines propose a handful)
+
+
+def _check_speculation(options: Options) -> None:
+    """The speculation fields: K a whole number 1..MAX_DRAFT_TOKENS, each rate a fraction in [0, 1),
+    one rate or K of them, a drafter (mtp or a draft model, not both) exactly when a rate is given."""
+    k = options.draft_tokens
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_DRAFT_TOKENS:
+        raise CostcalcError(f"--draft-tokens must be a whole number from 1 to {MAX_DRAFT_TOKENS}, got {k!r}")
+    drafter = options.draft_model is not None or options.draft == Draft.mtp
+    if options.draft_model is not None and options.draft == Draft.mtp:
+        raise CostcalcError("--draft is either mtp or a draft model, not both")
+    if options.acceptance is None:     # a draft model alone: what memory holds beside the target
+        if k != 1:
+            raise CostcalcError("--draft-tokens needs --acceptance (the speculative step it sizes)")
+        return
+    if not drafter:
+        raise CostcalcError("--acceptance needs --draft (mtp or a draft model's preset): what proposes the tokens")
+    rates = tuple(_rate(a) for a in options.acceptance)
+    if len(rates) not in (1, k):
+        raise CostcalcError(f"--acceptance: one rate, or one per drafted position ({k} for --draft-tokens {k}); "
+                            f"got {len(rates)}")
+    object.__setattr__(options, "acceptance", rates)
+
+
+def _rate(a: Any) -> Fraction:
+    """One acceptance rate as an exact fraction (a float by its shortest decimal: 0.8 is 4/5)."""
+    try:
+        if isinstance(a, bool):
+            raise ValueError
+        value = Fraction(repr(a)) if isinstance(a, float) else Fraction(a)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        raise CostcalcError(f"--acceptance: each rate is a fraction in [0, 1), got {a!r}") from None
+    if not 0 <= value < 1:
+        raise CostcalcError(f"--acceptance: each rate is a fraction in [0, 1) (1 would accept every draft), got {a}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -123,6 +169,14 @@ class Query:
                                     f"modules are modelled: docs/hf-import.md): --draft mtp needs them")
             if self.workload.name not in DRAFTED:
                 raise CostcalcError(f"--draft mtp applies to decode steps and generations, not {self.workload.name}")
+        if self.options.acceptance is not None:
+            if self.workload.name not in SPECULATIVE:
+                raise CostcalcError(f"speculative decoding (--acceptance) applies to decode steps and generations, "
+                                    f"not {self.workload.name}")
+            model = self.options.draft_model
+            if model is not None and model.sizes["V"] != self.spec.sizes["V"]:
+                raise CostcalcError(f"--draft {model.name}: its vocabulary ({model.sizes['V']:,}) differs from "
+                                    f"{self.spec.name}'s ({self.spec.sizes['V']:,}); a draft proposes the target's tokens")
         check_layout(self)
 
     @property
@@ -168,7 +222,9 @@ class Query:
             out["scan"] = SCAN[options.convention.value]
         if spec.windows and options.convention == Convention.full:
             out["window_cache"] = options.window_cache.value
-        if options.draft != Draft.none:
+        if options.draft_model is not None:
+            out["draft"] = options.draft_model.name
+        elif options.draft != Draft.none:
             out["draft"] = options.draft.value
         if not options.layout.single:
             out["layout"] = options.layout.label
@@ -208,6 +264,7 @@ class Query:
 # The compiled workloads a draft runs in: a decode step, a generation's decode phase, and its
 # prefill (which runs the MTP module over the prompt: its KV cache, the first draft).
 DRAFTED = ("prefill", "decode", "decode_phase", "generate")
+SPECULATIVE = ("decode", "generate")   # the workloads a speculative query asks (costcalc.speculation)
 
 
 class Recipe:

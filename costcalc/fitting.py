@@ -5,7 +5,7 @@ generation's phases) gets ``fits``: the bytes ``costcalc.memory`` counts -- resi
 row's weight format, the KV cache (and recurrent states) of the row's batch at the context held
 *after* the step, in its KV dtype, with the rolling window cache serving stacks keep (memory's
 default: a sliding-window layer holds min(T, W) tokens) -- within the device's memory less
-``memory.DEFAULT_RESERVE``. Under a layout, one device's (``memory.per_device``: each pipeline
+``vocab.MEMORY_RESERVE``. Under a layout, one device's (``memory.per_device``: each pipeline
 stage's, the fullest decides). The context held after the step:
 
 - prefill of S: S; a cached prefill (or a chunk) of C over T: T + C;
@@ -25,9 +25,7 @@ from typing import Any, Optional, Sequence
 from .errors import CostcalcError
 from .evaluate import Options, Query
 from .layout import Layout
-from .vocab import WindowCache
-
-RESERVE = 0.1      # memory.DEFAULT_RESERVE (not imported: memory loads only when a device is asked)
+from .vocab import MEMORY_RESERVE as RESERVE, WindowCache
 
 
 def memory_query(query: Query) -> Query:
@@ -35,7 +33,8 @@ def memory_query(query: Query) -> Query:
     rolling window cache, the row's draft and dtypes on its device."""
     from .roofline import Precision
 
-    options = Options(mla=query.options.mla, window_cache=WindowCache.rolling, draft=query.options.draft)
+    options = Options(mla=query.options.mla, window_cache=WindowCache.rolling, draft=query.options.draft,
+                      draft_model=query.options.draft_model)
     return Query(query.spec, "decode", options, query.precision or Precision(), query.machine)
 
 

@@ -99,7 +99,7 @@ def check(query: Any) -> None:
                             f"not {query.workload.name} yet")
     if layout.pp > 1:
         _check_pipeline(query, layout, flag)
-    if query.options.draft.value != "none":
+    if query.options.draft.value != "none" or query.options.draft_model is not None:
         raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
     for group in spec.groups:
         _check_group(spec, group, layout, flag)

@@ -47,9 +47,8 @@ from .layout import Layout, _check_group, device_spec
 from .ranges import MAX_VALUE
 from .spec import ModelSpec
 from .stages import partition, stages
-from .vocab import Draft, WindowCache
+from .vocab import MEMORY_RESERVE as DEFAULT_RESERVE, Draft, WindowCache
 
-DEFAULT_RESERVE = 0.1
 SERVING = Options(window_cache="rolling")   # what a serving cache keeps: windows and chunks only theirs
 
 
@@ -58,7 +57,17 @@ def weight_bytes(query: Query) -> int:
     (``weights.Plan.resident``: exact per matrix, scales and zero points included); with ``--draft mtp``
     the MTP modules too (``Plan.drafts``: they share the embedding and head)."""
     plan = query.precision.weights(query.spec)
-    return round(plan.resident() + (plan.drafts() if query.draft is not None else 0))
+    return round(plan.resident() + (plan.drafts() if query.draft is not None else 0)) + _draft_model(query, weight_bytes, 0)
+
+
+def _draft_model(query: Query, count: Any, none: Any) -> Any:
+    """``count`` of the draft model a speculative query holds beside the target (``--draft PRESET``:
+    its own weights and KV cache, in the query's dtypes), else ``none``."""
+    model = query.options.draft_model
+    if model is None:
+        return none
+    own = Options(mla=query.options.mla, window_cache=query.options.window_cache)
+    return count(Query(model, "decode", own, query.precision, query.machine))
 
 
 # What a decode step writes of each cache, by traffic key: the K/V per token; per sequence
@@ -88,7 +97,7 @@ def _caches(query: Query) -> list[tuple[int, Fraction, Fraction, int]]:
     """Per layer group: (tokens its KV cache keeps at most, or 0 for all; KV bytes per ``every``
     tokens; state bytes per sequence; ``every``: 1, or R_c for a DeepSeek-V4 layer's compressed
     entries, its second row)."""
-    return [row for rows in _group_caches(query) for row in rows]
+    return [row for rows in _group_caches(query) for row in rows] + _draft_model(query, _caches, [])
 
 
 def _group_caches(query: Query) -> list[list[tuple[int, Fraction, Fraction, int]]]:
@@ -155,7 +164,7 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
               **({"window_cache": query.options.window_cache.value} if _bounded(spec) else {}),
               **({"scan": query.labels()["scan"]} if spec.has_mixers else {}),   # the conv window it holds
               **({"state_dtype": precision.state_dtype(spec).value} if spec.has_states else {}),
-              **({"draft": query.options.draft.value} if query.draft is not None else {})}
+              **({"draft": query.labels()["draft"]} if "draft" in query.labels() else {})}
     dtypes = {**{k: v for k, v in precision.labels(spec).items() if k in ("weight_dtype", "weight_dtype_source")},
               "kv_dtype": precision.kv.value,
               **{k: v for k, v in precision.labels(spec).items() if k == "index_dtype"}, "reserve": reserve}
@@ -214,7 +223,7 @@ def check(spec: ModelSpec, layout: Layout, options: Options, batch: Optional[int
     flag = layout.flags
     if layout.sp:
         raise CostcalcError(f"{flag}: sequence parallelism splits activations, which memory does not hold")
-    if options.draft != Draft.none:
+    if options.draft != Draft.none or options.draft_model is not None:
         raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
     for group in spec.groups:
         _check_group(spec, group, layout, flag)

@@ -51,6 +51,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(STATE_TRAFFIC)
     if "routing" in columns:
         lines.append(ROUTING)
+    if "comm_bytes_per_device" in columns:
+        lines.append(COLLECTIVES)
     if "ttft_s" in columns:
         lines.append(RATES)
     elif "tokens_per_s" in columns:
@@ -61,8 +63,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(EFFICIENCY)
     if "floor_time_s" in columns:
         lines.append(MEASURED)
-    if "draft" in columns or "draft_flops" in columns:
-        lines.append(DRAFT)
+    if ("draft" in columns or "draft_flops" in columns) and "expected_tokens_per_step" not in columns:
+        lines.append(DRAFT)       # a speculative row's draft: the command's own note (SPECULATION)
     return lines
 TIMING = ("timings: tflops_per_s_causal and tflops_per_s_full divide the causal and the full FLOPs "
           "count by the measured time; tflops_per_s and peak_fraction use the causal count (the work the "
@@ -91,6 +93,10 @@ TRAFFIC = ("bytes = weights read once per forward (a routed expert once per expe
 STATE_TRAFFIC = ("state_read, state_write = a linear-attention or state-space layer's recurrent state (state_dtype), "
                  "read once per forward over a cache and written once, whatever the context; its convolution window "
                  "moves with the K/V (kv_read, kv_write).")
+COLLECTIVES = ("comm_bytes_per_device = the sum over a device's collectives of count x message size S (nccl-tests' "
+               "size: the buffer an all-reduce reduces, an all-gather's output), not the bytes on the wire: a ring "
+               "moves factor(n) x S each way (all-reduce 2(n-1)/n, the others (n-1)/n); comm time = alpha + "
+               "factor(n) x S / the link's bandwidth each way (docs/cost-model.md, Tensor and expert parallelism).")
 ROUTING = ("routing expected: a MoE layer reads the weights of E (1 - (1 - k/E)^n) distinct experts for n routed "
            "tokens (uniform top-k routing), a rational count -- bytes are rounded to the whole byte; worst: "
            "min(E, n k).")
@@ -131,5 +137,24 @@ MEMORY_LAYOUT = ("Per device: the largest device's (the stage that decides the f
 FITS_ON_LINES = 8   # a table's notes say what fits, one line a row, for at most this many distinct answers
 DRAFT = ("draft = the model's multi-token-prediction module run once each decode step (--draft mtp): eh_proj, its "
          "decoder block over its own KV cache and the LM head for one draft token, beside the step's own FLOPs; "
-         "per_token and the rates still count one token a step -- the draft tokens accepted (speculative "
-         "decoding) are not modelled here. memory --draft mtp holds the module's weights and KV cache too.")
+         "per_token and the rates still count one token a step (--acceptance: speculative decoding, the draft "
+         "tokens accepted counted). memory --draft mtp holds the module's weights and KV cache too.")
+
+
+SPECULATION = ("Speculative decoding (--acceptance): a row is one step -- the draft's K proposals (draft_flops: a "
+               "draft model's K decode steps over T..T+K-1 cached tokens, or the MTP module run K times) and the "
+               "target's verify, a forward of K+1 new tokens over T cached with logits at each (the terms: prefill "
+               "--cached-prefix T --seq K+1 --logits all); expected_tokens_per_step E = 1 + a_1 + a_1 a_2 + ... "
+               "(the target's own token counted); per token = per accepted token, over B x E (docs/cost-model.md).")
+SPECULATION_GENERATE = ("Speculative generation (--acceptance): the decode row runs steps = ceil((N-1)/E) "
+                        "speculative steps, the i-th over S + floor(i E) cached tokens (each step yields E tokens "
+                        "in expectation); a draft model prefills the prompt too (draft_flops of the prefill row) "
+                        "(docs/cost-model.md, \"Speculative decoding\").")
+SPECULATE = ("speedup = a plain decode step's time (without a device: FLOPs) per token over the speculative step's; "
+             "break_even_acceptance = the one rate a at which they are equal, (E(a, K) = step time / decode time; "
+             "0 where speculation wins even at a = 0, empty where no a < 1 does); best = the K that costs least per token.")
+SERVE = ("serve: a steady state of continuous batching with chunked prefill (every iteration one decode token per "
+         "decoding request and prompt chunks within --max-batched-tokens); ttft = the request's own prompt "
+         "iterations (+ queueing past the concurrency prompts keep up with); tpot = the rest of a request's cycle / "
+         "(osl - 1); tokens_per_s_per_gpu = requests/s x osl / devices; per user = 1 / tpot (docs/cost-model.md, "
+         "Serving under continuous batching).")

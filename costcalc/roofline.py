@@ -283,7 +283,8 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
           per_operator: bool = False) -> dict[str, Any]:
     """Bytes (and, with a machine, times) of one point of a compiled workload, over the groups; with
     ``share``, of one expert-parallel device's part of the routed experts; with ``per_operator``, each
-    operator's FLOPs, bytes and times too (``operators``: op -> {flops, bytes, compute_s, memory_s, time_s})."""
+    operator's FLOPs, bytes (``weight_bytes``: its weights' share) and times too (``operators``: op -> {flops,
+    bytes, weight_bytes, compute_s, memory_s, time_s})."""
     wl, precision, machine = query.workload, query.precision, query.machine
     if not wl.traffic:
         raise CostcalcError(f"{wl.name}: no memory-traffic model (bytes are modelled for prefill, chunks, "
@@ -352,7 +353,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         term_of = flops_recipe.term_of
         touched = share.touched(group, routed, precision)
         for op in operators:
-            moved = Fraction(0)
+            moved = read = Fraction(0)
             runs = share.runs if routed_expert(op) else 1     # a device's share of the routed pairs
             for kind in TRAFFIC:
                 count = elements.get(f"{op}.{kind}", 0)
@@ -360,6 +361,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                     continue
                 if kind == "weight":    # each matrix in its own format: bytes exact per matrix
                     part = count * (touched if routed_expert(op) else 1) * plan.rate(index, op)
+                    read += part
                 elif runs > 1:
                     part = Fraction(count, runs) * per_element[kind]
                 elif kind.startswith("kv"):
@@ -376,9 +378,10 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             term_bytes[term] += moved
             ran = flops.get(op, 0) if runs == 1 else Fraction(flops.get(op, 0), runs)
             if per_operator:
-                mine = each.setdefault(op, {"flops": Fraction(0), "bytes": Fraction(0)})
+                mine = each.setdefault(op, {"flops": Fraction(0), "bytes": Fraction(0), "weight_bytes": Fraction(0)})
                 mine["flops"] += ran
                 mine["bytes"] += moved
+                mine["weight_bytes"] += read
             if machine is None:
                 continue
             t_c, t_m = float(ran) / machine.peak(precision), float(moved) / machine.bandwidth()

@@ -206,7 +206,8 @@ def _cell(row: dict[str, Any], col: str, shares: bool = True) -> str:
         return units.nbytes(value)
     if col.endswith("_s") and not col.endswith("per_s") and isinstance(value, float):
         return units.seconds(value)
-    if isinstance(value, float) and col.endswith(("intensity", "per_s")):
+    if isinstance(value, float) and (col.endswith(("intensity", "per_s", "speedup", "break_even_acceptance"))
+                                     or "_per_s_per_" in col):
         return f"{value:.4g}"
     if col == "collectives" and isinstance(value, list):   # a layout's collectives: op where x count, bytes each
         return "; ".join(f"{'stage ' + str(c['stage']) + ' ' if 'stage' in c else ''}{c['op']} {c['where']} "

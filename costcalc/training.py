@@ -54,8 +54,10 @@ class Optimizer:
     (``weight_bits``), their gradients (``grad_bits``), and the optimizer state: fp32 master
     weights and ``moments`` fp32 moments. ``adam`` is mixed-precision Adam as the ZeRO paper
     (arXiv 1910.02054, section 3.1) counts it: 2 + 2 bytes and K = 12 bytes of state, 16 Psi in all.
-    Activations are in ``activation_bits``; the flash-attention logsumexp in ``lse_bits``."""
+    Activations are in ``activation_bits``; the flash-attention logsumexp in ``lse_bits``; the matmuls run
+    at the device's ``compute_dtype`` peak (bf16: mixed precision)."""
     name: str
+    compute_dtype: str = "bf16"
     weight_bits: int = 16
     grad_bits: int = 16
     master_bits: int = 32
@@ -404,7 +406,7 @@ def columns(query: Query, plan: Plan, batch: Sequence[int], seq: Sequence[int], 
                "optimizer_bytes_per_device": held["optimizer"], "activation_bytes_per_device": _bytes(activations),
                "total_bytes_per_device": total}
         if plan.device is not None:
-            compute = float(Fraction(flops + extra)) / plan.device.peak("bf16")
+            compute = float(Fraction(flops + extra)) / plan.device.peak(plan.optimizer.compute_dtype)
             talk = sum(x.seconds(plan.device) for x in found)
             overlap = query.options.overlap
             row.update({"device": plan.device.name, "fits": total <= usable_bytes(plan.device),
@@ -597,7 +599,7 @@ def _schedule(plan: Plan) -> str:
 
 
 def _pipeline_time(query: Query, plan: Plan, flops: list, extra: list, found: list[list[Step]]) -> dict[str, Any]:
-    """The step's times: chunk c's forward of a micro-batch takes a third of its FLOPs at the bf16 peak
+    """The step's times: chunk c's forward of a micro-batch takes a third of its FLOPs at the compute_dtype peak
     and its forward TP/EP collectives (under --overlap), then its send; its backward two thirds (the
     train workload's x3: backward = 2 x forward) plus the recomputation's forward, its backward
     collectives, then its gradient's send. ``time_s``: the schedule's makespan over those, then the
@@ -605,7 +607,7 @@ def _pipeline_time(query: Query, plan: Plan, flops: list, extra: list, found: li
     device, overlap, v = plan.device, query.options.overlap, plan.virtual
     schedule, m, p = _schedule(plan), micro_batches(query), query.options.layout.pp
     ranks = [[i for i in range(len(flops)) if i % p == r] for r in range(p)]
-    peak = device.peak("bf16")
+    peak = device.peak(plan.optimizer.compute_dtype)
     fwd, bwd, after = [], [], [0.0] * len(ranks)
     for i, (f, r, listed) in enumerate(zip(flops, extra, found)):
         parts = {"forward": 0.0, "backward": 0.0, "pp forward": 0.0, "pp backward": 0.0, "after": 0.0}

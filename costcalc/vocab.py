@@ -168,6 +168,7 @@ class Overlap(Choice):
     full = "full"
 
 
+MEMORY_RESERVE = 0.1       # the share of a device's memory kept back from weights and KV (runtime, activations)
 DEFAULT_TILE = (128, 128)   # the tiled convention's query x key tile when --tile is not given
 CONVENTIONS = tuple(c.value for c in Convention)
 LOGITS = tuple(x.value for x in Logits)

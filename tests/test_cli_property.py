@@ -95,6 +95,10 @@ VALUES = {
     "--mla": _choice(MlaForm, "sideways"),
     "--window-cache": _choice(WindowCache),
     "--draft": (["mtp", "MTP"], ["", "eagle"]),
+    "speculate --draft": (["mtp", "llama-3.1-8b"], ["", "eagle"]),
+    "--draft-tokens": (["1", "2", "4"], ["0", "-1", "x", "", "1000"]),
+    "--acceptance": (["0.8", "0.5", "0.8,0.7", "0"], ["1", "-0.1", "x", "", "1.5", "nan", "0.8,"]),
+    "--kmax": (["1", "4"], ["0", "-1", "x", "", "1000"]),
     "--tp": (["1", "2", "8", "2e0"], ["0", "-1", "x", "", "3", "1.5", "1e-3"]),
     "--ep": (["1", "2", "8"], ["0", "-1", "x", ""]),
     "--pp": (["1", "2", "4"], ["0", "-1", "x", ""]),
@@ -153,10 +157,11 @@ COMMANDS = {   # each command's options, as its --help lists them (the model and
                 "--window-cache", "--padded", *LAYOUT, *TIME, *OUT],
     "chunked": ["--seq", "--chunk", "--prefix", "--batch", "--convention", "--tile", "--logits", "--mla",
                 "--window-cache", *LAYOUT, *TIME, *OUT],
-    "decode": ["--context", "--batch", "--convention", "--tile", "--mla", "--window-cache", "--draft", *LAYOUT,
-               *TIME, *OUT],
+    "decode": ["--context", "--batch", "--convention", "--tile", "--mla", "--window-cache", "--draft",
+               "--draft-tokens", "--acceptance", *LAYOUT, *TIME, *OUT],
     "generate": ["--prompt", "--new", "--batch", "--convention", "--tile", "--logits", "--mla", "--window-cache",
-                 "--draft", *LAYOUT, *TIME, *OUT],
+                 "--draft", "--draft-tokens", "--acceptance", *LAYOUT, *TIME, *OUT],
+    "speculate": ["--context", "--batch", "--draft", "--acceptance", "--kmax", "--mla", *TIME, *OUT],
     "train": ["--seq", "--batch", "--convention", "--tile", "--mla", "--zero", "--recompute", "--optimizer", "--schedule", "--virtual-stages", *LAYOUT,
               "--device", "--device-file", *TIMING, *OUT],
     "crossover": ["--mla", "--device", "--device-file", "--batch", "--context", "--weight-dtype", "--kv-dtype",
@@ -177,15 +182,15 @@ COMMANDS = {   # each command's options, as its --help lists them (the model and
 }
 # What a line needs to run (and gets, mostly): by command, and by the workload of compare and mfu.
 REQUIRED = {"prefill": ["--seq"], "train": ["--seq"], "chunked": ["--seq", "--chunk"], "decode": ["--context"], "generate": ["--prompt", "--new"],
-            "memory": ["--context", "--device"], "presets import": ["--name", "--output"]}
+            "speculate": ["--context", "--draft", "--acceptance"], "memory": ["--context", "--device"], "presets import": ["--name", "--output"]}
 NEEDS = {"prefill": ["--seq"], "train": ["--seq"], "decode": ["--context"], "generate": ["--prompt", "--new"]}
-MODEL = {"prefill", "chunked", "decode", "generate", "train", "crossover", "memory", "compare", "mfu"}
+MODEL = {"prefill", "chunked", "decode", "generate", "train", "crossover", "memory", "compare", "mfu", "speculate"}
 FLAGS = ("--padded", "--latex", "--wide", "--force", "--sp")
 MODEL_OPTIONS = {"--preset", "--config", "--preset-file"}
 # The model: mostly a built-in preset; sometimes a file of one's own, none, or two (an error).
 SOURCES = ([("--preset",)] * 4 + [("--config",), ("--preset-file",), (), ("--preset", "--config"),
                                   ("--config", "--preset-file")] + [("--preset",)] * 4)
-TIMED = {"prefill", "chunked", "decode", "generate", "crossover"}   # half of their lines get a device
+TIMED = {"prefill", "chunked", "decode", "generate", "crossover", "speculate"}   # half of their lines get a device
 EVERY_OPTION = sorted(set(itertools.chain(*COMMANDS.values())) | MODEL_OPTIONS)
 SHORT = {"--preset": "-p", "--device": "-d", "--format": "-f", "--output": "-o", "--batch": "-b"}
 

@@ -75,6 +75,10 @@ def test_a_huge_exponent_is_refused_unworked():
     (["decode", "-p", "toy", "-t", "64", "--weight-dtype", "int4", "--group-size", "1e3"],
      ["decode", "-p", "toy", "-t", "64", "--weight-dtype", "int4", "--group-size", "1000"]),
     (["prefill", "-p", "toy", "--seq", "64", "--tp", "2e0"], ["prefill", "-p", "toy", "--seq", "64", "--tp", "2"]),
+    (["train", "-p", "llama-3.1-8b", "--seq", "64", "-b", "4", "--pp", "2", "--micro-batches", "4e0", "--schedule",
+      "interleaved", "--virtual-stages", "2e0"],
+     ["train", "-p", "llama-3.1-8b", "--seq", "64", "-b", "4", "--pp", "2", "--micro-batches", "4", "--schedule",
+      "interleaved", "--virtual-stages", "2"]),
 ])
 def test_integer_options_take_scientific_notation(sci, plain, capsys):
     code, expected, _ = run(capsys, *plain, "-f", "json")

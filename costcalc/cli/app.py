@@ -57,6 +57,8 @@ COMMANDS = {
     "chunked": ("workloads", "chunked", "A chunk schedule: every chunk, the total, unchunked."),
     "decode": ("workloads", "decode", "One decode step over T cached tokens, per token."),
     "generate": ("workloads", "generate", "Prefill plus N-1 decode steps: a whole generation."),
+    "serve": ("serve_cmd", "serve", "Continuous batching: TTFT, TPOT, tokens/s per GPU."),
+    "speculate": ("speculate_cmd", "speculate", "Speculative decoding over K: per token, best K, break-even."),
     "train": ("workloads", "train", "A training step (3 x forward) beside the 6P rule."),
     "formula": ("info", "formula", "The derived formula of a workload, term by term."),
     "crossover": ("info", "crossover", "Where attention FLOPs equal the linear layers'."),

@@ -11,7 +11,7 @@ from ..errors import CostcalcError
 from ..vocab import WindowCache
 from .options import (ConfigOpt, DeviceFileOpt, DraftOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic,
                       WideOpt, axes, for_models, mla_form, models, warn, with_layout, with_some_traffic)
-from .options import draft as draft_choice
+from .options import speculation as speculation_fields
 from .emit import emit, emit_listing, output_format, write_fields, write_text
 from .. import outputs
 
@@ -148,7 +148,7 @@ def memory(
         warn(f"--window-cache {window_cache.value} does nothing: {', '.join(s.name for s in specs)} has no "
              f"window or chunked layers")
     options = Options(mla=mla_form(mla, specs), window_cache=window_cache or WindowCache.rolling,
-                      draft=draft_choice(draft))
+                      **speculation_fields(draft, held=True))
     placed = Layout(**layout)
     for spec in specs:          # the layout against each model before any row
         check(spec, placed, options)

@@ -61,17 +61,62 @@ MlaOpt = Annotated[Mla, typer.Option(
 DraftOpt = Annotated[Optional[str], typer.Option(
     "--draft", metavar="DRAFT", show_default=False,
     help="A draft at each decode step: mtp (the model's multi-token-prediction module: eh_proj, its decoder "
-         "block over its own KV cache, and the draft token's logits; the draft column).")]
+         "block over its own KV cache, and the draft token's logits; the draft column), or a preset's name "
+         "(a draft model, with --acceptance: speculative decoding).")]
+DraftTokensOpt = Annotated[Optional[int], typer.Option(
+    "--draft-tokens", parser=whole_number("--draft-tokens"), metavar="K", show_default=False,
+    help="Speculative decoding: tokens K the draft proposes a step (default 1, or as many as --acceptance "
+         "gives by position).")]
+AcceptanceOpt = Annotated[Optional[str], typer.Option(
+    "--acceptance", metavar="A", show_default=False,
+    help="Speculative decoding: the rate a draft token is accepted, in [0, 1): one (0.8), or one per drafted "
+         "position (0.8,0.7,0.6). Rows add expected_tokens_per_step and, with a device, time_per_token_s.")]
 
 
 def draft(value: Optional[str]) -> str:
-    """``--draft``: ``mtp`` (the only draft there is yet), or none where not given."""
+    """``--draft``: ``mtp``, or none where not given (a draft model: ``speculation``)."""
     if value is None:
         return "none"
     value = value.lower()   # names in any case (MTP)
     if value != "mtp":
         raise CostcalcError(f"--draft accepts mtp (the model's multi-token-prediction layers), got {quote(value)}")
     return value
+
+
+def speculation(value: Optional[str], tokens: Optional[int] = None, acceptance: Optional[str] = None,
+                held: bool = False) -> dict:
+    """``--draft``, ``--draft-tokens`` and ``--acceptance`` as fields of ``evaluate.Options``: the
+    draft (mtp, or a preset's name: ``draft_model``), K, and the rates as exact fractions. A draft
+    model needs a rate unless only ``held`` (memory: its weights and cache beside the target's)."""
+    from fractions import Fraction
+
+    out: dict = {"draft": "none"}
+    if value is not None and value.strip().lower() == "mtp":
+        out["draft"] = "mtp"
+    elif value is not None:
+        if not value.strip():
+            raise CostcalcError("--draft is mtp or a draft model's preset, got ''")
+        try:
+            out["draft_model"] = presets.load(value.strip())
+        except CostcalcError as exc:
+            raise CostcalcError(f"--draft is mtp or a draft model's preset: {exc}") from None
+    if acceptance is not None:
+        rates = []
+        for part in acceptance.split(","):
+            try:
+                rate = Fraction(part.strip())
+            except (ValueError, ZeroDivisionError):
+                raise CostcalcError(f"--acceptance takes rates in [0, 1), one or one per drafted position "
+                                    f"(0.8 or 0.8,0.7,0.6), got {quote(acceptance)}") from None
+            rates.append(rate)
+        out["acceptance"] = tuple(rates)
+        out["draft_tokens"] = len(rates) if tokens is None and len(rates) > 1 else 1
+    if tokens is not None:
+        out["draft_tokens"] = tokens
+    if out.get("draft_model") is not None and acceptance is None and not held:
+        raise CostcalcError(f"--draft {value.strip()}: a draft model runs only as speculative decoding; give "
+                            f"--acceptance (the rate its tokens are accepted)")
+    return out
 
 
 WindowCacheOpt = Annotated[WindowCache, typer.Option(
@@ -288,7 +333,7 @@ def with_layout(command, keep: Sequence[str] = tuple(LAYOUT_OPTIONS)):
 
 
 TIMING_OPTIONS = ("timing", "engine", "engine_version")
-MEASURED_COMMANDS = ("prefill", "decode", "generate", "chunked")   # the commands whose rows --timing measured times
+MEASURED_COMMANDS = ("prefill", "decode", "generate", "chunked", "serve")   # the commands whose rows --timing measured times
 
 
 def with_traffic(command, keep: Sequence[str] = tuple(TRAFFIC_OPTIONS)):

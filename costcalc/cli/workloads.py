@@ -10,12 +10,13 @@ from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from ..ranges import check_rows
 from ..vocab import Choice, WindowCache
-from .options import (RANGE_HELP, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt, FormatOpt, Logits, LogitsOpt, Mla,
+from .options import (RANGE_HELP, AcceptanceOpt, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt,
+                      DraftTokensOpt, FormatOpt, Logits, LogitsOpt, Mla,
                       MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, Traffic, WideOpt, WindowCacheOpt, axes,
                       conventions, for_models, int_list, mla_form, models, warn, with_layout,
                       with_some_traffic, with_traffic)
 from .emit import concat, emit, interleave
-from .options import draft as draft_choice
+from .options import speculation as speculation_fields
 from .options import window_cache as cache_choice
 from .options import tile as parse_tile
 from .options import whole_number
@@ -240,6 +241,8 @@ def decode(
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
     draft: DraftOpt = None,
+    draft_tokens: DraftTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
     layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
@@ -258,13 +261,20 @@ def decode(
     maximum = _wants_max(batch, machine)
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"),
                   batch=("1" if maximum else batch, "--batch"))
-    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft), **layout)
+    each = _options(kinds, tile=chosen, mla=mla, window_cache=cache,
+                    **speculation_fields(draft, draft_tokens, acceptance), **layout)
     at = {spec.name: _max_points(Query(spec, "decode", each[0], precision, machine), points,
-                                 [int(t) + 1 for t in points["context"]]) if maximum else points for spec in specs}
+                                 [int(t) + _written(each[0]) for t in points["context"]]) if maximum else points
+          for spec in specs}
     table = concat([interleave([calc.answer(Query(spec, "decode", o, precision, machine), **at[spec.name])
                                 for o in each]) for spec in specs])
     _fit_warning(table)
-    emit(table, fmt, output, [_decode_note(specs, cache)], wide)
+    emit(table, fmt, output, [_decode_note(specs, cache)] + ([notes.SPECULATION] if acceptance else []), wide)
+
+
+def _written(options: Options) -> int:
+    """Tokens a decode step writes to a sequence's cache: 1, or a speculative step's K + 1 (its verify)."""
+    return 1 if options.acceptance is None else options.draft_tokens + 1
 
 
 @with_layout
@@ -282,6 +292,8 @@ def generate(
     mla: MlaOpt = Mla.auto,
     window_cache: WindowCacheOpt = WindowCache.whole,
     draft: DraftOpt = None,
+    draft_tokens: DraftTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
     layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
@@ -300,15 +312,15 @@ def generate(
     maximum = _wants_max(batch, machine)
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=("1" if maximum else batch, "--batch"))
-    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache, draft=draft_choice(draft),
-                    **layout)
+    each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache,
+                    **speculation_fields(draft, draft_tokens, acceptance), **layout)
     held = [int(s_) + int(n) - 1 for s_, n in zip(points["seq"], points["new_tokens"])]   # after the last step
     at = {spec.name: _max_points(Query(spec, "generate", each[0], precision, machine), points, held)
           if maximum else points for spec in specs}
     table = concat([interleave([calc.generation(Query(spec, "generate", o, precision, machine), **at[spec.name])
                                 for o in each], block=3) for spec in specs])
     _fit_warning(table)
-    emit(table, fmt, output, wide=wide)
+    emit(table, fmt, output, [notes.SPECULATION_GENERATE] if acceptance else (), wide=wide)
 
 
 OptimizerChoice = Choice("OptimizerChoice", {name: name for name in training.OPTIMIZERS})
@@ -324,7 +336,7 @@ ScheduleOpt = Annotated[Optional[ScheduleChoice], typer.Option(
     "--schedule", show_default=False, help="A pipeline's (--pp) schedule: 1f1b (the default), gpipe or interleaved "
                                            "(with --virtual-stages).")]
 VirtualOpt = Annotated[int, typer.Option(
-    "--virtual-stages", metavar="V", help="Model chunks a pipeline rank holds (the interleaved schedule).")]
+    "--virtual-stages", parser=whole_number("--virtual-stages"), metavar="V", help="Model chunks a pipeline rank holds (the interleaved schedule).")]
 OptimizerOpt = Annotated[OptimizerChoice, typer.Option(
     "--optimizer", help="Optimizer convention: adam (bf16 weights and gradients, fp32 master weights and two fp32 "
                         "moments: 16 bytes a parameter).")]

@@ -187,8 +187,9 @@ PARTS: dict[str, dict] = {}     # point id -> the estimate's times by term, and 
 PART_NAMES = ("attn_proj", "ffn", "router", "experts", "attention", "lm_head", "mem_ops")   # those these models have
 BAND = 0.15   # the issue's aim: the estimate's median error within +-15%
 # The summary this report printed before the estimate counted the mem ops, read fp16 from the bfloat16 tables,
-# int8/int4 weight-only from int8_wo/int4_wo (gpt-fast's rows then took the default engine, vllm), and looked up
-# window layers whose window the positions never reach (reports/published/report.md at c40d7d0): a record.
+# int8/int4 weight-only from int8_wo/int4_wo (gpt-fast's rows then took the default engine, vllm), looked up
+# window layers whose window the positions never reach, and looked collectives up (a layout's prefill had no
+# estimate) (reports/published/report.md at c40d7d0): a record.
 BEFORE = {"prefill": "24 points: median 1.08x, range 0.84x-2.44x", "decode": "20 points: median 1.51x, range 0.93x-3.22x",
           "generate": "56 points: median 1.51x, range 0.73x-6.03x"}
 
@@ -274,8 +275,9 @@ def report(results: list[dict], unavailable: Optional[str]) -> str:
     allf = [r["measured_s"] / r["floor"]["time_s"] for r in kept]
     alle = [r["measured_s"] / r["estimate_s"] for r in kept if r["estimate_s"]]
     lines += [f"| all | {spread(allf)} | {spread(alle)} | |", "",
-              "Before: the estimate of the previous report (c40d7d0), without the mem ops, fp16 read from the "
-              "bfloat16 tables, int8/int4 weight-only tables, and windows the positions never reach "
+              "Before: the estimate of the previous report (c40d7d0): without the mem ops, fp16 read from the "
+              "bfloat16 tables, the int8/int4 weight-only tables and windows the positions never reach, and "
+              "with no measured collectives (its layouts' prefill points had no estimate) "
               "(docs/cost-model.md, Measured time).", ""]
     for label, test in (("by source", lambda p: p.source), ("by device", lambda p: p.device), ("by layout", lambda p: "tp1" if p.tp == 1 else "tp>1"),
                         ("by prompt length (prefill)", lambda p: p.input_len if p.phase == "prefill" else None)):
@@ -348,8 +350,8 @@ def _outside(kept: list[dict]) -> list[str]:
     if not far:
         return []
     out = ["## Estimates outside +-15% of the measured time", "",
-           f"{len(far)} of {sum(1 for r in kept if r['estimate_s'])} points. Kept at the floor: the operators the "
-           "tables do not hold (`measured_coverage`); tp>1: the layout's collectives are not looked up.", ""]
+           f"{len(far)} of {sum(1 for r in kept if r['estimate_s'])} points, each with the operators its estimate "
+           "kept at their floor (no table; from `measured_coverage`).", ""]
     for r in far:
         p = r["point"]
         held = floored(COVERAGE.get(p.id, ""))

@@ -61,11 +61,6 @@ def answer(query: Query, **inputs: Sequence[int]) -> Table:
         from . import training
 
         return training.extend(query, answer(training.single(query), **inputs))
-    if query.machine is not None and query.machine.timing is not None and not query.options.layout.single:
-        from .errors import CostcalcError
-
-        raise CostcalcError("--timing measured: the collectives of a layout are not looked up in the tables yet; "
-                            "use it on one device (no --tp/--ep/--pp/--dp)")
     if _speculative(query):
         from . import speculation
 

@@ -95,6 +95,7 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
     the total rows' rates from the layout's times (``ttft_s``: the prefill's step on the layout,
     ``tpot_s``: the decode phase's / (N-1), ``tokens_per_s``, ``batch_tokens_per_s``)."""
     from . import parallel
+    from .roofline import coverages, efficiencies
 
     n = len(new)
     one = parallel.columns(prefill, {"B": first["batch"], "S": first["seq"]}, n)
@@ -112,6 +113,8 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
             total = [None] * n
         elif key == "collectives":
             total = [x + y for x, y in zip(a, b)]
+        elif key == "measured_coverage":     # --timing measured: the notes of both phases
+            total = [coverages(x, y) for x, y in zip(a, b)]
         elif key == "replicated":
             total = [x if x == y or y == "none" else y if x == "none" else f"{x}; {y}" for x, y in zip(a, b)]
         else:
@@ -119,6 +122,8 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
         column = [None] * (3 * n)
         column[0::3], column[1::3], column[2::3] = a, b, total
         out[key] = column
+    if "measured_coverage" in out:       # --timing measured: a total's ratios from its added times
+        efficiencies(out)
     if "comm_time_s" in out:     # on a device: the step times on the layout give the rates
         totals = out["time_s"][2::3]
         out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
@@ -262,8 +267,14 @@ def _schedule_layout(query: Query, parts: list, out: Table) -> Table:
             for key in dict.fromkeys([*chunks, *got]):     # chunks without logits have no lm_head_bound
                 chunks.setdefault(key, [_absent(key)] * lo).extend(got.get(key, [_absent(key)] * (hi - lo)))
     whole = parallel.columns(query, {"B": [batch], "C": [seq], "T": [prefix]}, 1)
-    return {key: column + [_layout_total(key, column, chunks), whole.get(key, [None])[0]]
-            for key, column in chunks.items()}
+    table = {key: column + [_layout_total(key, column, chunks), whole.get(key, [None])[0]]
+             for key, column in chunks.items()}
+    if "measured_coverage" in table:       # --timing measured: the total's notes and ratios from its added times
+        from .roofline import coverages, efficiencies
+
+        table["measured_coverage"][-2] = coverages(*chunks["measured_coverage"])
+        efficiencies(table)
+    return table
 
 
 def _layout_total(key: str, column: list, chunks: dict[str, list]):

@@ -31,7 +31,8 @@ its model files' op list, its ``query_mem_op`` formula and system constants), ad
 state-space mixers, a cached prefill's attention,
 a decode phase of more than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
 An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
-Collectives of a parallel layout are not looked up yet: measured timing is refused on a layout.
+On a layout (``--tp/--ep/--pp/--dp``) each device's operators are looked up at its shard's shapes and each
+collective in the NCCL and custom all-reduce tables (``costcalc.measured_comm``).
 """
 from __future__ import annotations
 

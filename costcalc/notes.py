@@ -63,6 +63,8 @@ def footer(conventions: set[str], logits: set[str], columns: set[str] = frozense
         lines.append(EFFICIENCY)
     if "floor_time_s" in columns:
         lines.append(MEASURED)
+    if "comm_floor_time_s" in columns:
+        lines.append(MEASURED_COMM)
     if ("draft" in columns or "draft_flops" in columns) and "expected_tokens_per_step" not in columns:
         lines.append(DRAFT)       # a speculative row's draft: the command's own note (SPECULATION)
     return lines
@@ -114,6 +116,11 @@ MEASURED = ("timing measured: time = each operator's latency at its shape in aic
             "tables for this device and engine version (plain GEMMs and GQA attention; the rest at its roofline "
             "time, and shapes outside the tables, named in measured_coverage); floor = the roofline time above; "
             "efficiency = floor / time (docs/cost-model.md, Measured time).")
+MEASURED_COMM = ("timing measured on a layout: each device's operators are looked up at its shard's shapes and "
+                 "each collective in the tables measured inside one node (all-reduce: the engine's own; the rest: "
+                 "NCCL's) at its ranks and message, comm_time_s; comm_floor_time_s = the roofline's alpha-beta time, "
+                 "kept where no table holds a collective or its group spans nodes, and where the table is under it "
+                 "(each named in measured_coverage); --overlap meets them as for the floor.")
 EFFICIENCY = ("compute_efficiency, memory_efficiency: the fractions of the device's peak FLOP/s and bandwidth "
               "the times assume (--efficiency).")
 STATE = ("state_bytes: each linear-attention or state-space layer keeps, per sequence and whatever the context, "

@@ -20,7 +20,9 @@ tensor-parallel group: one device's numbers are a replica's at B / D, except the
 Bytes and time per device (``device_traffic``): the workload's bytes recipes evaluated by
 ``roofline.point`` on the groups one device holds (``layout.device_spec``), its share of the routed
 experts given by ``roofline.Share``; each collective takes ``collectives.time`` over the link its group
-spans (``link``), and ``--overlap`` says how the two meet (``step_time``).
+spans (``link``), and ``--overlap`` says how the two meet (``step_time``). Under ``--timing measured`` the
+device's operators are looked up at its shard's shapes (``roofline.point`` on its query) and each collective
+in the measured tables (``measured_comm_time``), the floor beside (``traffic_columns``).
 """
 from __future__ import annotations
 
@@ -269,6 +271,36 @@ def comm_time(found: Sequence[Collective], layout: Any, device: Any) -> float:
                for c in found)
 
 
+def measured_comm_time(found: Sequence[Collective], layout: Any, device: Any, timing: Any) -> tuple[float, dict]:
+    """``--timing measured``: seconds of a step's collectives on one device, each looked up in the measured
+    tables at its group's ranks and message (``measured_comm.latency``) x its count,
+    and the notes for ``measured_coverage`` ("op (where, ...)" -> note). A collective keeps its roofline time
+    (``collectives.time``, as ``comm_time``) where no table holds it (a send/recv, a rank count not measured),
+    where its group spans scale-up domains (the tables were measured inside one node), and where the table
+    times it under the roofline (raised to it, as an operator's lookup is): each is named."""
+    from . import measured_comm
+
+    total, said = 0.0, {}
+    for c in found:
+        n = ranks(c, layout)
+        if n == 1:
+            continue
+        used = link(device, n, span(layout, n))
+        floor = links_model.time(c.op, n, c.bytes, used)
+        if used is not device.scale_up:
+            got, note = None, "its group spans scale-up domains (the tables were measured inside one node)"
+        else:
+            got, note = measured_comm.latency(timing, c.op, n, c.bytes, ACT_BITS // 8)
+        if got is None:
+            note = f"{note}: roofline time kept"
+        elif got < floor:
+            note = f"the table's {got:.3g} s is under the roofline's {floor:.3g} s: roofline time kept"
+        if note:        # one note per op and text: all_reduce (o_proj, ffn down_proj): ...
+            said.setdefault((c.op, note), []).append(c.where)
+        total += c.count * max(got or 0.0, floor)
+    return total, {f"{op} ({', '.join(dict.fromkeys(wheres))})": note for (op, note), wheres in said.items()}
+
+
 def links(layout: Any, device: Any) -> str:
     """The links a layout's groups use, one short phrase each (groups on the same link together)."""
     groups = {}
@@ -311,19 +343,40 @@ def traffic_columns(query: Query, point: dict[str, Sequence[int]], n: int,
     if machine is None:
         return out
     comm = [comm_time(f, layout, machine.device) for f in found]
+    overlap = query.options.overlap
     for name in ("compute_time_s", "memory_time_s"):
         out[name] = [r[name] for r in rows]
     out["bound"] = [bound(r["compute_time_s"], r["memory_time_s"], c) for r, c in zip(rows, comm)]
-    out["comm_time_s"] = comm
-    out["time_s"] = [step_time(r["time_s"], c, query.options.overlap) for r, c in zip(rows, comm)]
-    out["overlap"] = [query.options.overlap.value] * n
+    if machine.timing is None:
+        out["comm_time_s"] = comm
+        out["time_s"] = [step_time(r["time_s"], c, overlap) for r, c in zip(rows, comm)]
+    else:       # --timing measured: the device's looked-up time and the looked-up collectives, the floor beside
+        from .roofline import coverage, coverages
+
+        looked = [measured_comm_time(f, layout, machine.device, machine.timing) for f in found]
+        out["comm_time_s"] = [t for t, _ in looked]
+        out["comm_floor_time_s"] = comm
+        out["comm_efficiency"] = [_ratio(f, t) for f, t in zip(comm, out["comm_time_s"])]
+        out["floor_time_s"] = [step_time(r["floor_time_s"], c, overlap) for r, c in zip(rows, comm)]
+        out["time_s"] = [step_time(r["time_s"], t, overlap) for r, (t, _) in zip(rows, looked)]
+        out["efficiency"] = [_ratio(f, t) for f, t in zip(out["floor_time_s"], out["time_s"])]
+        out["measured_coverage"] = [coverages(r["measured_coverage"], coverage(notes))
+                                    for r, (_, notes) in zip(rows, looked)]
+        out["mem_ops_time_s"] = [r["mem_ops_time_s"] for r in rows]    # the device's (part of its time_s)
+    out["overlap"] = [overlap.value] * n
     out["links"] = [links(layout, machine.device)] * n
     names = {name for r in rows for name in r}
     for term in TERMS:
-        for name, absent in ((f"{term.name}_time_s", 0.0), (f"{term.name}_bound", None)):
+        for name, absent in ((f"{term.name}_floor_time_s", 0.0), (f"{term.name}_time_s", 0.0),
+                             (f"{term.name}_efficiency", None), (f"{term.name}_bound", None)):
             if name in names:
                 out[name] = [r.get(name, absent) for r in rows]
     return out
+
+
+def _ratio(floor: float, time: float) -> Optional[float]:
+    """``efficiency``: floor / time, four decimals (None where no time is spent)."""
+    return round(floor / time, 4) if time else None
 
 
 def bound(compute_s: float, memory_s: float, comm_s: float) -> Optional[str]:
@@ -336,17 +389,27 @@ def bound(compute_s: float, memory_s: float, comm_s: float) -> Optional[str]:
     return "memory" if memory_s >= compute_s else "compute"
 
 
+COMM_COLUMNS = ("comm_time_s", "comm_floor_time_s", "comm_efficiency")   # after memory_time_s
+
+
 def beside(table: dict[str, list]) -> dict[str, list]:
     """A table with the communication time right after the compute and memory times (a layout's
-    rows on a device: the three side by side), every other column where it was."""
+    rows on a device: the three side by side; under --timing measured its floor and efficiency after it,
+    and the step's ``floor_time_s`` and ``efficiency`` either side of ``time_s``), every other column where
+    it was."""
     if "comm_time_s" not in table or "memory_time_s" not in table:
         return table
+    placed = {*COMM_COLUMNS, "floor_time_s", "efficiency"} if "time_s" in table else set(COMM_COLUMNS)
     out: dict[str, list] = {}
     for key, column in table.items():
-        if key != "comm_time_s":
+        if key == "time_s" and "floor_time_s" in table:
+            out["floor_time_s"] = table["floor_time_s"]
+        if key not in placed:
             out[key] = column
+        if key == "time_s" and "efficiency" in table:
+            out["efficiency"] = table["efficiency"]
         if key == "memory_time_s":
-            out["comm_time_s"] = table["comm_time_s"]
+            out.update({name: table[name] for name in COMM_COLUMNS if name in table})
     return out
 
 
@@ -455,14 +518,22 @@ def stage_traffic(stage: Stage, point: dict[str, int]) -> dict[str, Any]:
     return device_traffic(stage, point, device_spec(stage.spec, stage.options.layout))
 
 
-def _stage_times(query: Query, found: list[Collective], index: int, own: float, m: int) -> tuple[float, float]:
-    """(a micro-batch's time on stage ``index``, the step's communication on its device): its roofline
-    time ``own`` and its TP/EP collectives under --overlap (``step_time``), then its send."""
-    device = query.machine.device
+def _stage_times(query: Query, found: list[Collective], index: int, own: float,
+                 measured: bool = False) -> tuple[float, float, dict]:
+    """(a micro-batch's time on stage ``index``, the step's communication on its device, the notes): its
+    time ``own`` and its TP/EP collectives (of the step's ``micro_batches``) under --overlap (``step_time``),
+    then its send; ``measured``: the collectives looked up (``measured_comm_time``; a send keeps its roofline
+    time: no table holds it)."""
+    device, m = query.machine.device, micro_batches(query)
     sends = [c for c in found if c.op == links_model.SEND_RECV]
-    comm = comm_time([c for c in found if c.op != links_model.SEND_RECV], query.options.layout, device) / m
+    rest = [c for c in found if c.op != links_model.SEND_RECV]
+    comm, notes = measured_comm_time(rest, query.options.layout, device, query.machine.timing) if measured else \
+        (comm_time(rest, query.options.layout, device), {})
+    comm /= m
     send = sum(c.count * links_model.time(c.op, 2, c.bytes, boundary_link(query, index)) for c in sends) / m
-    return step_time(own, comm, query.options.overlap) + send, m * (comm + send)
+    if measured and sends:
+        notes["send_recv (stage boundary)"] = "no table (aiconfigurator times P2P from bandwidths): roofline time kept"
+    return step_time(own, comm, query.options.overlap) + send, m * (comm + send), notes
 
 
 def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> dict[str, list]:
@@ -480,9 +551,12 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
             "replicated_flops", "replicated", "comm_bytes_per_device"]
     if query.traffic:
         keys += ["stage_bytes"] + [f"{kind}_bytes_per_device" for kind in PER_DEVICE]
+    timing = query.machine.timing if query.machine is not None else None
     if query.machine is not None:
         keys += ["compute_time_s", "memory_time_s", "bound", "comm_time_s", "stage_time_s", "time_s", "overlap",
                  "links"]
+    if timing is not None:
+        keys += ["comm_floor_time_s", "comm_efficiency", "floor_time_s", "efficiency", "measured_coverage"]
     out: dict[str, list] = {key: [] for key in keys + ["collectives"]}
     for i in range(n):          # every point's batch divides into its micro-batches before any table is built
         _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag, layout.dp)
@@ -490,7 +564,7 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
     for i in range(n):
         one = _micro_point({k: int(v[i]) for k, v in point.items()}, m, flag, layout.dp)
         per_op: dict[str, Any] = {}
-        flops, comm, listed, moved, durations, comm_s = [], [], [], [], [], []
+        flops, comm, listed, moved, durations, comm_s, looked, said = [], [], [], [], [], [], [], {}
         for index, stage in enumerate(parts):
             got = operator_columns(stage, {k: [v] for k, v in one.items()}, 1, sharded=True)
             for op, column in got.items():
@@ -502,9 +576,14 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
             if query.traffic:
                 moved.append(stage_traffic(stage, one))
             if query.machine is not None:
-                duration, spent = _stage_times(query, found, index, moved[-1]["time_s"], m)
+                duration, spent, _ = _stage_times(query, found, index, moved[-1].get("floor_time_s",
+                                                                                     moved[-1]["time_s"]))
                 durations.append(duration)
                 comm_s.append(spent)
+            if timing is not None:      # --timing measured: the stage's looked-up time and collectives
+                duration, spent, notes = _stage_times(query, found, index, moved[-1]["time_s"], measured=True)
+                looked.append((duration, spent))
+                said.update(notes)
         extra = {op: per_op[op] - whole[op][i] for op in whole}
         row = {"layout": layout.label, "devices": layout.devices, "micro_batches": m, "bubble": bubble,
                "stage_layers": [sum(g.count for g in s.spec.groups) for s in parts], "stage_flops": flops,
@@ -526,9 +605,24 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
                 busiest = max(range(len(times)), key=times.__getitem__)
                 row[f"{term.name}_time_s"] = times[busiest]
                 row[f"{term.name}_bound"] = moved[busiest].get(f"{term.name}_bound")
+                if timing is not None:      # the floor of that same stage's term
+                    floor = m * moved[busiest].get(f"{term.name}_floor_time_s", 0.0)
+                    row[f"{term.name}_floor_time_s"] = floor
+                    row[f"{term.name}_efficiency"] = _ratio(floor, times[busiest])
+        if timing is not None:      # the schedule over the looked-up stage times, the floor's beside
+            from .roofline import coverage, coverages
+
+            row.update(comm_floor_time_s=row["comm_time_s"], floor_time_s=row["time_s"],
+                       comm_time_s=max(spent for _, spent in looked),
+                       stage_time_s=[m * t for t, _ in looked],
+                       time_s=pipeline.makespan(pipeline.GPIPE, [t for t, _ in looked], m))
+            row.update(comm_efficiency=_ratio(row["comm_floor_time_s"], row["comm_time_s"]),
+                       efficiency=_ratio(row["floor_time_s"], row["time_s"]),
+                       measured_coverage=coverages(*(got["measured_coverage"] for got in moved), coverage(said)),
+                       mem_ops_time_s=max(m * got["mem_ops_time_s"] for got in moved))   # the busiest stage's
         for key in keys + ["collectives"]:
             out[key].append(row[key])
-        for key in (k for k in row if k.endswith(("_time_s", "_bound")) and k not in keys):
+        for key in (k for k in row if k.endswith(("_time_s", "_bound", "_efficiency")) and k not in keys):
             out.setdefault(key, []).append(row[key])
     return {k: v for k, v in out.items() if any(x not in (0.0, None) for x in v) or k in keys + ["collectives"]}
 

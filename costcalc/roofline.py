@@ -19,7 +19,7 @@ grow together with the context).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -511,8 +511,13 @@ def row_columns(query: Query, points: dict[str, list[int]], flops: list[int]) ->
 def columns(query: Query, points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
     """``point`` at every point of the input columns (symbol -> values), with each point's
     arithmetic intensity (total FLOPs / total bytes) beside its bytes; then each term's
-    bytes, time and bound (``attention_bytes``, ``attention_time_s``, ``attention_bound``)."""
+    bytes, time and bound (``attention_bytes``, ``attention_time_s``, ``attention_bound``). On a layout
+    these are the whole model's on one device, roofline only: ``--timing measured`` looks its device's
+    shard and collectives up (``parallel.traffic_columns``), not the whole model."""
     n = len(flops)
+    machine = query.machine
+    if machine is not None and machine.timing is not None and not query.options.layout.single:
+        query = query.but(machine=replace(machine, timing=None))
     rows = [point(query, {k: int(v[i]) for k, v in points.items()}) for i in range(n)]
     names = set(name for r in rows for name in r)   # a term may be absent at some points
     table = {name: [r[name] for r in rows]

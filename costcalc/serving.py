@@ -151,9 +151,6 @@ class Engine:
             raise CostcalcError(f"serve models one engine on --tp/--ep devices; {layout.flags} is not modelled yet "
                                 f"(a pipeline's or data-parallel replicas' iterations: run one replica and "
                                 f"multiply its rates by the replicas)")
-        if query.machine.timing is not None and not layout.single:
-            raise CostcalcError("--timing measured: the collectives of a layout are not looked up in the tables yet; "
-                                "use it on one device (no --tp/--ep)")
         self.query = query if query.precision is not None else query.but(precision=Precision())
         self._seen: dict[tuple, Any] = {}
 
@@ -163,19 +160,27 @@ class Engine:
 
     def part(self, workload: str, point: dict[str, int], logits: Logits = Logits.last) -> dict[str, Any]:
         """``roofline.point`` of one compiled workload at ``point`` with per-operator numbers (one
-        device's under a layout: ``parallel.device_traffic``) and its collectives' seconds, ``comm_s``."""
+        device's under a layout: ``parallel.device_traffic``), its collectives' seconds, ``comm_s``, and
+        under ``--timing measured`` the share's estimate, ``estimate_s`` (its collectives looked up too, met
+        under ``--overlap``)."""
         key = (workload, tuple(sorted(point.items())), logits)
         if key not in self._seen:
             from . import parallel, roofline
 
             query = self.query.but(workload=workload, logits=logits)
-            if query.options.layout.single:
+            layout, machine = query.options.layout, query.machine
+            if layout.single:
                 got = roofline.point(query, point, per_operator=True)
                 got["comm_s"] = 0.0
+                got["estimate_s"] = got["time_s"]
             else:
                 got = parallel.device_traffic(query, point)
                 found = parallel.collectives(query, point)
-                got["comm_s"] = parallel.comm_time(found, query.options.layout, query.machine.device)
+                got["comm_s"] = parallel.comm_time(found, layout, machine.device)
+                got["estimate_s"] = got["time_s"]
+                if machine.timing is not None:     # the device's looked-up time and its collectives looked up
+                    comm, _ = parallel.measured_comm_time(found, layout, machine.device, machine.timing)
+                    got["estimate_s"] = parallel.step_time(got["time_s"], comm, query.options.overlap)
             self._seen[key] = got
         return self._seen[key]
 
@@ -227,7 +232,7 @@ class Engine:
             floor = step_time(floor, comm, self.query.options.overlap)
         measured = floor
         if machine.timing is not None:      # the shares' own estimates (each raised to its floor), added
-            measured = max(floor, float(sum(got["time_s"] * s for got, s in parts)))
+            measured = max(floor, float(sum(got["estimate_s"] * s for got, s in parts)))
         return Step(flops, moved, compute, memory, comm, floor, measured)
 
     def prefill(self, shape: Shape, mixed: Mix) -> list[Step]:

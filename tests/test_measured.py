@@ -90,13 +90,6 @@ def test_unknown_engine_version_lists_the_measured_ones(capsys):
     assert code != 0 and one_error(err, "was measured at 0.24.0, not '0.1'")
 
 
-def test_layout_is_refused(capsys):
-    tables()
-    code, out, err = run(capsys, "decode", "-p", "llama-3.1-8b", "--context", "8", "--device", "h100", "--timing",
-                         "measured", "--tp", "2")
-    assert code != 0 and one_error(err, "collectives of a layout are not looked up")
-
-
 def test_decode_estimate_is_the_tables_latency_of_each_shape(capsys):
     """llama-3.1-8b (32 layers; d 4096, 32 heads, 8 KV heads of 128, FFN 14336), one sequence over
     8192 cached tokens, H100 vLLM 0.24.0: read the raw tables here and rebuild two terms' estimates."""

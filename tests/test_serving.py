@@ -215,3 +215,19 @@ def test_measured_timing_adds_the_shares_estimates():
     assert row["tpot_s"] == pytest.approx(gen["tpot_s"], rel=1e-9)
     floor = _rows(_query(), serving.Shape(2048, 65), [1])[0]
     assert row["ttft_s"] >= floor["ttft_s"] and row["tpot_s"] > floor["tpot_s"]
+
+
+def test_measured_timing_under_a_layout_is_the_generations_on_that_layout():
+    """--timing measured on --tp 2: one request's decode iterations are the tp2 generation's looked-up decode
+    steps (one device's kernels and its collectives from the communication tables), at or above the floor."""
+    pytest.importorskip("aiconfigurator_core")
+    from costcalc.measured import timing
+
+    machine = Machine(devices.load("h200"), timing=timing("h200", None, None))
+    spec = presets.load(DENSE)
+    row = _rows(Query(spec, "decode", Options(tp=2), Precision(), machine), serving.Shape(2048, 65), [1])[0]
+    gen = as_rows(calc.generation(Query(spec, "generate", Options(tp=2), Precision(), machine), [1], [2048], [65]))
+    assert row["tpot_s"] == pytest.approx(gen[-1]["tpot_s"], rel=1e-9)
+    floor = _rows(Query(spec, "decode", Options(tp=2), Precision(), Machine(devices.load("h200"))),
+                  serving.Shape(2048, 65), [1])[0]
+    assert row["tpot_s"] >= floor["tpot_s"] and row["ttft_s"] >= floor["ttft_s"]

@@ -72,10 +72,17 @@ class ExactPrinter(PythonCodePrinter):
         return f"{self.parenthesize(base, 100)}**{int(exp)}"
 
     def _print_Min(self, expr) -> str:
-        return "_min(" + ", ".join(self._print(a) for a in expr.args) + ")"
+        return "_min(" + ", ".join(self._argument(a) for a in expr.args) + ")"
 
     def _print_Max(self, expr) -> str:
-        return "_max(" + ", ".join(self._print(a) for a in expr.args) + ")"
+        return "_max(" + ", ".join(self._argument(a) for a in expr.args) + ")"
+
+    def _argument(self, expr) -> str:
+        """An argument of Min or Max: as ``exact`` prints a term where it holds a fraction (DeepSeek-V4's
+        csa keys read in a prefill, R_c f (f - 1) / 2: integer-valued, not integer-coefficient), else as is."""
+        if any(not r.is_Integer for r in expr.atoms(sp.Rational)):
+            return self.exact(expr)
+        return self._print(expr)
 
     def _print_Cached(self, expr) -> str:
         return f"_min({self._print(expr.args[0])}, 1)"

@@ -4,7 +4,7 @@ device is ``costcalc.parallel``'s (docs/cost-model.md, "Tensor and expert parall
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Optional
 
 from .errors import CostcalcError
 from .spec import Group, ModelSpec
@@ -13,7 +13,18 @@ from .stages import partition
 # The compiled workloads a layout is modelled for (generate: its two phases).
 WORKLOADS = ("prefill", "cached_prefill", "decode", "decode_phase")
 ATTENTIONS = ("gqa", "window", "chunk", "mla")   # split by heads; the others are refused by name
-SPLIT = ("h_q", "m", "m_s", "V")                  # sizes divided by tp (the expert width m_e without ep)
+# The mixers split by heads or channels under inference's tensor parallelism (vLLM's model files; the table
+# in docs/cost-model.md, "Tensor and expert parallelism"), and a layer without attention (``none``).
+MIXERS = ("gdn", "kda", "mamba1", "mamba2", "lightning", "shortconv")
+# DeepSeek-V4's blocks (vllm/model_executor/models/deepseek_v4.py, ``DeepseekV4Attention``): wq_b column-parallel
+# (h_q / tp heads), the grouped wo_a over o_groups / tp groups, wo_b row-parallel; the rest replicated.
+V4 = ("swa", "hca", "csa")
+SPLIT = ("h_q", "m", "m_s", "h_lk", "h_lv", "h_m", "d_in", "G_o")   # sizes divided by tp (m_e without ep; V: ``vocab``)
+# vLLM's vocabulary-parallel embedding and LM head (vllm/model_executor/layers/vocab_parallel_embedding.py):
+# ``pad_vocab_size`` rounds V up to a multiple of DEFAULT_VOCAB_PADDING_SIZE = 64, and each of tp devices
+# holds and runs padded / tp rows (``divide`` asserts they divide). vLLM pads at tp 1 too; costcalc keeps one
+# device's numbers exact to the model (V) and pads only under a layout.
+VOCAB_PADDING = 64
 
 
 @dataclass(frozen=True)
@@ -103,8 +114,31 @@ def check(query: Any) -> None:
         raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
+    check_vocab(spec, layout)
+    if layout.sp and spec.has_mixers:
+        raise CostcalcError(f"{flag}: --sp with {spec.name}'s mixer layers is not modelled (their convolution and "
+                            f"scan run over the whole sequence; the mixers' own all-reduces are not sequence-split)")
     if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
         raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
+
+
+def padded(vocab: int, padding: int = VOCAB_PADDING) -> int:
+    """vLLM's ``pad_vocab_size``: the vocabulary rounded up to a multiple of ``padding``."""
+    return -(-vocab // padding) * padding
+
+
+def vocab(spec: ModelSpec, layout: Layout) -> int:
+    """The vocabulary rows one device holds and runs: V on one device, padded(V) / tp under tensor
+    parallelism (vLLM's ``VocabParallelEmbedding`` and ``ParallelLMHead``)."""
+    return spec.sizes["V"] if layout.tp == 1 else padded(spec.sizes["V"]) // layout.tp
+
+
+def check_vocab(spec: ModelSpec, layout: Layout) -> None:
+    """The padded vocabulary divides by tp (vLLM's ``divide`` asserts it)."""
+    if layout.tp > 1 and padded(spec.sizes["V"]) % layout.tp:
+        raise CostcalcError(f"--tp {layout.tp}: {spec.name}'s vocabulary V {spec.sizes['V']}, padded to "
+                            f"{padded(spec.sizes['V'])} (a multiple of {VOCAB_PADDING}, as vLLM pads it), does not "
+                            f"divide by {layout.tp}")
 
 
 def _check_pipeline(query: Any, layout: Layout, flag: str) -> None:
@@ -125,23 +159,40 @@ def _check_train(query: Any, flag: str) -> None:
                                 f"gradients accumulate whole over the micro-batches; DeepSpeed's pipeline engine "
                                 f"takes ZeRO 0 or 1 only): use --zero 0 or 1")
     for group in spec.groups:
-        _check_group(spec, group, layout, flag)
+        _check_group(spec, group, layout, flag, train=True)
+    if "V" in spec.sizes and spec.sizes["V"] % layout.tp:
+        raise CostcalcError(f"--tp {layout.tp}: {spec.name}'s vocabulary V {spec.sizes['V']} does not divide by "
+                            f"{layout.tp} (Megatron pads it to a multiple of 128 tp for training: not modelled)")
     if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
         raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
 
 
-def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str) -> None:
+def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str, train: bool = False) -> None:
+    """One layer group under a layout: a block kind modelled (a training step: softmax attention and the
+    FFNs only) and every split size dividing."""
     block, sizes, tp = group.block, group.sizes, layout.tp
     name = spec.name
-    if (block.attention not in ATTENTIONS or block.sparse or block.beside or block.mtp
+    kinds = ATTENTIONS if train else ATTENTIONS + MIXERS + V4 + ("none",)
+    beside = block.beside and (train or block.beside not in MIXERS)
+    if (block.attention not in kinds or (block.sparse and train) or beside or block.mtp
             or (block.ffn not in ("dense", "mlp", "moe", "none"))):
-        raise CostcalcError(f"{flag}: {name}'s {block.key} layers are not modelled under parallelism yet "
-                            f"(softmax attention {', '.join(ATTENTIONS)} without an indexer or a mixer, "
-                            f"dense, MLP or MoE FFNs)")
+        what = ("softmax attention gqa, window, chunk, mla without an indexer or a mixer, dense, MLP or MoE FFNs"
+                if train else f"softmax attention {', '.join(ATTENTIONS)} (mla: with or without DeepSeek's indexer), "
+                f"DeepSeek-V4's {', '.join(V4)}, the mixers {', '.join(MIXERS)}, none; dense, MLP or MoE FFNs")
+        raise CostcalcError(f"{flag}: {name}'s {block.key} layers are not modelled under parallelism"
+                            f"{' for a training step' if train else ''} yet ({what})")
     for key, what in (("h_q", "query head count h_q"), ("m", "FFN width m"), ("m_s", "shared expert width m_s"),
-                      ("V", "vocabulary V (vLLM pads it to a multiple of 64 tp: not modelled)")):
+                      ("h_lk", "linear-attention key head count h_lk"),
+                      ("h_lv", "linear-attention value head count h_lv"), ("h_m", "Mamba-2 head count h_m"),
+                      ("d_in", "Mamba inner width d_in"), ("G_o", "output-projection group count G_o")):
         if key in sizes and sizes[key] % tp:
             raise CostcalcError(f"--tp {tp}: {name}'s {what} {sizes[key]} does not divide by {tp}")
+    if block.mixer == "shortconv" and sizes["d"] % tp:
+        raise CostcalcError(f"--tp {tp}: {name}'s short-convolution channels d {sizes['d']} do not divide by {tp}")
+    if "G" in sizes and sizes["G"] % tp and sizes["G"] != 1:
+        raise CostcalcError(f"--tp {tp}: {name}'s {sizes['G']} Mamba-2 groups do not divide by {tp} and are not "
+                            f"1 (vLLM's MambaMixer2 replicates a single group on every device, else asserts "
+                            f"n_groups % tp == 0)")
     if "h_kv" in sizes:
         h_kv = sizes["h_kv"]
         if h_kv >= tp and h_kv % tp:
@@ -157,15 +208,25 @@ def _check_group(spec: ModelSpec, group: Group, layout: Layout, flag: str) -> No
                                 f"(experts split by tensor parallelism without --ep)")
 
 
-def shard(group: Group, layout: Layout) -> Group:
+def shard(group: Group, layout: Layout, rows: Optional[int] = None) -> Group:
     """A layer group at one device's sizes: every size in ``SPLIT`` divided by tp, the KV heads
-    by tp or one a device where h_kv < tp (replicated), the expert width by tp without ep."""
+    by tp or one a device where h_kv < tp (replicated), Mamba-2's groups G by tp or the one group on
+    every device (G = 1: vLLM's ``MambaMixer2`` replicates it), a short convolution's channels d_c = d / tp
+    (vLLM's ``ShortConv``: in_proj, conv column-parallel, out_proj row-parallel), the expert width by tp
+    without ep, and
+    the vocabulary ``rows`` (default V / tp, a training step's: Megatron's split of a V that divides;
+    inference passes ``vocab``'s padded rows)."""
     tp, sizes = layout.tp, dict(group.sizes)
     for key in SPLIT:
         if key in sizes:
             sizes[key] //= tp
-    if "h_kv" in sizes:
-        sizes["h_kv"] = max(sizes["h_kv"] // tp, 1)
+    if "V" in sizes:
+        sizes["V"] = sizes["V"] // tp if rows is None else rows
+    if group.block.mixer == "shortconv":      # its d channels (d_c), not the residual's d
+        sizes["d_c"] = sizes["d"] // tp
+    for key in ("h_kv", "G"):
+        if key in sizes:
+            sizes[key] = max(sizes[key] // tp, 1)
     if "m_e" in sizes and layout.ep == 1:
         sizes["m_e"] //= tp
     return Group(group.count, group.block, sizes)
@@ -173,17 +234,21 @@ def shard(group: Group, layout: Layout) -> Group:
 
 def device_spec(spec: ModelSpec, layout: Layout) -> ModelSpec:
     """The model at one tensor-parallel device's sizes: every layer group ``shard``-ed and the
-    vocabulary divided by tp (vLLM's vocabulary-parallel embedding and LM head), so a recipe or a
+    vocabulary padded and divided by tp (``vocab``: vLLM's vocabulary-parallel embedding and LM head), so a recipe or a
     weight plan evaluated on it gives one device's FLOPs, bytes and matrices. What no size holds is
     the consumer's: under expert parallelism a device runs 1/ep of the routed experts' work and holds
     E/ep experts (the router stays whole: replicated); a stage of a pipeline holds its layers only
     (``costcalc.stages``)."""
     if layout.tp == 1:
         return spec
-    sizes = dict(spec.sizes)
-    sizes["V"] //= layout.tp
-    return replace(spec, sizes=sizes, groups=tuple(shard(g, layout) for g in spec.groups))
+    rows = vocab(spec, layout)
+    return replace(spec, sizes={**spec.sizes, "V": rows}, groups=tuple(shard(g, layout, rows) for g in spec.groups))
 
 
 def kv_replicated(spec: ModelSpec, layout: Layout) -> bool:
     return any("h_kv" in g.sizes and g.sizes["h_kv"] < layout.tp for g in spec.groups)
+
+
+def groups_replicated(spec: ModelSpec, layout: Layout) -> bool:
+    """Whether a Mamba-2 layer's single group (G = 1) is held whole by every tensor-parallel device."""
+    return any("G" in g.sizes and g.sizes["G"] < layout.tp for g in spec.groups)

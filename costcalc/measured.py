@@ -27,9 +27,12 @@ one's latency is scaled in proportion (``m`` twice the largest: twice its time),
 ``measured_coverage`` names each such operator and size. The norms, residual adds, activations and
 embedding gather, which costcalc counts no FLOPs for, are aiconfigurator's mem ops (``Timing.mem_ops``:
 its model files' op list, its ``query_mem_op`` formula and system constants), added to the estimate as
-``mem_ops_time_s``. An operator the tables do not hold (MoE experts, MLA, windows the positions pass,
-state-space mixers, a cached prefill's attention,
-a decode phase of more than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
+``mem_ops_time_s``. An operator the tables do not hold (windows the positions pass, state-space mixers, a
+cached prefill's attention, a decode phase of more than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its
+roofline floor, and ``measured_coverage`` names it.
+A MoE layer's routed experts (the fused-MoE kernel), DeepSeek-V3-shaped MLA (vLLM's attention module;
+the other engines' MLA kernels and absorbed products), DeepSeek-V3.2's sparse MLA (vLLM's DSA module) and Gated DeltaNet's scan and convolution are looked
+up by ``measured_fused``.
 An estimate below the floor (interpolation between two points can dip under it) is raised to the floor.
 On a layout (``--tp/--ep/--pp/--dp``) each device's operators are looked up at its shard's shapes and each
 collective in the NCCL and custom all-reduce tables (``costcalc.measured_comm``).

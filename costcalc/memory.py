@@ -43,7 +43,7 @@ from typing import Any, Iterator, Optional
 
 from .errors import CostcalcError
 from .evaluate import Options, Query, positive
-from .layout import Layout, _check_group, device_spec
+from .layout import Layout, _check_group, check_vocab, device_spec
 from .ranges import MAX_VALUE
 from .spec import ModelSpec
 from .stages import partition, stages
@@ -178,6 +178,7 @@ def answer(query: Query, batch: int, context: int, reserve: float = DEFAULT_RESE
         row = {"preset": spec.name, "device": device.name, "layout": layout.label, "devices": layout.devices,
                "batch": batch, "context": context, **labels, **dtypes,
                "weight_bytes_per_device": top["weight_bytes"], "kv_cache_bytes_per_device": top["kv_cache_bytes"],
+               **({"state_bytes_per_device": top.get("state_bytes", 0)} if spec.has_mixers else {}),
                "total_bytes_per_device": top["total_bytes"], "device_bytes": device.mem_bytes,
                "usable_bytes": usable, "fits": all(st["total_bytes"] <= usable for st in stages_),
                "max_batch": min(st["max_batch"] for st in stages_) * layout.dp,
@@ -227,8 +228,7 @@ def check(spec: ModelSpec, layout: Layout, options: Options, batch: Optional[int
         raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
-    if spec["V"] % layout.tp:
-        raise CostcalcError(f"--tp {layout.tp}: {spec.name}'s vocabulary V {spec['V']} does not divide by {layout.tp}")
+    check_vocab(spec, layout)
     if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
         raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
     partition(sum(g.count for g in spec.groups), layout.pp)

@@ -113,7 +113,8 @@ COMPUTE_BOUND = ("compute_bound = compute_bound_batch: the first whole batch at 
                  "FLOPs / peak past its bytes / bandwidth (exact: compute_bound_batch_exact, the rational batch where "
                  "they are equal; per term <term>_compute_bound_batch; never: memory-bound at every batch).")
 MEASURED = ("timing measured: time = each operator's latency at its shape in aiconfigurator-core's measured kernel "
-            "tables for this device and engine version (plain GEMMs and GQA attention; the rest at its roofline "
+            "tables for this device and engine version (plain GEMMs, GQA attention, fused MoE experts, DeepSeek-V3-"
+            "shaped MLA and DSA, Gated DeltaNet; the rest at its roofline "
             "time, and shapes outside the tables, named in measured_coverage); floor = the roofline time above; "
             "efficiency = floor / time (docs/cost-model.md, Measured time).")
 MEASURED_COMM = ("timing measured on a layout: each device's operators are looked up at its shard's shapes and "

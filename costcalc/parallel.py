@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 from . import collectives as links_model, pipeline
 from .errors import CostcalcError
 from .evaluate import Options, Query, Recipe, _group_columns, add
-from .layout import device_spec, kv_replicated, shard
+from .layout import MIXERS, device_spec, groups_replicated, kv_replicated, padded, shard, vocab
 from .spec import ModelSpec
 from .stages import stages
 from .vocab import TERMS, Logits, Overlap
@@ -54,9 +54,11 @@ def operator_columns(query: Query, point: dict[str, Sequence[int]], n: int,
     runs = expert_share(layout).runs
     if sharded:
         point = replica(point, layout)
+    # inference's vocabulary rows are vLLM's padded ones; a training step's Megatron's V / tp (check_train)
+    rows = None if query.workload.name == "train" else vocab(query.spec, layout)
     out: dict[str, list] = {}
     for group, recipe in query.recipes():
-        own = shard(group, layout) if sharded else group
+        own = shard(group, layout, rows) if sharded else group
         got = _group_columns(query, (own, recipe), point, n, list(recipe.operators))
         for op, column in got.items():
             if sharded and runs > 1 and op.startswith("experts."):
@@ -148,17 +150,20 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
     d = spec.sizes["d"]
     out: list[Collective] = []
     if layout.tp > 1:
-        attention = sum(g.count for g in spec.groups if g.block.attention)
+        attention = sum(g.count for g in spec.groups if g.block.attention not in MIXERS + ("none",))
+        mixer = sum(g.count for g in spec.groups if g.block.mixer)
         ffn = sum(g.count for g in spec.groups if g.block.ffn != "none")
         if layout.sp and tokens % layout.tp:
             plural = "s" * (tokens != 1)
             raise CostcalcError(f"--sp: a forward of {tokens} token{plural} does not divide by --tp {layout.tp} "
                                 f"(sequence parallel splits every forward's tokens evenly over the tensor-parallel "
                                 f"devices)")
-        for where, layers in (("embedding", 1), ("o_proj", attention), ("ffn down_proj", ffn)):
+        for where, layers in (("embedding", 1), ("o_proj", attention), ("mixer out_proj", mixer),
+                              ("ffn down_proj", ffn)):
             out += _tp_reduce(layout, where, steps * layers, tokens * d * a)
-        if rows:
-            out.append(Collective("all_gather", "lm_head", steps, rows * spec.sizes["V"] * a, layout.tp))
+        out += mixer_reduces(spec, layout, steps, tokens)
+        if rows:   # the padded rows' logits are gathered too, then cut off (vLLM's LogitsProcessor)
+            out.append(Collective("all_gather", "lm_head", steps, rows * padded(spec.sizes["V"]) * a, layout.tp))
     if layout.ep > 1:
         moe = [g for g in spec.groups if g.block.ffn == "moe"]
         share = -(-tokens // layout.tp)
@@ -167,6 +172,47 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
                 layers = sum(g.count for g in moe if g.sizes["k"] == k)
                 out.append(Collective("all_to_all", f"experts {where}", steps * layers, share * k * d * a, layout.ep))
     return [c for c in out if c.count]
+
+
+NORM_BITS = 32   # a norm's partial sums, reduced in fp32 (vLLM's Mixer2RMSNormGated, MiniMaxText01RMSNormTP)
+
+
+def mixer_reduces(spec: ModelSpec, layout: Any, steps: int, tokens: int) -> list[Collective]:
+    """The all-reduces a mixer runs beside its out_proj's, per layer of a forward of ``tokens`` tokens
+    (vLLM's model files, docs/cost-model.md's table):
+
+    - mamba1: ``x_proj`` is a ``RowParallelLinear`` (d_in / tp -> r_dt + 2 N_s: vllm/model_executor/layers/
+      mamba/mamba_mixer.py, ``MambaMixer``): its partial dt, B and C summed, tokens x (r_dt + 2 N_s) in bf16;
+    - mamba2 with one group (G = 1): ``Mixer2RMSNormGated`` normalises over the whole inner width, so each
+      device's sum of squares is all-reduced, one fp32 a token (mamba_mixer2.py; with G divided by tp
+      each device normalises its own groups: none);
+    - lightning: ``MiniMaxText01RMSNormTP`` all-reduces each token's variance, one fp32 a token
+      (vllm/model_executor/layers/mamba/linear_attn.py)."""
+    found: dict[tuple[str, int], int] = {}
+    for g in spec.groups:
+        mixer, where, message = g.block.mixer, "", 0
+        if mixer == "mamba1":
+            where, message = "mamba1 x_proj", tokens * (g.sizes["r_dt"] + 2 * g.sizes["N_s"]) * ACT_BITS // 8
+        elif mixer == "mamba2" and g.sizes["G"] == 1:
+            where, message = "mamba2 gated norm", tokens * NORM_BITS // 8
+        elif mixer == "lightning":
+            where, message = "lightning norm", tokens * NORM_BITS // 8
+        if where:
+            found[(where, message)] = found.get((where, message), 0) + g.count
+    return [Collective("all_reduce", where, steps * layers, message, layout.tp)
+            for (where, message), layers in found.items()]
+
+
+def replicated_name(op: str, spec: ModelSpec, layout: Any) -> str:
+    """An operator run beyond the model's count, named with why where a size decides it: KV heads or a
+    Mamba-2 group held by several devices, the vocabulary's padded rows."""
+    if op in ("k_proj", "v_proj") and kv_replicated(spec, layout):
+        return f"{op} (KV heads replicated: h_kv < tp)"
+    if op in ("in_proj", "conv") and groups_replicated(spec, layout):
+        return f"{op} (groups replicated: G < tp)"
+    if op == "lm_head" and padded(spec.sizes["V"]) != spec.sizes["V"]:
+        return f"lm_head (vocabulary padded to {padded(spec.sizes['V'])})"
+    return op
 
 
 def ranks(collective: Collective, layout: Any) -> int:
@@ -206,9 +252,7 @@ def columns(query: Query, point: dict[str, Sequence[int]], n: int) -> dict[str, 
         extra = {op: device[op][i] * layout.devices - whole[op][i] for op in whole}
         out["flops_per_device"].append(number(sum(device[op][i] for op in device)))
         out["replicated_flops"].append(number(sum(extra.values())))
-        named = [op for op, v in extra.items() if v]
-        if kv_replicated(query.spec, layout):
-            named = [f"{op} (KV heads replicated: h_kv < tp)" if op in ("k_proj", "v_proj") else op for op in named]
+        named = [replicated_name(op, query.spec, layout) for op, v in extra.items() if v]
         out["replicated"].append(", ".join(named) or "none")
         found.append(collectives(query, {k: int(v[i]) for k, v in point.items()}))
         out["comm_bytes_per_device"].append(sum(c.count * c.bytes for c in found[-1]))
@@ -588,7 +632,8 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
         row = {"layout": layout.label, "devices": layout.devices, "micro_batches": m, "bubble": bubble,
                "stage_layers": [sum(g.count for g in s.spec.groups) for s in parts], "stage_flops": flops,
                "flops_per_device": max(flops), "replicated_flops": number(sum(extra.values())),
-               "replicated": ", ".join(op for op, v in extra.items() if v) or "none",
+               "replicated": ", ".join(replicated_name(op, query.spec, layout) for op, v in extra.items() if v)
+               or "none",
                "comm_bytes_per_device": max(comm), "collectives": listed}
         if query.traffic:
             row["stage_bytes"] = [m * got["total_bytes"] for got in moved]

@@ -301,12 +301,107 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
     timing = machine.timing if machine is not None else None   # --timing measured: the tables' times beside
     estimate, term_estimate, notes = 0.0, {t.name: 0.0 for t in TERMS}, {}
 
+    def phases(group: Group) -> Optional[list[tuple[str, int]]]:
+        """--timing measured, MLA: the (phase, length) of each forward a point runs (a decode phase: one a
+        step); None where the tables hold no such forward (a cached chunk) or costcalc's MLA form is not the
+        engine's for that phase (measured_fused.MLA_FORMS)."""
+        kind, n = wl.traffic, values.get("N", 0) - 1
+        if kind == "0,S":
+            out = [("context", values["S"])]
+        elif kind == "T,1":
+            out = [("generation", values["T"] + 1)]
+        elif kind == "steps" and 1 <= n <= MAX_LOOKED_UP_STEPS:
+            out = [("generation", keys) for keys in range(values["S"] + 1, values["S"] + values["N"])]
+        else:
+            return None
+        block = group.block
+        if block.v4 or block.mixer or not fused.mla_shape(group.sizes, block.sparse) or not block.q_lora \
+                or query.form.value != fused.MLA_FORMS[out[0][0]]:
+            return None
+        return out
+
+    def mla_kernels(index: int, group: Group, op: str) -> tuple[Optional[float], str]:
+        """--timing measured: MLA's attention kernel (context or generation) or an absorbed per-head product
+        (q_absorb, v_absorb: one a token and head), all its layers, from the engine's kernel tables."""
+        runs = phases(group)
+        if runs is None or group.block.sparse:      # the kernel tables are dense MLA's
+            return None, "no table for this MLA"
+        total, said = 0.0, []
+        for phase, length in runs:
+            if op == "attention":
+                got, note = fused.mla_attention(timing, phase, values["B"], length, group.sizes["h_q"],
+                                                precision.kv.value)
+            else:
+                got, note = fused.mla_bmm(timing, op, values["B"], group.sizes["h_q"],
+                                          plan.groups[index][weights.SLICES[op]][3].name)
+            if got is None:
+                return None, note
+            total, said = total + got, said + [note]
+        return total * group.count, "; ".join(dict.fromkeys(filter(None, said)))
+
+    def gdn_kernels(group: Group, op: str) -> tuple[Optional[float], str]:
+        """--timing measured: a Gated DeltaNet layer's scan or convolution, all its layers: an uncached prompt
+        (the chunked kernels) or decode steps (the recurrent ones), from the engine's GDN table."""
+        kind, sizes = wl.traffic, group.sizes
+        if kind == "0,S":
+            phase, length, times = "context", values["S"], 1
+        elif kind in ("T,1", "steps"):
+            phase, length, times = "generation", 1, values["N"] - 1 if kind == "steps" else 1
+        else:
+            return None, f"no Gated DeltaNet table for {wl.name}"
+        if times < 1:
+            return None, "no decode step"
+        shape = (sizes["h_lk"], sizes["d_lk"], sizes["h_lv"], sizes["d_lv"], sizes["K_c"])
+        got, note = fused.gdn(timing, op, phase, values["B"], length, shape)
+        return (None if got is None else got * group.count * times), note
+
+    def together(index: int, group: Group) -> list[dict]:
+        """--timing measured: the lookups of one group that stand for several operators at once -- a MoE
+        layer's fused experts kernel, vLLM's whole MLA module -- each {ops, got, note, label}; a lookup the
+        tables do not hold is left out (its operators are looked up one by one, or keep their floor)."""
+        out, block, sizes, own = [], group.block, group.sizes, plan.groups[index]
+        kind, steps = wl.traffic, values["N"] - 1 if wl.traffic == "steps" else 1
+        experts = fused.PLAIN_MOE_OPS if block.plain else fused.MOE_OPS
+        if block.ffn == "moe" and all(op in own for op in experts) and kind in ("0,S", "T,1", "T,C", "steps") \
+                and steps >= 1 and share.ep == 1:       # expert parallelism: not looked up (the floor)
+            fmt = {own[op][3].name for op in experts}
+            if len(fmt) == 1:
+                got, note = fused.moe(timing, routed, (sizes["d"], sizes["m_e"], sizes["k"], sizes["E"]), fmt.pop(),
+                                      gated=not block.plain)
+                if got is not None:
+                    out.append({"ops": experts, "got": got * group.count * steps, "note": note,
+                                "label": "experts (fused MoE)"})
+        runs = phases(group) if block.attention == "mla" and timing.engine == "vllm" else None
+        if runs is not None:
+            ops = [op for op in fused.MLA_MODULE_OPS if op in own or op in weights.SLICES or op == "attention"]
+            formats = {own[op][3].name for op in ops if op in own}      # the MLA projections' (not the indexer's)
+            ops += list(fused.INDEXER_OPS) if block.sparse else []
+            if len(formats) == 1:
+                gemm, total, said = formats.pop(), 0.0, []
+                for phase, length in runs:
+                    got, note = fused.mla_module(timing, phase, values["B"], length, sizes["h_q"],
+                                                 precision.kv.value, gemm, sparse=block.sparse)
+                    if got is None:
+                        break
+                    total, said = total + got, said + [note]
+                else:
+                    out.append({"ops": tuple(ops), "got": total * group.count,
+                                "note": "; ".join(dict.fromkeys(filter(None, said))),
+                                "label": "DSA module" if block.sparse else "MLA module"})
+        return out
+
     def looked_up(index: int, group: Group, op: str, flops) -> tuple[Optional[float], str]:
         """``--timing measured``: the seconds the tables give operator ``op`` of ``group`` (all its layers)
         at this point, and a note; None (and why) where no table holds it (it keeps its floor). A plain
         GEMM is a projection of one matrix (not a routed expert, not an absorbed MLA slice) whose FLOPs are
         2 m fan_in fan_out a layer for a whole m; GQA attention without a window, at the heads it has."""
         kind, steps = wl.traffic, values["N"] - 1 if wl.traffic == "steps" else 1   # a decode phase: N-1 steps
+        if op in ("scan", "conv") and group.block.mixer == "gdn" and not group.block.beside:
+            return gdn_kernels(group, op)
+        if op == "attention" and group.block.attention == "mla":
+            return mla_kernels(index, group, op)
+        if op in weights.SLICES and group.block.attention == "mla":
+            return mla_kernels(index, group, op)
         if op == "attention":
             block, sizes = group.block, group.sizes
             if block.attention not in ("gqa", "window") or block.dv or block.sparse or block.v4 or block.mixer:
@@ -345,8 +440,14 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             return None, "not a plain GEMM"
         got, note = timing.gemm(rows, fan_out, fan_in, fmt.name, precision.act.value)
         return (None if got is None else got * layers * steps), note
+    if timing is not None:
+        from . import measured_fused as fused
     for index, ((group, recipe), (_, flops_recipe)) in enumerate(zip(query.recipes("bytes"), query.recipes())):
         base = {**group.numbers(), **query.options.values(), **values}
+        sets = together(index, group) if timing is not None else []
+        set_of = {op: s for s in sets for op in s["ops"]}     # op -> the lookup standing for it
+        for s in sets:
+            s["floors"] = {}
         elements = recipe.evaluate(base)
         operators = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in elements))   # in order: float sums repeat
         flops = flops_recipe.evaluate(base, operators)
@@ -389,7 +490,9 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             term_times[term][0] += t_c
             term_times[term][1] += t_m
             term_times[term][2] += max(t_c, t_m)
-            if timing is not None:
+            if timing is not None and op in set_of:      # shared below, once the group's floors are known
+                set_of[op]["floors"][op] = (term, max(t_c, t_m))
+            elif timing is not None:
                 got, note = looked_up(index, group, op, ran)
                 if got is None and (ran or moved):
                     notes.setdefault(op, "floor")
@@ -401,6 +504,14 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             if per_operator:
                 for key, t in (("compute_s", t_c), ("memory_s", t_m), ("time_s", max(t_c, t_m))):
                     mine[key] = mine.get(key, 0.0) + t
+        for s in sets:      # a lookup for several operators: shared in proportion to their floors
+            floor = sum(f for _, f in s["floors"].values())
+            for op, (term, f) in s["floors"].items():
+                est = max(s["got"] * f / floor if floor else 0.0, f)
+                estimate += est
+                term_estimate[term] += est
+            if s["note"] and s["floors"]:
+                notes[s["label"]] = s["note"]
     out: dict[str, Any] = {f"{kind}_bytes": _whole(kinds[kind]) for kind in traffic_kinds(query.spec)}
     out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in traffic_kinds(query.spec))
     out.update({f"{t}_bytes": _whole(moved) for t, moved in term_bytes.items() if moved})

@@ -53,8 +53,11 @@ class Group:
         return self.block.key
 
     def numbers(self) -> dict[str, int]:
-        """Symbol values for this group's formulas: its sizes, L = its layer count, d_q, d_kv."""
+        """Symbol values for this group's formulas: its sizes, L = its layer count, d_q, d_kv; a short
+        convolution's channels d_c (the model width d unless a layout's ``shard`` gave its d / tp)."""
         out = {**self.sizes, "L": self.count}
+        if self.block.mixer == "shortconv":
+            out.setdefault("d_c", out["d"])
         return {**out, **vocab.derived(out)}
 
 

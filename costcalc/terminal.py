@@ -101,12 +101,14 @@ _NARROWER = ("formula", "title", "stage_bytes", "stage_time_s", "V", "t_equal", 
              "tflops_per_s_full", "peak_fraction", "exact",
              *(f"{t.name}_compute_bound_batch{part}" for part in ("_exact", "") for t in TERMS),
              "compute_bound_batch_exact", "compute_bound_context", *(f"{t}_flops" for t in LINEAR_PARTS),
+             *(f"{t.name}_flops" for t in TERMS if not t.linear and t.name not in ("attention", "lm_head")),
              "rule_6p_flops", "lm_head_flops",
              *(f"{t.name}{part}" for part in ("_bytes", "_time_s", "_bound") for t in TERMS),
              "kv_write_bytes", "state_write_bytes", "activation_bytes", "compute_time_s", "memory_time_s", "comm_time_s", "comm_floor_time_s", "comm_efficiency", "intensity",
-             "constants", "shares", "weight_bytes", "linear_flops",
+             "constants", "collectives", "links", "replicated", "comm_bytes_per_device", "kv_read_bytes_per_device",
+             "weight_bytes_per_device", "total_bytes_per_device", "shares", "weight_bytes", "linear_flops",
              "total_flops_per_token", "tile", "mla", "scan", "logits", "attention_flops", "kv_read_bytes", "tokens_per_s",
-             "state_read_bytes", "weight_dtype", "weight_dtype_source", "kv_dtype", "state_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident",
+             "state_read_bytes", "weight_dtype", "weight_dtype_source", "kv_dtype", "state_dtype", "act_dtype", "group_size", "routing", "weight_bytes_resident", "bound",
              "context", "batch")
 # The workloads' inputs (batch, seq, context, ...): dropped only when constant.
 _AXES = tuple(dict.fromkeys(i.column for w in WORKLOADS.values() for i in w.inputs))

@@ -64,6 +64,7 @@ MODEL = (
 DERIVED = (
     Name("d_q", "d_q", "query width h_q*d_h"),
     Name("d_kv", "d_kv", "K (or V) width h_kv*d_h"),
+    Name("d_c", "d_c", "short-convolution channels: the model width d (one device's d / tp under a layout)"),
 )
 
 WORKLOAD = (

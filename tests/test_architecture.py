@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "costcalc"
 LAYERS = (
     ("names", ("errors", "vocab", "blocks", "symbols", "units", "notes", "roots", "ranges", "jsonfile", "outputs",
                "rows", "printable", "weights", "collectives", "pipeline")),
-    ("models", ("spec", "presets", "devices", "measured", "measured_comm", "layout", "stages", "hf", "hf.*")),
+    ("models", ("spec", "presets", "devices", "measured", "measured_fused", "measured_comm", "layout", "stages", "hf",
+                "hf.*")),
     ("core", ("core", "core.*", "formulas", "codegen", "compiled", "cachefile", "grammar")),
     ("evaluation", ("evaluate",)),
     ("calculator", ("params", "roofline", "memory", "fitting", "crossover", "composites", "parallel", "training",

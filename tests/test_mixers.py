@@ -13,7 +13,7 @@ from costcalc.devices import load as device
 from costcalc.spec import from_dict
 from named import traffic, workloads
 
-SIZES = dict(L=3, d=64, V=100, h_q=4, h_kv=2, d_h=16, d_q=64, d_kv=32, m=96, E=4, k=2, m_e=32,
+SIZES = dict(L=3, d=64, d_c=64, V=100, h_q=4, h_kv=2, d_h=16, d_q=64, d_kv=32, m=96, E=4, k=2, m_e=32,
              h_lk=2, h_lv=4, d_lk=8, d_lv=12, h_m=8, d_m=16, G=2, N_s=16, d_in=128, r_dt=4, K_c=4, Q_c=32)
 BLOCKS = [f"{m}.dense" for m in MIXERS] + ["gqa+mamba2.dense", "mamba2.none", "none.moe", "gqa-gated.moe"]
 

@@ -267,3 +267,15 @@ def test_markdown_of_one_wide_row_is_a_field_per_row_and_escapes_pipes(tmp_path,
     rows = _pipe_rows(out)
     assert code == 0 and rows[0] == ["field", "value"]
     assert ["title", "a \\| b"] in rows and ["preset", "mine"] in rows
+
+
+@pytest.mark.parametrize("args", [["-p", "qwen3.5-397b-a17b", "--tp", "8", "--ep", "8"],
+                                  ["-p", "deepseek-v3.2", "--tp", "8", "--ep", "8"]])
+def test_a_generation_keeps_its_rates_in_an_80_column_table(args, capsys, monkeypatch):
+    """A hybrid or sparse model on a layout: the term columns and the layout's collectives give way, TTFT,
+    TPOT and the batch's tokens/s stay in the default table."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run(capsys, "generate", *args, "--prompt", "4k", "--new", "1k", "--device", "h200")
+    assert code == 0, err
+    head = next(line for line in out.splitlines() if line.startswith("phase"))
+    assert all(name in head.split() for name in ("ttft", "tpot", "tok/s")), head

@@ -38,10 +38,14 @@ def test_stage_flops_add_up_to_the_model_and_only_the_last_stage_runs_the_lm_hea
 def test_replicated_kv_heads_under_tp_are_named_with_a_pipeline():
     _, got = _columns("toy", "prefill", Options(tp=2, pp=2), {"B": 1, "S": 8})
     toy = presets.load("toy")
-    assert got["replicated"][0] == "k_proj, v_proj"      # 1 KV head on 2 devices
-    # each of 2 x 2 devices runs the whole k_proj and v_proj of its layer: 2 x (2 x 8 x d x h_kv d_h), 2 layers
+    # 1 KV head on 2 devices; toy's V = 6 padded to 64 rows as vLLM pads it (the last stage's LM head)
+    assert got["replicated"][0] == ("k_proj (KV heads replicated: h_kv < tp), v_proj (KV heads replicated: h_kv < tp), "
+                                    "lm_head (vocabulary padded to 64)")
+    # each of 2 x 2 devices runs the whole k_proj and v_proj of its layer: 2 x (2 x 8 x d x h_kv d_h), 2 layers;
+    # the LM head's 64 - 6 padded rows for the one logit row
     g = toy.groups[0].sizes
-    assert got["replicated_flops"][0] == (2 - 1) * 2 * 2 * (2 * 8 * g["d"] * g["h_kv"] * g["d_h"])
+    assert got["replicated_flops"][0] == (2 - 1) * 2 * 2 * (2 * 8 * g["d"] * g["h_kv"] * g["d_h"]) + \
+        2 * 1 * g["d"] * (64 - g["V"])
 
 
 def test_deepseek_v3_stages_follow_vllm_get_pp_indices():

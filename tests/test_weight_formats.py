@@ -534,4 +534,4 @@ def test_the_new_quantized_presets_answer_in_their_shipped_formats_and_say_so(ca
         assert row["weight_bytes_resident"] == _deepseek_v4_checkpoint(config)
         usable = devices.load("h200").mem_bytes * 9 / 10          # the default --reserve 0.1
         assert math.ceil(row["total_bytes"] / usable) == 2 and not row["fits"]
-        assert row["fits_on"] is None      # its layers are not modelled under a layout: none is searched
+        assert row["fits_on"] == "tp2"     # two devices' memory: its heads and experts split over them

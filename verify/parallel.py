@@ -11,9 +11,11 @@ FlopCounterMode over DTensor counts the global FLOPs):
   its ``m / tp`` of every FFN; where ``h_kv < tp`` each rank keeps the one KV head its query heads
   read (vLLM's ``QKVParallelLinear`` replicates it on ``tp / h_kv`` ranks). The partial outputs of
   o_proj and down_proj are summed with ``dist.all_reduce``; the vocabulary-parallel logits are
-  gathered with ``all_gather_into_tensor``. The embedding is vocabulary-parallel (rank r holds rows
-  r V / tp .. (r+1) V / tp - 1, looks up the tokens there, zeros elsewhere) and its partial lookups
-  are summed with one all-reduce (vLLM's ``VocabParallelEmbedding``); the norms are whole on every rank.
+  gathered with ``all_gather_into_tensor`` (then cut back to V). The embedding is vocabulary-parallel:
+  the vocabulary padded to a multiple of 64 with zero rows as vLLM pads it (``layout.vocab``), rank r
+  holds rows r P .. (r+1) P - 1 of the P = padded / tp a rank, looks up the tokens there, zeros elsewhere,
+  and its partial lookups are summed with one all-reduce (vLLM's ``VocabParallelEmbedding``); the norms
+  are whole on every rank.
 - sequence parallel (``sp``, Korthikanti et al. 2022): each all-reduce is a ``reduce_scatter_tensor``
   (each rank keeps B n / tp tokens for the residual add and the norm) and an
   ``all_gather_into_tensor`` of the normed tokens before the next column-split projections (the
@@ -175,6 +177,13 @@ def _rows(weight: torch.Tensor, part: int, index: int) -> torch.Tensor:
     return weight[index * part:(index + 1) * part]
 
 
+def _vocab_rows(weight: torch.Tensor, part: int, index: int) -> torch.Tensor:
+    """Rank ``index``'s ``part`` rows of a vocabulary table padded with zero rows to ``part`` x tp (vLLM's
+    ``pad_vocab_size``: the padded rows hold no token and their logits are cut off)."""
+    rows = weight[index * part:(index + 1) * part]
+    return torch.cat([rows, rows.new_zeros(part - rows.shape[0], *rows.shape[1:])]) if rows.shape[0] < part else rows
+
+
 def _cols(weight: torch.Tensor, part: int, index: int) -> torch.Tensor:
     return weight[:, index * part:(index + 1) * part]
 
@@ -189,15 +198,15 @@ class ShardedDecoder(Decoder):
             super().__init__(local)
             self.to(dtype=full.lm_head.weight.dtype)
         self.to_empty(device=full.lm_head.weight.device)
-        self.layout, self.rank, self.recorder = layout, rank, None
+        self.layout, self.rank, self.recorder, self.vocab = layout, rank, None, spec["V"]
         r = rank
         with torch.no_grad():
-            self.embed.weight.copy_(_rows(full.embed.weight, self.c.V, r))   # vocabulary-parallel: V / tp rows
+            self.embed.weight.copy_(_vocab_rows(full.embed.weight, self.c.V, r))   # padded V / tp rows
             if full.position is not None:
                 self.position.weight.copy_(full.position.weight)
             if self.norm.weight is not None:
                 self.norm.weight.copy_(full.norm.weight)
-            self.lm_head.weight.copy_(_rows(full.lm_head.weight, self.c.V, r))
+            self.lm_head.weight.copy_(_vocab_rows(full.lm_head.weight, self.c.V, r))
             for mine, whole, lc, wc in zip(self.layers, full.layers, self.c.layers, full.c.layers):
                 for name in ("attn_norm", "ffn_norm"):
                     norm = getattr(mine, name)
@@ -325,11 +334,12 @@ class ShardedDecoder(Decoder):
         return self._gather_logits(part)
 
     def _gather_logits(self, part: torch.Tensor) -> torch.Tensor:
-        """The vocabulary-parallel logits gathered: [.., V / tp] on each rank -> [.., V]."""
+        """The vocabulary-parallel logits gathered: [.., padded V / tp] on each rank -> [.., padded V],
+        then the padded rows' cut off -> [.., V] (vLLM's ``LogitsProcessor``)."""
         lead, width = part.shape[:-1], part.shape[-1]
         flat = part.reshape(-1, width)
         got = self._all_gather(flat.T.contiguous(), "lm_head")            # [V, R]: ranks' rows stacked
-        return got.T.reshape(*lead, width * self.layout.tp)
+        return got.T.reshape(*lead, width * self.layout.tp)[..., :self.vocab]
 
     def _moe_forward(self, moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
         """The MoE FFN's partial output on this rank (summed over ranks by the FFN's all-reduce)."""

@@ -160,9 +160,10 @@ MIXER = {
     "lightning": (Projection("qkv_proj", "mixer_proj", s.d, 3 * s.d_q),
                   Projection("output_gate", "mixer_proj", s.d, s.d_q),
                   Projection("out_proj", "mixer_proj", s.d_q, s.d)),
-    # gated short convolution: B, C and x in one matrix, the output
-    "shortconv": (Projection("in_proj", "mixer_proj", s.d, 3 * s.d),
-                  Projection("out_proj", "mixer_proj", s.d, s.d)),
+    # gated short convolution: B, C and x in one matrix, the output; d_c = d channels (spec.Group.numbers),
+    # a name of its own so that a layout splits them apart from the residual's d
+    "shortconv": (Projection("in_proj", "mixer_proj", s.d, 3 * s.d_c),
+                  Projection("out_proj", "mixer_proj", s.d_c, s.d)),
 }
 
 DENSE_FFN = (

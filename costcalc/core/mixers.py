@@ -186,7 +186,7 @@ def conv_channels(mixer: str) -> sp.Expr:
             "kda": 2 * s.h_lv * s.d_lk + s.h_lv * s.d_lv,
             "mamba2": s.h_m * s.d_m + 2 * s.G * s.N_s,
             "mamba1": s.d_in,
-            "shortconv": s.d}.get(mixer, sp.Integer(0))
+            "shortconv": s.d_c}.get(mixer, sp.Integer(0))
 
 
 def conv_outputs(convention: Convention, past: sp.Expr, new: sp.Expr) -> sp.Expr:

@@ -52,8 +52,22 @@ def cache_dir() -> Optional[Path]:
     return locate()[0]
 
 
+_LOCATED: dict = {}     # the environment's three names -> locate()'s answer (an absolute one: no working directory)
+
+
 def locate() -> tuple[Optional[Path], str]:
-    """The cache folder and, where there is none, why."""
+    """The cache folder and, where there is none, why (remembered for the same environment: each recipe
+    asks)."""
+    names = tuple(os.environ.get(name) for name in ("COSTCALC_CACHE_DIR", "XDG_CACHE_HOME", "HOME"))
+    if names in _LOCATED:
+        return _LOCATED[names]
+    found = _locate()
+    if not names[0] or os.path.isabs(names[0]):     # a relative COSTCALC_CACHE_DIR follows the working directory
+        _LOCATED[names] = found
+    return found
+
+
+def _locate() -> tuple[Optional[Path], str]:
     explicit = os.environ.get("COSTCALC_CACHE_DIR")
     if explicit:
         root = _absolute(explicit)
@@ -249,3 +263,4 @@ def write(path: Path, data: bytes) -> None:
 
 def forget() -> None:
     _SECRETS.clear()
+    _LOCATED.clear()

@@ -89,6 +89,26 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
     return out
 
 
+def rates(query: Query, batch: Sequence[int], seq: Sequence[int], new_tokens: Sequence[int]) -> Table:
+    """The ``total`` rows' ``ttft_s``, ``tpot_s``, ``tokens_per_s`` and ``batch_tokens_per_s`` of
+    ``generation`` on a device (its ``weight_dtype`` beside them), worked out by the same functions
+    without the columns a plan does not read: under a layout the layout's times alone (``generation``'s
+    whole-model bytes are replaced by them there)."""
+    n = evaluate.check_inputs(query.workload, {"batch": batch, "seq": seq, "new_tokens": new_tokens})
+    prefill, phase = (query.but(workload=name) for name in query.workload.phases)
+    first = {"batch": ints(batch, n), "seq": ints(seq, n)}
+    new = ints(new_tokens, n)
+    if query.options.layout.single:
+        first["total_flops"] = evaluate.table(prefill, batch=batch, seq=seq)["total_flops"]
+        steps = evaluate.table(phase, batch=batch, seq=seq, new_tokens=new_tokens)
+        got = _generation_traffic(query, first, steps, new)
+    else:
+        got = _generation_layout(prefill, phase, first, new)
+    out = {key: got[key][2::3] for key in ("ttft_s", "tpot_s", "tokens_per_s", "batch_tokens_per_s")}
+    out["weight_dtype"] = [query.precision.labels(query.spec)["weight_dtype"]] * n
+    return out
+
+
 def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int]) -> Table:
     """The layout's columns (``parallel.columns``) of the prefill rows, the decode-phase rows and
     their totals: FLOPs, bytes and times added, the collectives of both phases listed; on a device

@@ -241,8 +241,20 @@ def device_spec(spec: ModelSpec, layout: Layout) -> ModelSpec:
     (``costcalc.stages``)."""
     if layout.tp == 1:
         return spec
+    key = (id(spec), layout.tp, layout.ep)
+    hit = _SHARDED.get(key)
+    if hit is not None and hit[0] is spec:      # the same model object: the same device spec (its weight plan
+        return hit[1]                           # is then worked out once, ``Precision.weights``)
     rows = vocab(spec, layout)
-    return replace(spec, sizes={**spec.sizes, "V": rows}, groups=tuple(shard(g, layout, rows) for g in spec.groups))
+    out = replace(spec, sizes={**spec.sizes, "V": rows}, groups=tuple(shard(g, layout, rows) for g in spec.groups))
+    if len(_SHARDED) >= MEMO:
+        _SHARDED.clear()
+    _SHARDED[key] = (spec, out)
+    return out
+
+
+MEMO = 512          # models remembered by identity (a search asks the same few again and again)
+_SHARDED: dict = {}  # (id(spec), tp, ep) -> (spec, its device spec); the spec kept so its id stays its own
 
 
 def kv_replicated(spec: ModelSpec, layout: Layout) -> bool:

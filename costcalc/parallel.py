@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 from . import collectives as links_model, pipeline
 from .errors import CostcalcError
 from .evaluate import Options, Query, Recipe, _group_columns, add
-from .layout import MIXERS, device_spec, groups_replicated, kv_replicated, padded, shard, vocab
+from .layout import MEMO, MIXERS, device_spec, groups_replicated, kv_replicated, padded, shard, vocab
 from .spec import ModelSpec
 from .stages import stages
 from .vocab import TERMS, Logits, Overlap
@@ -477,13 +477,28 @@ def stage_queries(query: Query) -> list[Stage]:
     """Each stage of the query's pipeline, with its tensor/expert layout (no pp of its own), its dtypes
     and its device."""
     spec, layout = query.spec, query.options.layout
-    parts = stages(spec, layout.pp)
     options = replace(query.options, pp=1, micro_batches=None)
+    parts = stage_specs(spec, layout.pp)
+    return [Stage(own, query.workload, options, query.precision, query.machine, last=i == len(parts) - 1, first=i == 0)
+            for i, own in enumerate(parts)]
+
+
+_STAGED: dict = {}   # (id(spec), pp) -> (spec, its stages' specs): the same objects each time asked
+
+
+def stage_specs(spec: ModelSpec, pp: int) -> list[ModelSpec]:
+    """Each stage's model (``stages``: vLLM's split of the layers; the weight formats it holds), the same
+    objects for the same model object and pp, so their weight plans are worked out once."""
+    hit = _STAGED.get((id(spec), pp))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
     out = []
-    for i, groups in enumerate(parts):
+    for groups in stages(spec, pp):
         own = replace(spec, groups=groups, sizes={**spec.sizes, "L": sum(g.count for g in groups)})
-        out.append(Stage(replace(own, dtypes=_held(own)), query.workload, options, query.precision, query.machine,
-                         last=i == len(parts) - 1, first=i == 0))
+        out.append(replace(own, dtypes=_held(own)))
+    if len(_STAGED) >= MEMO:
+        _STAGED.clear()
+    _STAGED[(id(spec), pp)] = (spec, out)
     return out
 
 

@@ -20,7 +20,7 @@ LAYERS = (
     ("evaluation", ("evaluate",)),
     ("calculator", ("params", "roofline", "memory", "fitting", "crossover", "composites", "parallel", "training",
                     "serving", "speculation")),
-    ("api", ("calc",)),
+    ("api", ("calc", "plan")),
     ("presentation", ("render", "terminal", "plot", "peers", "peers.*")),
     ("cli", ("costcalc", "__main__", "cli", "cli.*")),
 )

@@ -64,6 +64,7 @@ COMMANDS = {
     "crossover": ("info", "crossover", "Where attention FLOPs equal the linear layers'."),
     "compare": ("compare_cmd", "compare", "Other tools' numbers, reproduced and explained."),
     "mfu": ("compare_cmd", "mfu", "MFU of a run under each convention and tool."),
+    "plan": ("plan_cmd", "plan_command", "Serving plans: layouts x batch under latency targets."),
     "memory": ("hardware", "memory", "Does it fit: weights, KV cache, largest batch."),
     "plot": ("plot_cmd", "plot", "A figure: FLOPs by term against length."),
     "verify": ("verify_cmd", "verify", "Hold the formulas to a real torch decoder's FLOPs."),

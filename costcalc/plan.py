@@ -1,0 +1,313 @@
+"""Serving plans (``costcalc plan``): every valid layout x batch x weight format x speculation of a
+model on a number of devices, for one request shape (input length S, output length N), each
+candidate timed as ``costcalc generate`` times it, against latency targets (docs/cost-model.md,
+"Planning").
+
+A candidate is one generation of ``batch`` sequences (``composites.generation``'s total row, through
+``composites.rates``): TTFT is its prefill
+step's time, TPOT its decode phase's time / (N - 1), both on one device of the layout. From them:
+
+- ``tokens_per_s_per_gpu`` = B N / (TTFT + (N - 1) TPOT) / the layout's devices (generate's
+  ``batch_tokens_per_s`` over its devices): the output tokens each GPU delivers;
+- ``tokens_per_s_per_user`` = 1 / TPOT: the rate a user reads tokens at once the first has come.
+
+Layouts: tp x pp x dp devices dividing ``--devices``; the devices left run copies of the layout
+(``devices`` / (tp pp dp) of them, each with its own requests), which serve at the same rates per GPU
+and per user. Data parallelism is searched only with the experts over every replica (``ep = tp dp``,
+vLLM's expert parallel with data-parallel attention): with ``ep`` 1 or tp its replicas are such
+copies. A pipeline (pp > 1) runs pp micro-batches (one a stage: a full pipeline). Sequence parallelism
+is not searched (the same bytes on the wire as the all-reduces). ``costcalc.layout.check`` and
+``costcalc.memory.check`` decide which are valid; batches are powers of two (multiples of the replicas
+x micro-batches) up to the largest whose weights and KV cache fit (``fitting.max_batch``) at the
+context held after the last step, S + N - 1: every candidate fits.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional, Sequence
+
+from . import fitting
+from .composites import rates
+from .errors import CostcalcError, quote
+from .evaluate import Options, Query
+from .layout import Layout
+from .spec import ModelSpec
+
+Row = dict[str, Any]
+EXTRA_DTYPES = ("bf16", "fp8")     # searched beside the model's own formats, where the device has the peak
+FIELDS = ("layout", "devices", "batch", "weight_dtype", "speculation", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
+          "tokens_per_s_per_user", "meets_targets", "pareto", "fits", "timing", "command")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(s|ms|us|ns)?")
+_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, None: 1.0}
+
+
+def duration(text: str, option: str) -> float:
+    """``"2s"`` -> 2.0, ``"30ms"`` -> 0.03 (s, ms, us, ns; a bare number is seconds); positive."""
+    match = _DURATION.fullmatch(str(text).strip().lower())
+    if not match or float(match.group(1)) * _SCALE[match.group(2)] <= 0:
+        raise CostcalcError(f"{option}: {quote(str(text).strip())} is not a positive duration (e.g. 2s, 30ms, 0.5)")
+    return float(match.group(1)) * _SCALE[match.group(2)]
+
+
+@dataclass(frozen=True)
+class Request:
+    """The request shape and the latency targets: prompts of ``isl`` tokens, ``osl`` output tokens
+    (at least 2: a TPOT is a decode step's), TTFT at most ``ttft`` and TPOT at most ``tpot`` seconds."""
+    isl: int
+    osl: int
+    ttft: float
+    tpot: float
+
+    def __post_init__(self) -> None:
+        for name, least in (("isl", 1), ("osl", 2)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise CostcalcError(f"--{name} must be an integer of at least {least}, got {value!r}"
+                                    + (" (a time per output token needs a decode step)" if name == "osl" else ""))
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The model on its device: ``spec``, the dtypes and device (``precision``, ``machine``), the devices
+    to fill, the weight formats to search (None: the model's own), how a command line names the model
+    and the options it was given (``source``: e.g. ``("--preset", "deepseek-v3")``; ``flags``: the
+    device and dtype options every command repeats) and the speculation axis (``drafts``)."""
+    spec: ModelSpec
+    precision: Any
+    machine: Any
+    devices: int
+    weights: tuple = (None,)
+    source: tuple = ("--preset", "")
+    flags: tuple = ()
+    drafts: Optional[tuple] = None      # the speculation axis (``Draft``s, None: none); default ``speculations``
+
+    def __post_init__(self) -> None:
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
+            raise CostcalcError(f"--devices must be a positive integer, got {self.devices!r}")
+
+
+def weight_choices(spec: ModelSpec, precision: Any, machine: Any, given: Optional[Sequence[Any]] = None) -> tuple:
+    """The weight formats a search tries: ``given`` (``weights.Format``s), else the model's own (None)
+    and ``EXTRA_DTYPES`` where the device has that dtype's peak; one of each label (the model's own bf16
+    is bf16)."""
+    from .weights import parse
+
+    options = list(given) if given else [None] + [parse(name) for name in EXTRA_DTYPES
+                                                  if name in machine.device.peak_flops]
+    seen, out = set(), []
+    for fmt in options:
+        label = replace(precision, weight=fmt).weights(spec).label
+        if label not in seen:
+            seen.add(label)
+            out.append(fmt)
+    return tuple(out)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layouts(spec: ModelSpec, devices: int) -> list[Layout]:
+    """The layouts searched on ``devices`` (the module's rules): tp x pp x dp dividing it; ep 1 or tp at
+    dp 1, tp x dp with dp > 1 (MoE models only); not yet checked against the model."""
+    moe = any(g.block.ffn == "moe" for g in spec.groups)
+    out = []
+    for n in divisors(devices):
+        for tp in divisors(n):
+            for pp in divisors(n // tp):
+                dp = n // tp // pp
+                if dp > 1:
+                    if moe:
+                        out.append(Layout(tp, tp * dp, pp, dp))
+                    continue
+                out += [Layout(tp, ep, pp, 1) for ep in dict.fromkeys((1, tp)) if ep == 1 or moe]
+    return out
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One value of the speculation axis: its ``label`` (the rows' ``speculation``: ``mtp``, or
+    ``mtp k2 a0.8``), the ``evaluate.Options`` fields it sets (``draft``, ``draft_model``,
+    ``draft_tokens``, ``acceptance``) and the ``generate`` options that ask it (``flags``)."""
+    label: str
+    fields: Any = field(default_factory=dict, compare=False, hash=False)
+    flags: str = ""
+
+    @property
+    def speculative(self) -> bool:
+        """Whether its tokens are accepted (speculative decoding), not only drafted (``--draft mtp``)."""
+        return self.fields.get("acceptance") is not None
+
+
+MTP = Draft("mtp", {"draft": "mtp"}, "--draft mtp")
+
+
+def speculations(spec: ModelSpec) -> tuple:
+    """The default speculation axis: None (no draft), and ``mtp`` (the MTP module drafting at every
+    decode step: its cost, no tokens accepted) where the model has multi-token-prediction layers."""
+    return (None, MTP) if spec.mtp is not None else (None,)
+
+
+def speculative(drafter: str, tokens: Sequence[int], acceptance: str, fields: Callable[[int], dict]) -> tuple:
+    """Speculative decoding's values of the axis: ``drafter`` (mtp or a draft model's preset) proposing K
+    tokens for each K of ``tokens``, accepted at ``acceptance`` (the option's text: one rate, or one per
+    position); ``fields(K)``: the ``Options`` fields of K (``cli.options.speculation``'s)."""
+    return tuple(Draft(f"{drafter} k{k} a{acceptance}", fields(k),
+                       f"--draft {drafter} --draft-tokens {k} --acceptance {acceptance}") for k in tokens)
+
+
+def query(setup: Setup, layout: Layout, weight: Any, draft: Optional[Draft]) -> Query:
+    """The ``generate`` question of one layout, weight format and draft (``layout.check``-ed: an error
+    where it is not valid)."""
+    options = Options(tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp,
+                      micro_batches=layout.pp if layout.pp > 1 else None, **(draft.fields if draft else {}))
+    return Query(setup.spec, "generate", options, replace(setup.precision, weight=weight), setup.machine)
+
+
+def batches(step: int, largest: int) -> list[int]:
+    """Powers of two times ``step`` (a layout's replicas x micro-batches) up to ``largest``."""
+    out, b = [], step
+    while b <= largest:
+        out.append(b)
+        b *= 2
+    return out
+
+
+@dataclass
+class Search:
+    """A search's candidates (``rows``, every field of ``FIELDS``) and the layouts it left out with why
+    (``skipped``: label -> reason); ``seconds`` it took."""
+    rows: list[Row] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    evaluated: int = 0
+
+
+def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] = None) -> list[Row]:
+    """The candidates of one (layout, weight format, draft) over all its batches at once: one
+    ``composites.generation`` table (an error where the layout is not valid or nothing fits).
+    ``cache``: rows kept by the question they answer, shared between searches (a bench's device counts)."""
+    layout, weight, draft = item
+    # the spec and device by identity: a cache lives beside the objects it was filled for
+    key = (id(setup.spec), id(setup.machine), repr(setup.precision), layout, repr(weight), draft and draft.label,
+           request.isl, request.osl)
+    if cache is not None and key in cache:
+        return [dict(r) for r in cache[key]]
+    q = query(setup, layout, weight, draft)
+    held = request.isl + request.osl - 1
+    largest = fitting.max_batch(q, held)
+    step = layout.dp * (q.options.micro_batches or 1)
+    sizes = batches(step, largest)
+    if not sizes:
+        raise CostcalcError(f"nothing fits: not even batch {step} with {held} tokens a sequence held")
+    n = len(sizes)
+    if draft is not None and draft.speculative:      # generate's speculative generation (costcalc.speculation)
+        from .speculation import generation
+
+        whole = generation(q, sizes, [request.isl] * n, [request.osl] * n)
+        table = {key: whole[key][2::3] for key in ("ttft_s", "tpot_s", "batch_tokens_per_s")}
+        table["weight_dtype"] = [q.precision.labels(q.spec)["weight_dtype"]] * n
+    else:
+        table = rates(q, sizes, [request.isl] * n, [request.osl] * n)     # generate's total rows' rates
+    rows = []
+    for b, label, ttft, tpot, rate in zip(sizes, table["weight_dtype"], table["ttft_s"], table["tpot_s"],
+                                          table["batch_tokens_per_s"]):
+        rows.append({"layout": layout.label, "devices": layout.devices, "batch": b, "weight_dtype": label,
+                     "speculation": draft and draft.label, "ttft_s": ttft, "tpot_s": tpot,
+                     "tokens_per_s_per_gpu": rate / layout.devices, "tokens_per_s_per_user": 1 / tpot,
+                     "meets_targets": None, "pareto": None, "fits": True,   # every batch up to the largest fits
+                     "timing": "measured" if setup.machine.timing is not None else "roofline",
+                     "command": command(setup, request, (layout, weight, draft), b)})
+    if cache is not None:
+        cache[key] = [dict(r) for r in rows]
+    return rows
+
+
+def command(setup: Setup, request: Request, item: tuple, batch: int) -> str:
+    """The ``costcalc generate`` line that reproduces a candidate's numbers."""
+    layout, weight, draft = item
+    flag, value = setup.source
+    parts = ["costcalc", "generate", flag, shlex.quote(str(value)), *setup.flags, "--prompt", str(request.isl),
+             "--new", str(request.osl), "--batch", str(batch), layout.flags]
+    if layout.pp > 1:
+        parts += ["--micro-batches", str(layout.pp)]
+    if weight is not None:
+        parts += ["--weight-dtype", weight.name]
+    if draft is not None:
+        parts.append(draft.flags)
+    return " ".join(parts)
+
+
+def search(setup: Setup, request: Request, cache: Optional[dict] = None,
+           progress: Optional[Callable[[int, int], None]] = None) -> Search:
+    """Every candidate of the question (the module's rules), with ``meets_targets`` and ``pareto``; an
+    error naming why where no layout is valid. ``progress(done, total)`` after each (layout, format,
+    draft) evaluated."""
+    start = time.perf_counter()
+    drafts = speculations(setup.spec) if setup.drafts is None else setup.drafts
+    items = [(layout, weight, draft) for layout in layouts(setup.spec, setup.devices)
+             for weight in setup.weights for draft in drafts]
+    found = Search()
+    for done, item in enumerate(items, 1):
+        try:
+            found.rows += evaluate(setup, request, item, cache)
+            found.evaluated += 1
+        except CostcalcError as exc:
+            layout, weight, draft = item
+            name = " ".join([layout.label] + ([weight.name] if weight is not None else [])
+                            + ([draft.label] if draft else []))
+            found.skipped[name] = str(exc)
+        if progress is not None:
+            progress(done, len(items))
+    if not found.rows:      # the reason of the last layout tried: the most devices, the most memory
+        name, reason = list(found.skipped.items())[-1]
+        raise CostcalcError(f"no layout of {setup.spec.name} on {setup.devices} {setup.machine.device.name} is valid "
+                            f"for --isl {request.isl} --osl {request.osl}: {name}: {reason}"
+                            + (f" ({len(found.skipped) - 1} others left out too)" if len(found.skipped) > 1 else ""))
+    for row in found.rows:
+        row["meets_targets"] = row["ttft_s"] <= request.ttft and row["tpot_s"] <= request.tpot
+    for row, on in zip(found.rows, front([r["tokens_per_s_per_gpu"] for r in found.rows],
+                                         [r["tokens_per_s_per_user"] for r in found.rows])):
+        row["pareto"] = on
+    found.rows.sort(key=lambda r: (-r["tokens_per_s_per_gpu"], -r["tokens_per_s_per_user"]))
+    found.seconds = time.perf_counter() - start
+    return found
+
+
+def front(gpu: Sequence[float], user: Sequence[float]) -> list[bool]:
+    """Whether each point is on the Pareto front of (per-GPU, per-user) rates, both higher better: no
+    other point at least as high on both and higher on one (equal points are all on it). Sorted once by
+    per-GPU descending, a point is on the front where its per-user rate is the highest of its per-GPU
+    value's and above every higher per-GPU value's."""
+    order = sorted(range(len(gpu)), key=lambda i: (-gpu[i], -user[i]))
+    out = [False] * len(gpu)
+    best = float("-inf")        # the highest per-user rate of every strictly higher per-GPU rate
+    i = 0
+    while i < len(order):
+        j = i
+        while j < len(order) and gpu[order[j]] == gpu[order[i]]:
+            j += 1
+        top = user[order[i]]     # the highest of this per-GPU value's
+        for k in order[i:j]:
+            out[k] = user[k] == top and user[k] > best
+        best = max(best, top)
+        i = j
+    return out
+
+
+def chosen(rows: Sequence[Row], request: Request) -> tuple[Row, bool]:
+    """(the best candidate meeting the targets, True): the most tokens/s per GPU, then per user; or,
+    where none meets them, (the closest, False): the smallest factor max(TTFT / target, TPOT / target)
+    by which it misses them."""
+    met = [r for r in rows if r["meets_targets"]]
+    if met:
+        return max(met, key=lambda r: (r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"])), True
+    return min(rows, key=lambda r: (miss(r, request), -r["tokens_per_s_per_gpu"])), False
+
+
+def miss(row: Row, request: Request) -> float:
+    """The factor by which a candidate misses the targets (at most 1: it meets them)."""
+    return max(row["ttft_s"] / request.ttft, row["tpot_s"] / request.tpot)

@@ -1,0 +1,215 @@
+"""``costcalc plan``: the front checked by brute force, the targets and the chosen row recomputed from
+each row's own times, every row's command reproducing its numbers through ``costcalc generate``, and
+bad input as one line."""
+import json
+import shlex
+
+import pytest
+
+from costcalc import plan
+from cli_run import one_error, run
+
+QUESTION = ("plan", "-p", "olmoe-1b-7b", "--device", "h100", "--devices", "2", "--isl", "512", "--osl", "64",
+            "--ttft", "150ms", "--tpot", "5ms")
+TTFT, TPOT = 0.150, 0.005
+
+
+@pytest.fixture(scope="module")
+def rows():
+    from costcalc.cli import main
+    import io
+    import contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*QUESTION, "-f", "json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_rows_have_exactly_the_interface_fields(rows):
+    assert rows and all(list(r) == list(plan.FIELDS) for r in rows)
+    assert {r["timing"] for r in rows} == {"roofline"} and all(r["fits"] is True for r in rows)
+
+
+def test_front_is_every_undominated_candidate(rows):
+    """Brute force: a row is on the front exactly when no other row is at least as fast on both rates
+    and faster on one."""
+    for r in rows:
+        dominated = any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
+                        and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
+                        and (o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"]
+                             or o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]) for o in rows)
+        assert r["pareto"] is (not dominated)
+    assert 1 < sum(r["pareto"] for r in rows) < len(rows)
+
+
+def test_front_keeps_ties_and_drops_the_dominated():
+    assert plan.front([3, 3, 2, 1, 1], [1, 1, 2, 2, 5]) == [True, True, True, False, True]
+    assert plan.front([1, 2], [1, 2]) == [False, True]
+
+
+def test_rates_and_targets_follow_from_each_rows_times(rows):
+    for r in rows:
+        assert r["meets_targets"] is (r["ttft_s"] <= TTFT and r["tpot_s"] <= TPOT)
+        assert r["tokens_per_s_per_user"] == pytest.approx(1 / r["tpot_s"], rel=1e-12)
+        whole = r["ttft_s"] + (64 - 1) * r["tpot_s"]          # the generation's time, prefill and decode phase
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(r["batch"] * 64 / whole / r["devices"], rel=1e-9)
+        assert 2 % r["devices"] == 0                           # a layout's devices divide the devices asked
+    assert any(r["meets_targets"] for r in rows) and not all(r["meets_targets"] for r in rows)
+
+
+def test_the_chosen_row_is_the_fastest_per_gpu_meeting_the_targets(rows, capsys):
+    met = [r for r in rows if r["meets_targets"]]
+    best = max(met, key=lambda r: (r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"]))
+    code, out, err = run(capsys, *QUESTION)
+    assert code == 0 and err == ""
+    tail = out[out.index("best meeting the targets"):]
+    assert f"\n  {best['command']}\n" in tail
+    front = [r for r in rows if r["pareto"]]
+    assert all(r["command"] in out for r in front)     # the terminal shows the front with its commands
+    assert sum(line.startswith("costcalc generate", 4) for line in out.splitlines()) >= len(front)
+
+
+def test_batches_are_powers_of_two_up_to_the_largest_that_fits(rows, capsys):
+    """Each layout's batches are step x 2^k; the next one up does not fit (generate says so)."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["layout"], r["weight_dtype"], r["speculation"]), []).append(r)
+    for (layout, _, _), group in list(by.items())[:3]:
+        sizes = sorted(r["batch"] for r in group)
+        assert all(b == sizes[0] * 2 ** i for i, b in enumerate(sizes))
+        top = max(group, key=lambda r: r["batch"])
+        args = shlex.split(top["command"])[1:]
+        at = args.index("--batch") + 1
+        args[at] = str(2 * top["batch"])
+        code, out, err = run(capsys, *args, "-f", "json")
+        assert code == 0 and json.loads(out)[-1]["fits"] is False
+
+
+def _reproduced(capsys, row):
+    args = shlex.split(row["command"])
+    assert args[:2] == ["costcalc", "generate"]
+    code, out, err = run(capsys, *args[1:], "-f", "json")
+    assert code == 0, err
+    total = json.loads(out)[-1]
+    assert total["phase"] == "total"
+    return total
+
+
+def test_commands_reproduce_their_rows(rows, capsys):
+    """A few rows -- the chosen one, a pipeline, data-parallel experts, one device -- each equal to its
+    generate command's total row."""
+    met = [r for r in rows if r["meets_targets"]]
+    picks = [max(met, key=lambda r: r["tokens_per_s_per_gpu"])]
+    for want in (".pp", ".dp", "tp1"):
+        picks.append(next(r for r in rows if want in r["layout"] or r["layout"] == want))
+    for row in picks:
+        total = _reproduced(capsys, row)
+        assert total["ttft_s"] == row["ttft_s"] and total["tpot_s"] == row["tpot_s"]
+        assert total["batch_tokens_per_s"] / total.get("devices", 1) == row["tokens_per_s_per_gpu"]
+        assert 1 / total["tpot_s"] == row["tokens_per_s_per_user"]
+        assert total["weight_dtype"] == row["weight_dtype"] and total["fits"] is True
+        assert total["batch"] == row["batch"] and total.get("layout", "tp1") == row["layout"]
+
+
+def test_unmet_targets_say_so_and_name_the_closest(rows, capsys):
+    """The candidates do not depend on the targets: under targets nothing meets, the closest of the same
+    rows is the one missing them by the smallest factor."""
+    closest = min(rows, key=lambda r: (max(r["ttft_s"] / 1e-6, r["tpot_s"] / 1e-6), -r["tokens_per_s_per_gpu"]))
+    code, out, err = run(capsys, *QUESTION[:-4], "--ttft", "1us", "--tpot", "1us")
+    assert code == 0 and "yes" not in out.split("commands")[0].split()
+    tail = out[out.index("no configuration meets"):]
+    assert "no configuration meets ttft <= 1.000 us and tpot <= 1.000 us" in " ".join(tail.split())
+    assert f"\n  {closest['command']}\n" in tail
+
+
+def test_the_model_speculates_with_its_mtp_layers_where_it_has_them():
+    """The default speculation axis: none, and --draft mtp (its module's cost at every step) where the
+    model has MTP layers."""
+    from costcalc import presets
+
+    assert plan.speculations(presets.load("qwen3-8b")) == (None,)
+    assert plan.speculations(presets.load("deepseek-v3")) == (None, plan.MTP)
+
+
+def test_speculative_candidates_reproduce_through_generate(capsys):
+    """With --acceptance the axis is speculative decoding over K (Qwen3.5-35B-A3B's MTP layers, one
+    device): each K's rows are there, and a speculative row's command gives its numbers."""
+    code, out, err = run(capsys, "plan", "-p", "qwen3.5-35b-a3b", "--device", "h100", "--devices", "1", "--isl",
+                         "256", "--osl", "16", "--ttft", "1s", "--tpot", "10ms", "--weight-dtype", "fp8",
+                         "--acceptance", "0.8", "--draft-tokens", "2", "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert {r["speculation"] for r in got} == {None, "mtp k2 a0.8"}
+    row = next(r for r in got if r["speculation"] and r["batch"] == 8)
+    assert row["command"].endswith("--draft mtp --draft-tokens 2 --acceptance 0.8")
+    total = _reproduced(capsys, row)
+    assert total["expected_tokens_per_step"] == pytest.approx(1 + 0.8 + 0.8 ** 2)
+    assert (total["ttft_s"], total["tpot_s"]) == (row["ttft_s"], row["tpot_s"])
+    assert total["batch_tokens_per_s"] == row["tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--ttft", "0s"), "--ttft: '0s' is not a positive duration"),
+    (("--tpot", "fast"), "--tpot: 'fast' is not a positive duration"),
+    (("--osl", "1"), "--osl must be an integer of at least 2"),
+    (("--isl", "0"), "--isl must be an integer of at least 1"),
+    (("--devices", "0"), "--devices must be a positive integer"),
+    (("--weight-dtype", "fp9"), "--weight-dtype"),
+])
+def test_bad_input_is_one_line(capsys, args, message):
+    given = dict(zip(QUESTION[1::2], QUESTION[2::2]))
+    given.update(dict(zip(args[0::2], args[1::2])))
+    code, out, err = run(capsys, "plan", *[x for kv in given.items() for x in kv])
+    assert code == 2 and one_error(err, message), err
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--acceptance", "0.8"), "--acceptance: olmoe-1b-7b has no multi-token-prediction layers"),
+    (("--draft-tokens", "2"), "--draft-tokens sizes speculative decoding: it needs --acceptance"),
+    (("--draft", "qwen3-8b"), "a draft model runs only as speculative decoding"),
+    (("--draft", "qwen3-8b", "--acceptance", "0.8,0.7", "--draft-tokens", "3"), "--acceptance"),
+])
+def test_bad_speculation_is_one_line(capsys, args, message):
+    code, out, err = run(capsys, *QUESTION, *args)
+    assert code == 2 and one_error(err, message), err
+
+
+def test_no_device_and_no_valid_layout_are_one_line(capsys):
+    code, _, err = run(capsys, "plan", "-p", "olmoe-1b-7b", "--devices", "2", "--isl", "1k", "--osl", "64",
+                       "--ttft", "1s", "--tpot", "10ms")
+    assert code == 2 and one_error(err, "plan needs a device")
+    code, _, err = run(capsys, "plan", "-p", "llama-3.1-405b", "--device", "h100", "--devices", "1", "--isl", "1k",
+                       "--osl", "64", "--ttft", "1s", "--tpot", "10ms", "--weight-dtype", "bf16")
+    assert code == 2 and one_error(err, "no layout of llama-3.1-405b on 1 h100 is valid"), err
+    assert "nothing fits" in err
+
+
+def test_durations():
+    assert plan.duration("2s", "--ttft") == 2.0 and plan.duration("30ms", "--tpot") == pytest.approx(0.03)
+    assert plan.duration("0.5", "--ttft") == 0.5 and plan.duration("250us", "--tpot") == pytest.approx(250e-6)
+
+
+def test_all_lists_every_candidate_in_the_table(rows, capsys):
+    code, out, err = run(capsys, *QUESTION, "--all")
+    assert code == 0
+    table = out[:out.index("commands (each")].splitlines()
+    numbered = [line for line in table if line.split() and line.split()[0].rstrip("*").isdigit()]
+    assert len(numbered) == len(rows) and "every candidate" in " ".join(out.split())
+
+
+def test_measured_candidates_reproduce_through_generate(capsys):
+    """--timing measured reaches every command: a layout's row equals its generate line's (the measured
+    tables, where the extra is installed)."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("aiconfigurator_core")
+    code, out, err = run(capsys, "plan", "-p", "qwen3-8b", "--device", "h100", "--devices", "2", "--isl", "1k",
+                         "--osl", "64", "--ttft", "1s", "--tpot", "20ms", "--weight-dtype", "bf16", "--timing",
+                         "measured", "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert {r["timing"] for r in got} == {"measured"}
+    for row in (next(r for r in got if r["layout"] == "tp2"), next(r for r in got if r["layout"] == "tp1")):
+        assert "--timing measured" in row["command"]
+        total = _reproduced(capsys, row)
+        assert (total["ttft_s"], total["tpot_s"]) == (row["ttft_s"], row["tpot_s"])

@@ -189,13 +189,13 @@ class Block:
 
     def with_form(self, form: str) -> "Block":
         """The same block under an MLA form (other attention kinds are unchanged)."""
-        if self.attention != "mla":
+        if self.attention != "mla" or self.form == form:
             return self
         return replace(self, form=form)
 
     def with_cache(self, cache: str) -> "Block":
         """The same block with a whole or rolling window cache (other attention kinds are unchanged)."""
-        if self.attention != "window":
+        if self.attention != "window" or self.cache == cache:
             return self
         return replace(self, cache=cache)
 

@@ -56,6 +56,12 @@ class Plan:
         """Bytes per weight element of operator ``op`` in layer group ``index`` (its matrix's bytes over
         its elements; an absorbed MLA slice at kv_b_proj's rate; index ``len(groups)``: the MTP draft's
         ``mtp.<op>``, its LM head the model's): exact for every format."""
+        known = self.__dict__.setdefault("_rates", {})     # worked out once per plan (a search asks at every point)
+        if (index, op) not in known:
+            known[index, op] = self._rate(index, op)
+        return known[index, op]
+
+    def _rate(self, index: int, op: str) -> Fraction:
         if index == len(self.groups):
             op = op.removeprefix("mtp.")
         if op in self.once:
@@ -290,10 +296,10 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         raise CostcalcError(f"{wl.name}: no memory-traffic model (bytes are modelled for prefill, chunks, "
                             f"decode steps and generations)")
     routed = math.prod(values[x] for x in wl.routed)
-    kinds = {kind: 0 for kind in TRAFFIC}      # exact: ints while whole (faster), Fractions where not
+    kinds = {kind: _Sum() for kind in TRAFFIC}      # exact sums (``_Sum``)
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
-    term_bytes = {t.name: 0 for t in TERMS}
+    term_bytes = {t.name: _Sum() for t in TERMS}
     per_element = {kind: _exact(precision.bits(kind, query.spec) / 8) for kind in TRAFFIC
                    if kind != "weight"}   # bytes, exact
     key_bytes = {}      # by operator: K/V elements in the KV dtype, an indexer's keys in the index dtype
@@ -470,7 +476,12 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                 if kind == "weight":    # each matrix in its own format: bytes exact per matrix
                     if (index, op) not in rates:
                         rates[index, op] = _exact(plan.rate(index, op))
-                    part = count * (touched if expert else 1) * rates[index, op]
+                    rate = rates[index, op]
+                    if isinstance(rate, float):     # a float's rounding, in its order
+                        part = count * (touched if expert else 1) * rate
+                    else:       # exact: the matrix's whole bytes an int, times the share of experts touched
+                        part = _exact(count * rate)
+                        part = _exact(part * touched) if expert else part
                     read += part
                 elif runs > 1:
                     part = _ratio(count, runs) * per_element[kind]
@@ -480,12 +491,12 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                     part = count * key_bytes[op]
                 else:
                     part = count * per_element[kind]
-                kinds[kind] += part
+                kinds[kind].add(part)
                 moved += part
             # an operator that moves bytes but runs no counted product (Gated DeltaNet's chunked
             # step reads its state elementwise: no scan FLOPs) is its own term (scan, conv)
             term = term_of.get(op, op)
-            term_bytes[term] += moved
+            term_bytes[term].add(moved)
             ran = flops.get(op, 0) if runs == 1 else _ratio(flops.get(op, 0), runs)
             if per_operator:
                 mine = each.setdefault(op, {"flops": 0, "bytes": 0, "weight_bytes": 0})    # Fractions at the end
@@ -521,9 +532,9 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                 term_estimate[term] += est
             if s["note"] and s["floors"]:
                 notes[s["label"]] = s["note"]
-    out: dict[str, Any] = {f"{kind}_bytes": _whole(kinds[kind]) for kind in traffic_kinds(query.spec)}
+    out: dict[str, Any] = {f"{kind}_bytes": kinds[kind].rounded_value() for kind in traffic_kinds(query.spec)}
     out["total_bytes"] = sum(out[f"{kind}_bytes"] for kind in traffic_kinds(query.spec))
-    out.update({f"{t}_bytes": _whole(moved) for t, moved in term_bytes.items() if moved})
+    out.update({f"{t}_bytes": moved.rounded_value() for t, moved in term_bytes.items() if moved})
     if machine is not None:
         out.update(compute_time_s=compute, memory_time_s=memory, time_s=total, bound=bound(compute, memory))
         out.update({f"{t}_bound": bound(c, m) for t, (c, m, _) in term_times.items() if c or m})
@@ -600,6 +611,55 @@ def group_experts_touched(group: Group, routed: int, precision: Precision) -> Fr
     return experts_touched(group.sizes["E"], group.sizes["k"], routed, precision.routing)
 
 
+class _Sum:
+    """An exact sum (ints and Fractions) of many parts, its Fractions added by denominator (numerators as
+    ints: the expected experts' shares of a point share a few large denominators) and normalised once at
+    the end: the value ``0 + p1 + p2 + ...`` has. A float part makes it a float, as in that sum: from then
+    on each part is added in order, so every rounding is the same."""
+    __slots__ = ("whole", "parts", "rounded")
+
+    def __init__(self) -> None:
+        self.whole, self.parts, self.rounded = 0, {}, None
+
+    def add(self, part: Any) -> None:
+        if self.rounded is not None:
+            self.rounded = self.rounded + part
+        elif type(part) is int:
+            self.whole += part
+        elif isinstance(part, Fraction):
+            self.parts[part.denominator] = self.parts.get(part.denominator, 0) + part.numerator
+        else:       # float(exact sum so far) + part: what ``sum + part`` gives
+            self.rounded = self.value() + part
+
+    def value(self) -> Any:
+        if self.rounded is not None:
+            return self.rounded
+        total = self.whole
+        for denominator, numerator in self.parts.items():
+            total = total + Fraction(numerator, denominator)
+        return total
+
+    def _ratio(self) -> tuple[int, int]:
+        """The exact sum as numerator and denominator (not reduced: no gcd of its large numbers)."""
+        top, bottom = self.whole, 1
+        for denominator, numerator in self.parts.items():
+            top, bottom = top * denominator + numerator * bottom, bottom * denominator
+        return top, bottom
+
+    def rounded_value(self) -> int:
+        """``round(value())`` (half to even, as ``round`` rounds a Fraction), from the unreduced ratio."""
+        if self.rounded is not None:
+            return round(self.rounded)
+        top, bottom = self._ratio()
+        floor, rest = divmod(top, bottom)
+        if 2 * rest != bottom:
+            return floor + (2 * rest > bottom)
+        return floor + floor % 2
+
+    def __bool__(self) -> bool:
+        return bool(self.rounded) if self.rounded is not None else self._ratio()[0] != 0
+
+
 def _exact(value: Fraction) -> Any:
     """An exact number as an int where it is whole (the same value; int sums skip Fraction's gcds)."""
     return value.numerator if isinstance(value, Fraction) and value.denominator == 1 else value
@@ -608,10 +668,6 @@ def _exact(value: Fraction) -> Any:
 def _ratio(count: int, runs: int) -> Any:
     """count / runs exactly: an int where it divides, else a Fraction."""
     return count // runs if count % runs == 0 else Fraction(count, runs)
-
-
-def _whole(value: Fraction) -> int:
-    return round(value)
 
 
 def intensity(flops: int, moved: int) -> Optional[float]:

@@ -107,3 +107,23 @@ def test_a_recipe_is_made_once_and_is_the_plain_one():
         assert (first.outputs, first.operators, first.term_of) == (plain.outputs, plain.operators, plain.term_of)
     code = next(q.recipes())[1].code
     assert Recipe.of(code, False).outputs == Recipe(code, False).outputs != Recipe.of(code, True).outputs
+
+
+@pytest.mark.parametrize("parts", [
+    [], [0], [3, 4], [Fraction(1, 2)], [Fraction(3, 2)], [Fraction(5, 2), 1], [Fraction(-1, 2)],
+    [1, Fraction(1, 3), Fraction(1, 6)], [Fraction(7, 12), Fraction(11, 12), 2, Fraction(1, 3)],
+    [Fraction(2**70 + 1, 3**40), Fraction(5, 3**40), 10**20, Fraction(1, 2)],
+    [1, Fraction(1, 3), 0.1, Fraction(1, 7), 2],      # a float: the rest added in order, as the plain sum
+])
+def test_an_exact_sum_by_denominator_is_the_plain_sum(parts):
+    from costcalc.roofline import _Sum
+
+    plain = 0
+    for p in parts:
+        plain = plain + p
+    got = _Sum()
+    for p in parts:
+        got.add(p)
+    assert got.value() == plain and type(got.value()) is type(plain) or plain == 0
+    assert got.rounded_value() == round(plain) and isinstance(got.rounded_value(), int)
+    assert bool(got) == bool(plain)

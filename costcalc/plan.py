@@ -20,6 +20,13 @@ is not searched (the same bytes on the wire as the all-reduces). ``costcalc.layo
 ``costcalc.memory.check`` decide which are valid; batches are powers of two (multiples of the replicas
 x micro-batches) up to the largest whose weights and KV cache fit (``fitting.max_batch``) at the
 context held after the last step, S + N - 1: every candidate fits.
+
+With ``batching="continuous"`` a candidate is instead ``costcalc serve``'s steady state
+(``serving.aggregated``): one tp x ep engine (serve runs no pipeline, data-parallel replicas or sequence
+parallelism; the devices left run copies of the engine, as above) at a concurrency C of powers of two up
+to serve's ``--concurrency max`` (the most whose weights and caches fit, then the most whose prompts
+keep up), its TTFT a request's own mixed iterations, its TPOT the rest of the cycle; ``batch`` is C, no
+speculation (serve has none), the command a ``costcalc serve`` line.
 """
 from __future__ import annotations
 
@@ -39,7 +46,8 @@ from .spec import ModelSpec
 Row = dict[str, Any]
 EXTRA_DTYPES = ("bf16", "fp8")     # searched beside the model's own formats, where the device has the peak
 FIELDS = ("layout", "devices", "batch", "weight_dtype", "speculation", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
-          "tokens_per_s_per_user", "meets_targets", "pareto", "fits", "timing", "command")
+          "tokens_per_s_per_user", "meets_targets", "pareto", "fits", "timing", "batching", "command")
+BATCHINGS = ("static", "continuous")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(s|ms|us|ns)?")
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, None: 1.0}
 
@@ -83,10 +91,24 @@ class Setup:
     source: tuple = ("--preset", "")
     flags: tuple = ()
     drafts: Optional[tuple] = None      # the speculation axis (``Draft``s, None: none); default ``speculations``
+    batching: str = "static"            # static (``generate``'s batches) or continuous (``serve``'s engine)
+    budget: Optional[int] = None        # continuous: serve's --max-batched-tokens (None: serving.BUDGET)
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
             raise CostcalcError(f"--devices must be a positive integer, got {self.devices!r}")
+        if self.batching not in BATCHINGS:
+            raise CostcalcError(f"--batching: {quote(str(self.batching))} is not one of {', '.join(BATCHINGS)}")
+        if self.batching == "static" and self.budget is not None:
+            raise CostcalcError("--max-batched-tokens is continuous batching's token budget: it needs "
+                                "--batching continuous")
+        if self.batching == "continuous" and self.drafts is not None and any(self.drafts):
+            raise CostcalcError("--batching continuous: serve models no speculative decoding or drafting (no "
+                                "--draft, --draft-tokens or --acceptance); search them with --batching static")
+
+    @property
+    def continuous(self) -> bool:
+        return self.batching == "continuous"
 
 
 def weight_choices(spec: ModelSpec, precision: Any, machine: Any, given: Optional[Sequence[Any]] = None) -> tuple:
@@ -110,11 +132,16 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(spec: ModelSpec, devices: int) -> list[Layout]:
+def layouts(spec: ModelSpec, devices: int, continuous: bool = False) -> list[Layout]:
     """The layouts searched on ``devices`` (the module's rules): tp x pp x dp dividing it; ep 1 or tp at
-    dp 1, tp x dp with dp > 1 (MoE models only); not yet checked against the model."""
+    dp 1, tp x dp with dp > 1 (MoE models only); ``continuous``: serve's engines, tp dividing it with ep 1
+    or tp (pp = dp = 1); not yet checked against the model."""
     moe = any(g.block.ffn == "moe" for g in spec.groups)
     out = []
+    if continuous:
+        for tp in divisors(devices):
+            out += [Layout(tp, ep, 1, 1) for ep in dict.fromkeys((1, tp)) if ep == 1 or moe]
+        return out
     for n in divisors(devices):
         for tp in divisors(n):
             for pp in divisors(n // tp):
@@ -193,9 +220,18 @@ def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] 
     layout, weight, draft = item
     # the spec and device by identity: a cache lives beside the objects it was filled for
     key = (id(setup.spec), id(setup.machine), repr(setup.precision), layout, repr(weight), draft and draft.label,
-           request.isl, request.osl)
+           request.isl, request.osl, setup.batching, setup.budget)
     if cache is not None and key in cache:
         return [dict(r) for r in cache[key]]
+    rows = (continuous if setup.continuous else static)(setup, request, item)
+    if cache is not None:
+        cache[key] = [dict(r) for r in rows]
+    return rows
+
+
+def static(setup: Setup, request: Request, item: tuple) -> list[Row]:
+    """The static-batching candidates of one (layout, weight format, draft): ``generate``'s generations."""
+    layout, weight, draft = item
     q = query(setup, layout, weight, draft)
     held = request.isl + request.osl - 1
     largest = fitting.max_batch(q, held)
@@ -220,9 +256,39 @@ def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] 
                      "tokens_per_s_per_gpu": rate / layout.devices, "tokens_per_s_per_user": 1 / tpot,
                      "meets_targets": None, "pareto": None, "fits": True,   # every batch up to the largest fits
                      "timing": "measured" if setup.machine.timing is not None else "roofline",
-                     "command": command(setup, request, (layout, weight, draft), b)})
-    if cache is not None:
-        cache[key] = [dict(r) for r in rows]
+                     "batching": "static", "command": command(setup, request, (layout, weight, draft), b)})
+    return rows
+
+
+def shape(setup: Setup, request: Request) -> Any:
+    """serve's request shape and token budget."""
+    from .serving import BUDGET, Shape
+
+    return Shape(request.isl, request.osl, BUDGET if setup.budget is None else setup.budget)
+
+
+def continuous(setup: Setup, request: Request, item: tuple) -> list[Row]:
+    """The continuous-batching candidates of one (tp x ep engine, weight format): ``serving.aggregated``
+    at concurrencies 2^k up to serve's ``--concurrency max`` (an error where not one request fits)."""
+    from . import serving
+
+    layout, weight, _ = item
+    q = Query(setup.spec, "decode", Options(tp=layout.tp, ep=layout.ep), replace(setup.precision, weight=weight),
+              setup.machine)
+    asked = shape(setup, request)
+    largest = serving.admitted(asked, serving.Engine(q).max_concurrency(asked))
+    sizes = batches(1, largest)
+    table = serving.aggregated(q, asked, sizes)
+    label = replace(setup.precision, weight=weight).labels(setup.spec)["weight_dtype"]
+    rows = []
+    for i, c in enumerate(sizes):
+        tpot = table["tpot_s"][i]
+        rows.append({"layout": layout.label, "devices": layout.devices, "batch": c, "weight_dtype": label,
+                     "speculation": None, "ttft_s": table["ttft_s"][i], "tpot_s": tpot,
+                     "tokens_per_s_per_gpu": table["tokens_per_s_per_gpu"][i],
+                     "tokens_per_s_per_user": table["tokens_per_s_per_user"][i],
+                     "meets_targets": None, "pareto": None, "fits": table["fits"][i], "timing": table["timing"][i],
+                     "batching": "continuous", "command": serve_command(setup, request, item, c)})
     return rows
 
 
@@ -241,14 +307,27 @@ def command(setup: Setup, request: Request, item: tuple, batch: int) -> str:
     return " ".join(parts)
 
 
+def serve_command(setup: Setup, request: Request, item: tuple, concurrency: int) -> str:
+    """The ``costcalc serve`` line that reproduces a continuous candidate's numbers."""
+    layout, weight, _ = item
+    flag, value = setup.source
+    parts = ["costcalc", "serve", flag, shlex.quote(str(value)), *setup.flags, "--isl", str(request.isl),
+             "--osl", str(request.osl), "--concurrency", str(concurrency), layout.flags]
+    if weight is not None:
+        parts += ["--weight-dtype", weight.name]
+    if setup.budget is not None:
+        parts += ["--max-batched-tokens", str(setup.budget)]
+    return " ".join(parts)
+
+
 def search(setup: Setup, request: Request, cache: Optional[dict] = None,
            progress: Optional[Callable[[int, int], None]] = None) -> Search:
     """Every candidate of the question (the module's rules), with ``meets_targets`` and ``pareto``; an
     error naming why where no layout is valid. ``progress(done, total)`` after each (layout, format,
     draft) evaluated."""
     start = time.perf_counter()
-    drafts = speculations(setup.spec) if setup.drafts is None else setup.drafts
-    items = [(layout, weight, draft) for layout in layouts(setup.spec, setup.devices)
+    drafts = (None,) if setup.continuous else speculations(setup.spec) if setup.drafts is None else setup.drafts
+    items = [(layout, weight, draft) for layout in layouts(setup.spec, setup.devices, setup.continuous)
              for weight in setup.weights for draft in drafts]
     found = Search()
     for done, item in enumerate(items, 1):

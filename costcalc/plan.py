@@ -26,7 +26,10 @@ With ``batching="continuous"`` a candidate is instead ``costcalc serve``'s stead
 parallelism; the devices left run copies of the engine, as above) at a concurrency C of powers of two up
 to serve's ``--concurrency max`` (the most whose weights and caches fit, then the most whose prompts
 keep up), its TTFT a request's own mixed iterations, its TPOT the rest of the cycle; ``batch`` is C, no
-speculation (serve has none), the command a ``costcalc serve`` line.
+speculation (serve has none), the command a ``costcalc serve`` line. With ``disagg`` too, every split of
+the devices into a prefill pool and a decode pool (``Split``: each pool a whole number of one tp x ep
+engine) at decode concurrencies 2^k up to the decode engine's ``--concurrency max`` is a candidate
+(``serving.disaggregated``, ``costcalc serve --disagg``), beside the aggregated ones.
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ EXTRA_DTYPES = ("bf16", "fp8")     # searched beside the model's own formats, wh
 FIELDS = ("layout", "devices", "batch", "weight_dtype", "speculation", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
           "tokens_per_s_per_user", "meets_targets", "pareto", "fits", "timing", "batching", "command")
 BATCHINGS = ("static", "continuous")
+DISAGGREGATED = "disaggregated"     # the batching of a disaggregated row: continuous, on two pools
 _DURATION = re.compile(r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(s|ms|us|ns)?")
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, None: 1.0}
 
@@ -93,6 +97,7 @@ class Setup:
     drafts: Optional[tuple] = None      # the speculation axis (``Draft``s, None: none); default ``speculations``
     batching: str = "static"            # static (``generate``'s batches) or continuous (``serve``'s engine)
     budget: Optional[int] = None        # continuous: serve's --max-batched-tokens (None: serving.BUDGET)
+    disagg: bool = False                # continuous: prefill and decode pools searched too
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
@@ -101,6 +106,9 @@ class Setup:
             raise CostcalcError(f"--batching: {quote(str(self.batching))} is not one of {', '.join(BATCHINGS)}")
         if self.batching == "static" and self.budget is not None:
             raise CostcalcError("--max-batched-tokens is continuous batching's token budget: it needs "
+                                "--batching continuous")
+        if self.disagg and self.batching != "continuous":
+            raise CostcalcError("--disagg splits the devices into continuous-batching pools: it needs "
                                 "--batching continuous")
         if self.batching == "continuous" and self.drafts is not None and any(self.drafts):
             raise CostcalcError("--batching continuous: serve models no speculative decoding or drafting (no "
@@ -152,6 +160,34 @@ def layouts(spec: ModelSpec, devices: int, continuous: bool = False) -> list[Lay
                     continue
                 out += [Layout(tp, ep, pp, 1) for ep in dict.fromkeys((1, tp)) if ep == 1 or moe]
     return out
+
+
+@dataclass(frozen=True)
+class Split:
+    """A disaggregated deployment (``serve --disagg``): the prefill engine's layout and its pool's
+    devices (a whole number of engines), the decode engine's and its pool's."""
+    prefill: Layout
+    prefill_devices: int
+    decode: Layout
+    decode_devices: int
+
+    @property
+    def devices(self) -> int:
+        return self.prefill_devices + self.decode_devices
+
+    @property
+    def label(self) -> str:
+        """``p:2xtp2 d:1xtp4.ep4``: each pool's engines x its engine's layout."""
+        return (f"p:{self.prefill_devices // self.prefill.devices}x{self.prefill.label} "
+                f"d:{self.decode_devices // self.decode.devices}x{self.decode.label}")
+
+
+def splits(spec: ModelSpec, devices: int) -> list[Split]:
+    """Every split of ``devices`` into a prefill pool of p and a decode pool of devices - p (both at least
+    one), each pool's engine a tp x ep layout whose devices divide its pool (``layouts``' continuous
+    rule); a pool of several engines stands for copies, so no split leaves devices over."""
+    return [Split(first, p, second, devices - p) for p in range(1, devices)
+            for first in layouts(spec, p, True) for second in layouts(spec, devices - p, True)]
 
 
 @dataclass(frozen=True)
@@ -213,7 +249,8 @@ class Search:
     evaluated: int = 0
 
 
-def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] = None) -> list[Row]:
+def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] = None,
+             engines: Optional[dict] = None) -> list[Row]:
     """The candidates of one (layout, weight format, draft) over all its batches at once: one
     ``composites.generation`` table (an error where the layout is not valid or nothing fits).
     ``cache``: rows kept by the question they answer, shared between searches (a bench's device counts)."""
@@ -223,7 +260,10 @@ def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] 
            request.isl, request.osl, setup.batching, setup.budget)
     if cache is not None and key in cache:
         return [dict(r) for r in cache[key]]
-    rows = (continuous if setup.continuous else static)(setup, request, item)
+    if isinstance(layout, Split):
+        rows = disaggregated(setup, request, item, {} if engines is None else engines)
+    else:
+        rows = (continuous if setup.continuous else static)(setup, request, item)
     if cache is not None:
         cache[key] = [dict(r) for r in rows]
     return rows
@@ -273,8 +313,7 @@ def continuous(setup: Setup, request: Request, item: tuple) -> list[Row]:
     from . import serving
 
     layout, weight, _ = item
-    q = Query(setup.spec, "decode", Options(tp=layout.tp, ep=layout.ep), replace(setup.precision, weight=weight),
-              setup.machine)
+    q = engine_query(setup, layout, weight)
     asked = shape(setup, request)
     largest = serving.admitted(asked, serving.Engine(q).max_concurrency(asked))
     sizes = batches(1, largest)
@@ -307,12 +346,72 @@ def command(setup: Setup, request: Request, item: tuple, batch: int) -> str:
     return " ".join(parts)
 
 
+def engine_query(setup: Setup, layout: Layout, weight: Any) -> Query:
+    """serve's question of one tp x ep engine in one weight format."""
+    return Query(setup.spec, "decode", Options(tp=layout.tp, ep=layout.ep), replace(setup.precision, weight=weight),
+                 setup.machine)
+
+
+def disaggregated(setup: Setup, request: Request, item: tuple, engines: dict) -> list[Row]:
+    """The candidates of one split (``Split``) and weight format: ``serving.disaggregated`` at decode
+    concurrencies 2^k up to the decode engine's ``--concurrency max``; an error where the prefill engine
+    cannot hold its prompts or the decode engine not one request. ``engines``: each engine (and its
+    fit) worked out once a search."""
+    from . import serving
+
+    split, weight, _ = item
+    asked = shape(setup, request)
+
+    def make(query: Query) -> Any:
+        key = (query.options.layout, repr(query.precision))
+        if key not in engines:
+            engines[key] = serving.Engine(query)
+        return engines[key]
+
+    def known(key: tuple, work: Callable[[], Any]) -> Any:      # a fit or a refusal, kept per search
+        if key not in engines:
+            try:
+                engines[key] = work()
+            except CostcalcError as exc:
+                engines[key] = exc
+        if isinstance(engines[key], CostcalcError):
+            raise engines[key]
+        return engines[key]
+
+    first = make(engine_query(setup, split.prefill, weight))
+    second = make(engine_query(setup, split.decode, weight))
+    prompts = serving.prompts_only(asked).prompts
+    if known(("prefill fits", split.prefill, repr(weight)), lambda: first.fits(prompts, asked.isl)) is False:
+        raise CostcalcError(f"the prefill engine {split.prefill.label} does not hold {prompts} prompts of "
+                            f"{asked.isl} tokens")
+    largest = known(("decode max", split.decode, repr(weight)), lambda: second.max_concurrency(asked))
+    sizes = batches(1, largest)
+    table = serving.disaggregated(serving.Pools(first.query, second.query, split.prefill_devices,
+                                                split.decode_devices), asked, sizes, make)
+    label = replace(setup.precision, weight=weight).labels(setup.spec)["weight_dtype"]
+    return [{"layout": split.label, "devices": split.devices, "batch": c, "weight_dtype": label,
+             "speculation": None, "ttft_s": table["ttft_s"][i], "tpot_s": table["tpot_s"][i],
+             "tokens_per_s_per_gpu": table["tokens_per_s_per_gpu"][i],
+             "tokens_per_s_per_user": table["tokens_per_s_per_user"][i], "meets_targets": None, "pareto": None,
+             "fits": table["fits"][i], "timing": table["timing"][i], "batching": DISAGGREGATED,
+             "command": serve_command(setup, request, item, c)} for i, c in enumerate(sizes)]
+
+
 def serve_command(setup: Setup, request: Request, item: tuple, concurrency: int) -> str:
-    """The ``costcalc serve`` line that reproduces a continuous candidate's numbers."""
+    """The ``costcalc serve`` line that reproduces a continuous candidate's numbers (``--disagg`` and its
+    pools for a ``Split``)."""
     layout, weight, _ = item
     flag, value = setup.source
     parts = ["costcalc", "serve", flag, shlex.quote(str(value)), *setup.flags, "--isl", str(request.isl),
-             "--osl", str(request.osl), "--concurrency", str(concurrency), layout.flags]
+             "--osl", str(request.osl), "--concurrency", str(concurrency)]
+    if isinstance(layout, Split):
+        parts.append("--disagg")
+        for name, engine, devices in (("prefill", layout.prefill, layout.prefill_devices),
+                                      ("decode", layout.decode, layout.decode_devices)):
+            parts += [f"--{name}-tp", str(engine.tp)] + ([f"--{name}-ep", str(engine.ep)] if engine.ep > 1 else [])
+            parts += [f"--{name}-devices", str(devices)]
+    else:
+        parts.append(layout.flags)
     if weight is not None:
         parts += ["--weight-dtype", weight.name]
     if setup.budget is not None:
@@ -327,12 +426,14 @@ def search(setup: Setup, request: Request, cache: Optional[dict] = None,
     draft) evaluated."""
     start = time.perf_counter()
     drafts = (None,) if setup.continuous else speculations(setup.spec) if setup.drafts is None else setup.drafts
-    items = [(layout, weight, draft) for layout in layouts(setup.spec, setup.devices, setup.continuous)
-             for weight in setup.weights for draft in drafts]
-    found = Search()
+    shapes = layouts(setup.spec, setup.devices, setup.continuous)
+    if setup.disagg:
+        shapes += splits(setup.spec, setup.devices)
+    items = [(layout, weight, draft) for layout in shapes for weight in setup.weights for draft in drafts]
+    found, engines = Search(), {}
     for done, item in enumerate(items, 1):
         try:
-            found.rows += evaluate(setup, request, item, cache)
+            found.rows += evaluate(setup, request, item, cache, engines)
             found.evaluated += 1
         except CostcalcError as exc:
             layout, weight, draft = item

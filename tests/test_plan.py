@@ -339,3 +339,50 @@ def test_measured_continuous_candidates_reproduce_through_serve(capsys):
         served, = _served(capsys, row["command"])
         assert (served["ttft_s"], served["tpot_s"], served["tokens_per_s_per_gpu"]) == \
             (row["ttft_s"], row["tpot_s"], row["tokens_per_s_per_gpu"])
+
+
+DISAGG = ("plan", "-p", "olmoe-1b-7b", "--device", "h100", "--devices", "4", "--isl", "512", "--osl", "64", "--ttft",
+          "150ms", "--tpot", "5ms", "--weight-dtype", "bf16", "--batching", "continuous", "--disagg")
+
+
+def test_disaggregated_splits_fill_the_devices_and_reproduce_through_serve(capsys):
+    """--disagg adds every prefill x decode split of the 4 devices: each row's pools fill them, the front
+    still is every undominated row of both kinds, and a split's serve --disagg line gives its numbers,
+    its decode concurrencies powers of two up to serve's --concurrency max."""
+    code, out, err = run(capsys, *DISAGG, "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    split = [r for r in got if r["batching"] == "disaggregated"]
+    assert split and {r["batching"] for r in got} == {"continuous", "disaggregated"}
+    pools = {r["layout"] for r in split}
+    assert {"p:1xtp1 d:3xtp1", "p:2xtp1 d:1xtp2.ep2", "p:1xtp2.ep2 d:2xtp1"} <= pools
+    for r in split:
+        assert r["devices"] == 4 and r["fits"] is True and " --disagg " in r["command"]
+        sizes = []
+        for part, pool in zip(r["layout"].split(), ("prefill", "decode")):     # p:AxL: A engines of L's tp devices
+            engines, layout = part[2:].split("x", 1)
+            tp = int(layout.split(".")[0][2:])
+            sizes.append(int(engines) * tp)
+            assert f"--{pool}-tp {tp} " in r["command"] and f"--{pool}-devices {sizes[-1]}" in r["command"]
+        assert sum(sizes) == 4
+    for r in got:
+        dominated = any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
+                        and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
+                        and (o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"]
+                             or o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]) for o in got)
+        assert r["pareto"] is (not dominated)
+    group = [r for r in split if r["layout"] == "p:2xtp1 d:1xtp2.ep2"]
+    assert sorted(r["batch"] for r in group) == [2 ** i for i in range(len(group))]
+    top = max(group, key=lambda r: r["batch"])
+    for row in (top, min(group, key=lambda r: r["batch"])):
+        served, = _served(capsys, row["command"])
+        for key in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "devices"):
+            assert served[key] == row[key], key
+        assert served["concurrency"] == row["batch"]
+    most, = _served(capsys, top["command"].replace(f"--concurrency {top['batch']}", "--concurrency max"))
+    assert top["batch"] <= most["concurrency"] < 2 * top["batch"]
+
+
+def test_disagg_needs_continuous_batching(capsys):
+    code, out, err = run(capsys, *QUESTION, "--disagg")
+    assert code == 2 and one_error(err, "--disagg splits the devices into continuous-batching pools"), err

@@ -57,6 +57,9 @@ def plan_command(
     budget: Annotated[Optional[str], typer.Option(
         "--max-batched-tokens", metavar="K", show_default=False,
         help="With --batching continuous: tokens an iteration may run (serve's).  (default: 8192)")] = None,
+    disagg: Annotated[bool, typer.Option(
+        "--disagg", help="With --batching continuous: every split of the devices into a prefill pool and a decode "
+                         "pool too (serve --disagg), beside the one-pool engines.")] = False,
     kv_dtype: KvDtypeOpt = None,
     timing: TimingOpt = None,
     engine: EngineOpt = None,
@@ -92,7 +95,7 @@ def plan_command(
                             "--draft-tokens or --acceptance); search them with --batching static")
     setup = plan.Setup(spec, precision, machine, count, weights, source, _flags(given),
                        _drafts(spec, draft, draft_tokens, acceptance), mode,
-                       None if budget is None else _budget(budget))
+                       None if budget is None else _budget(budget), disagg)
     bar = Progress()
     found = plan.search(setup, request, progress=bar)
     bar.close()
@@ -228,7 +231,8 @@ def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: t
     spec, device = setup.spec.name, setup.machine.device.name
     what = "every candidate" if every else "the Pareto front of tokens/s per GPU against per user"
     timing = "measured" if setup.machine.timing is not None else "roofline"
-    axes = "engine x weight format" if setup.continuous else "layout x weight format x draft"
+    axes = ("engine or split" if setup.disagg else "engine") + " x weight format" if setup.continuous \
+        else "layout x weight format x draft"
     said = (f"{spec} on {setup.devices} {device}: prompts of {request.isl} tokens, {request.osl} out; targets ttft "
             f"<= {units.seconds(request.ttft)}, tpot <= {units.seconds(request.tpot)}; {timing} timing, "
             f"{setup.batching} batching. {len(found.rows)} candidates ({found.evaluated} {axes}, "
@@ -236,7 +240,8 @@ def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: t
     out = [*textwrap.wrap(said, 80), "", *lines, "", "commands (each reproduces its row):"]
     out += [f"{i:>{len(str(len(rows)))}}  {r['command']}" for i, r in enumerate(rows, 1)]
     out += ["", *textwrap.wrap(_best_line(best, met, request), 80), f"  {best['command']}", ""]
-    out += [line for note in (CONTINUOUS_NOTES if setup.continuous else NOTES) for line in textwrap.wrap(note, 80)]
+    notes = (CONTINUOUS_NOTES + (DISAGG_NOTES if setup.disagg else ())) if setup.continuous else NOTES
+    out += [line for note in notes for line in textwrap.wrap(note, 80)]
     return "\n".join(out) + "\n"
 
 
@@ -262,3 +267,7 @@ CONTINUOUS_NOTES = (
     "iterations; tpot: the rest of its cycle / (N-1); per GPU = requests/s x output tokens / the engine's "
     "devices; per user = 1 / tpot. An engine is tp x ep (serve runs no pipeline or data-parallel replicas); one "
     "of fewer devices than asked runs copies of itself on the rest (docs/cost-model.md, Planning).",)
+DISAGG_NOTES = (
+    "p:AxL d:BxM: a prefill pool of A engines of layout L and a decode pool of B of M (serve --disagg), conc "
+    "the requests on each decode engine; ttft: the prompt's iterations + its KV cache's transfer; tpot: the "
+    "decode engine's iteration; per GPU: the slower pool's requests/s x output tokens / all the devices.",)

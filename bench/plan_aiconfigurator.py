@@ -39,9 +39,10 @@ PRESET, DEVICE, AIC_MODEL, AIC_SYSTEM = "qwen3-235b-a22b", "h200", "Qwen/Qwen3-2
 REPORT = ROOT / "reports" / "plan" / "aiconfigurator.md"
 
 
-def costcalc_search(label: str, given: dict, weights: str | None, batching: str = "static") -> dict:
+def costcalc_search(label: str, given: dict, weights: str | None, batching: str = "static",
+                    disagg: bool = False) -> dict:
     """One costcalc search (the options ``given`` as the CLI takes them; ``batching`` static or
-    continuous), timed."""
+    continuous, ``disagg`` the pool splits too: the best of those alone is the run's), timed."""
     from costcalc.cli.options import traffic
     from costcalc.weights import parse
 
@@ -51,18 +52,19 @@ def costcalc_search(label: str, given: dict, weights: str | None, batching: str 
     flags = ["--device", DEVICE] + [x for k, v in given.items() if v for x in (f"--{k.replace('_', '-')}", v)]
     setup = plan.Setup(spec, chosen.precision, chosen.machine, GPUS,
                        plan.weight_choices(spec, chosen.precision, chosen.machine, formats), ("--preset", PRESET),
-                       tuple(flags), batching=batching)
+                       tuple(flags), batching=batching, disagg=disagg)
     request = plan.Request(ISL, OSL, TTFT, TPOT)
     start = time.perf_counter()
     found = plan.search(setup, request)
     seconds = time.perf_counter() - start
-    best, met = plan.chosen(found.rows, request)
+    rows = [r for r in found.rows if r["batching"] == plan.DISAGGREGATED] if disagg else found.rows
+    best, met = plan.chosen(rows, request)
     return {"label": label, "seconds": seconds, "candidates": len(found.rows), "best": best, "met": met,
-            "batching": batching,
-            "command": "costcalc plan -p {} --device {} --devices {} --isl 4k --osl 1k --ttft 2s --tpot 30ms{}{}{}".format(
+            "batching": plan.DISAGGREGATED if disagg else batching,
+            "command": "costcalc plan -p {} --device {} --devices {} --isl 4k --osl 1k --ttft 2s --tpot 30ms{}{}{}{}".format(
                 PRESET, DEVICE, GPUS, f" --weight-dtype {weights}" if weights else "",
                 "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items() if v),
-                " --batching continuous" if batching == "continuous" else "")}
+                " --batching continuous" if batching == "continuous" else "", " --disagg" if disagg else "")}
 
 
 def at_their_choice(row: dict, given: dict, label: str) -> str:
@@ -145,7 +147,7 @@ def _costcalc_row(run: dict) -> str:
     best = run["best"]
     config = f"{best['layout']}, {best['weight_dtype']}" + (f", draft {best['speculation']}" if best["speculation"] else "")
     said = "" if run["met"] else " (closest; none meets)"
-    size = "concurrency" if run["batching"] == "continuous" else "batch"
+    size = "batch" if run["batching"] == "static" else "concurrency"
     return (f"| costcalc, {run['label']} | {config}{said} | {size} {best['batch']} | {units.seconds(best['ttft_s'])} | "
             f"{units.seconds(best['tpot_s'])} | {best['tokens_per_s_per_gpu']:.1f} | "
             f"{best['tokens_per_s_per_user']:.1f} | {run['candidates']} candidates, {run['seconds']:.2f} s |")
@@ -187,11 +189,15 @@ def report(runs: list[dict], aic: dict, theirs: list[str]) -> str:
         *[_aic_row(mode, row, aic) for mode, row in aic["modes"].items() if mode == "agg"],
         *[_costcalc_row(r) for r in runs if r["batching"] == "continuous"],
         *[_aic_row(mode, row, aic) for mode, row in aic["modes"].items() if mode != "agg"],
+        *[_costcalc_row(r) for r in runs if r["batching"] == plan.DISAGGREGATED],
         *theirs,
         "",
         "The costcalc rows beside aiconfigurator's agg row are `plan --batching continuous`'s: `serve`'s engine,",
         "continuous batching with chunked prefill as aiconfigurator's aggregated mode models it (the",
-        "like-for-like comparison; its `batch` is the requests in flight). The last rows take",
+        "like-for-like comparison; its `batch` is the requests in flight); those beside its disagg row are",
+        "the best of `plan --batching continuous --disagg`'s prefill x decode pool splits alone (`serve",
+        "--disagg`: its `batch` each decode engine's requests; the search's candidates counted whole). The",
+        "last rows take",
         "aiconfigurator's aggregated choice as it is and ask costcalc's `generate` for it (its concurrent",
         "requests as one static batch), then `serve` at its concurrency (continuous batching; serve runs",
         "no data-parallel replicas, so its attention dp becomes tp over the same devices): the same",
@@ -256,7 +262,8 @@ def main() -> None:
     spec = presets.load(PRESET)      # every recipe derived and cached before any search is timed
     plan.search(plan.Setup(spec, Precision(), Machine(devices.load(DEVICE)), GPUS), plan.Request(256, 4, 100.0, 100.0))
     runs = [costcalc_search("roofline", {}, None), costcalc_search("roofline, bf16", {}, "bf16"),
-            costcalc_search("roofline, bf16, continuous", {}, "bf16", "continuous")]
+            costcalc_search("roofline, bf16, continuous", {}, "bf16", "continuous"),
+            costcalc_search("roofline, bf16, disaggregated", {}, "bf16", "continuous", True)]
     measured = False
     if Path(args.measured_site).is_dir():
         sys.path.append(args.measured_site)     # after the project's own packages
@@ -264,6 +271,7 @@ def main() -> None:
         try:
             runs.append(costcalc_search("measured trtllm, bf16", given, "bf16"))
             runs.append(costcalc_search("measured trtllm, bf16, continuous", given, "bf16", "continuous"))
+            runs.append(costcalc_search("measured trtllm, bf16, disaggregated", given, "bf16", "continuous", True))
             measured = True
         except Exception as exc:        # the extra missing: said in the report's absence of the row
             print(f"costcalc --timing measured not run: {exc}", file=sys.stderr)

@@ -8,12 +8,14 @@ and pyarrow; the package's compiled engine is never imported) and answers, for o
 forward, the time of that very shape:
 
 - a projection (a plain GEMM: ``m`` = the forward's tokens, ``k`` = fan_in, ``n`` = fan_out, in the
-  matrix's dtype): ``gemm_perf`` -- linear in ``m`` between the two nearest measured ``m`` at each of
+  matrix's dtype; int8/int4 under 16-bit activations in the weight-only tables, fp16 in bfloat16's, said in
+  the row): ``gemm_perf`` -- linear in ``m`` between the two nearest measured ``m`` at each of
   the measured (n, k) around the shape, then bilinear in (n, k) between those (the grid is a full
   product: 74 m x 22 n x 22 k, a few cells missing; a missing corner falls back to the nearest
   measured (n, k) and says so);
 - attention of an uncached prefill (``context_attention_perf``: batch, prompt length, query heads, KV
-  heads, head dim, KV dtype, no window) and of a decode step (``generation_attention_perf``: batch and
+  heads, head dim, KV dtype, no window -- or one the positions never pass) and of a decode step
+  (``generation_attention_perf``: batch and
   the keys read, ``isl + step`` in the collector's terms = T + 1): at the exact heads, KV heads and
   head dim measured, bilinear in (batch, length) between the nearest measured ones; the decode phase
   of ``generate`` (N-1 steps) looks each step up (its GEMMs N-1 times at m = B, its attention at
@@ -22,9 +24,12 @@ forward, the time of that very shape:
 Outside what was measured nothing is extrapolated silently: below the smallest measured size the
 smallest one's latency is taken (a kernel is not faster on fewer rows), above the largest the largest
 one's latency is scaled in proportion (``m`` twice the largest: twice its time), and the row's
-``measured_coverage`` names each such operator and size. An operator the tables do not hold (norms
-are not counted at all; windows, state-space mixers, a cached prefill's attention, a decode phase of more
-than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its roofline floor, and ``measured_coverage`` names it.
+``measured_coverage`` names each such operator and size. The norms, residual adds, activations and
+embedding gather, which costcalc counts no FLOPs for, are aiconfigurator's mem ops (``Timing.mem_ops``:
+its model files' op list, its ``query_mem_op`` formula and system constants), added to the estimate as
+``mem_ops_time_s``. An operator the tables do not hold (windows the positions pass, state-space mixers, a
+cached prefill's attention, a decode phase of more than ``roofline.MAX_LOOKED_UP_STEPS`` steps) keeps its
+roofline floor, and ``measured_coverage`` names it.
 A MoE layer's routed experts (the fused-MoE kernel), DeepSeek-V3-shaped MLA (vLLM's attention module;
 the other engines' MLA kernels and absorbed products), DeepSeek-V3.2's sparse MLA (vLLM's DSA module) and Gated DeltaNet's scan and convolution are looked
 up by ``measured_fused``.
@@ -52,12 +57,23 @@ MS = 1e-3               # the tables' latencies are milliseconds
 # costcalc device profile -> aiconfigurator system (systems/<system>.yaml, systems/data/<system>/)
 # (a system whose folder holds no GEMM table, as h100_pcie's and l4's in 0.12.0, is refused like an unmapped device)
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "a100": "a100_sxm", "b200": "b200_sxm", "b300": "b300_sxm",
-           "gb200": "gb200", "l40s": "l40s", "h100-pcie": "h100_pcie", "l4": "l4"}
+           "gb200": "gb200", "l40s": "l40s", "h100-pcie": "h100_pcie", "l4": "l4",
+           "rtx-pro-6000": "rtx_pro_6000_server"}   # a10g: aiconfigurator measured no A10G (no system)
 # weight format -> gemm_dtype: bf16; fp8 per tensor (costcalc's generic fp8, fp8-tensor); DeepSeek's 128x128
 # blocks (fp8-block128, either scale byte)
 GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8-tensor": "fp8", "fp8-block128": "fp8_block",
                "fp8-block128-ue8m0": "fp8_block", "fp8-block128x128": "fp8_block", "fp8-block128x128-ue8m0": "fp8_block"}
+# int8/int4 weights under 16-bit activations are weight-only (w8a16, w4a16): the tables' int8_wo/int4_wo, which
+# TensorRT-LLM's WeightOnlyQuantMatmul was measured as (A100's trtllm 1.0.0 tables; aiconfigurator's GEMMQuantMode
+# int8_wo/int4_wo, "dequantize to bf16 before the MMA", sdk/common.py)
+WEIGHT_ONLY = {"int8": "int8_wo", "int4": "int4_wo"}
+SIXTEEN_BIT = ("bf16", "fp16")
+# fp16 has no tables of its own (0.12.0 measured bfloat16): the bfloat16 table stands in -- the same 2-byte
+# operands and the same tensor-core peak on every NVIDIA part mapped here (their datasheets print one FP16 and
+# BF16 Tensor Core figure) -- and each row says so in measured_coverage
+STAND_IN = {"fp16": "bf16"}
 KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}        # --kv-dtype -> kv_cache_dtype
+ACT_BYTES = 2   # a mem op's activations: aiconfigurator's ElementWise/Embedding count 2 bytes ("bfloat16 for act")
 
 
 def data_root() -> Path:
@@ -111,14 +127,47 @@ class Timing:
     def labels(self) -> dict:
         return {"timing": "measured", "engine": self.engine, "engine_version": self.version}
 
-    def gemm(self, m: int, n: int, k: int, dtype: str) -> tuple[Optional[float], str]:
-        """Seconds of one GEMM (m x k by k x n) in weight dtype ``dtype``, and a note ('' where the shape
-        lies inside what was measured); None where the tables hold no such dtype."""
+    def gemm(self, m: int, n: int, k: int, dtype: str, act: str = "bf16") -> tuple[Optional[float], str]:
+        """Seconds of one GEMM (m x k by k x n) in weight dtype ``dtype`` under activations ``act``, and a
+        note ('' where the shape lies inside what was measured); None where the tables hold no such dtype."""
         table = _gemm_table(self.root / self.system / "gemm" / self.engine / self.version / "gemm_perf.parquet")
-        grid = table.get(GEMM_DTYPES.get(dtype, ""))
+        said = ""
+        if dtype in STAND_IN:
+            said, dtype = f"{dtype} read from the {STAND_IN[dtype]} table", STAND_IN[dtype]
+        name = WEIGHT_ONLY.get(dtype, "") if act in SIXTEEN_BIT else ""
+        grid = table.get(name or GEMM_DTYPES.get(dtype, ""))
         if grid is None:
-            return None, f"no {dtype} GEMM table"
-        return _gemm(grid, m, n, k)
+            return None, f"no {dtype} GEMM table" + (f" under {act} activations" if dtype in WEIGHT_ONLY else "")
+        got, note = _gemm(grid, m, n, k)
+        return got, "; ".join(filter(None, [said, note]))
+
+    def mem_op(self, nbytes: float) -> float:
+        """Seconds of one memory-bound kernel moving ``nbytes`` (a norm, a residual add, an activation, an
+        embedding gather), as aiconfigurator models every such kernel (``PerfDatabase.query_mem_op``, its
+        non-SOL mode): ``nbytes / (mem_bw * mem_bw_empirical_scaling_factor) + mem_empirical_constant_latency``,
+        the three read from the system's ``systems/<system>.yaml`` (0.8 and 3 us on every system mapped here)."""
+        gpu = _system_gpu(self.root.parent / f"{self.system}.yaml")
+        return nbytes / (gpu["mem_bw"] * gpu["mem_bw_empirical_scaling_factor"]) + gpu["mem_empirical_constant_latency"]
+
+    def mem_ops(self, groups, tokens: int) -> float:
+        """Seconds of the memory-bound kernels of one forward of ``tokens`` tokens that costcalc counts no
+        FLOPs for (norms, residual adds, the MLP's activation, the embedding gather), as aiconfigurator's
+        model files list them for every layer (sdk/models/llama.py, gpt.py, moe.py: ``add_norm_1`` and
+        ``add_norm_2``, ElementWise 2d in and 2d out each; ``act_gate`` 2m in, m out after a gated MLP,
+        ``act`` m in, m out after a plain one; none after routed experts, whose kernel applies it) and once
+        per forward (``embedding``, d out per token); each ``mem_op`` at 2 bytes an element. ``groups``:
+        the model's layer groups (a device's sizes on a layout)."""
+        total, d_first = 0.0, None
+        for group in groups:
+            d = group.sizes["d"]
+            d_first = d if d_first is None else d_first
+            ops = [(2 * d + 2 * d)] * 2
+            if group.block.ffn == "dense":
+                ops.append(2 * group.sizes["m"] + group.sizes["m"])
+            elif group.block.ffn == "mlp":
+                ops.append(2 * group.sizes["m"])
+            total += group.count * sum(self.mem_op(tokens * width * ACT_BYTES) for width in ops)
+        return total + (self.mem_op(tokens * d_first * ACT_BYTES) if d_first else 0.0)
 
     def attention(self, phase: str, batch: int, length: int, shape: tuple) -> tuple[Optional[float], str]:
         """Seconds of one attention layer: ``phase`` context (``length`` = the prompt) or generation
@@ -127,11 +176,13 @@ class Timing:
         heads, kv_heads, head_dim, kv_dtype = shape
         name = f"{phase}_attention_perf.parquet"
         table = _attention_table(self.root / self.system / "attention" / self.engine / self.version / name)
-        key = (KV_DTYPES.get(kv_dtype, ""), heads, kv_heads, head_dim)
+        said = f"KV {kv_dtype} read from the {STAND_IN[kv_dtype]} table" if kv_dtype in STAND_IN else ""
+        key = (KV_DTYPES.get(STAND_IN.get(kv_dtype, kv_dtype), ""), heads, kv_heads, head_dim)
         if key not in table:
             return None, f"no {phase} attention measured for {heads} heads, {kv_heads} KV heads, head dim " \
                          f"{head_dim}, KV {kv_dtype}"
-        return _bilinear(table[key], batch, length, ("batch", "keys" if phase == "generation" else "seq"))
+        got, note = _bilinear(table[key], batch, length, ("batch", "keys" if phase == "generation" else "seq"))
+        return got, "; ".join(filter(None, [said, note]))
 
 
 def timing(device: str, engine: Optional[str], version: Optional[str]) -> Timing:
@@ -167,6 +218,19 @@ def _gemm_table(path: Path) -> dict:
     for (dtype, n, k), ms, lat in _runs(frame, ["gemm_dtype", "n", "k"], "m"):
         out.setdefault(dtype, {})[(int(n), int(k))] = (ms, lat)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _system_gpu(path: Path) -> dict:
+    """The ``gpu`` section of an aiconfigurator system description (mem_bw, its empirical factors, ...)."""
+    import yaml      # a dependency of aiconfigurator-core
+
+    try:
+        gpu = yaml.safe_load(path.read_text())["gpu"]
+        return {key: float(gpu[key]) for key in ("mem_bw", "mem_bw_empirical_scaling_factor",
+                                                 "mem_empirical_constant_latency")}
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+        raise CostcalcError(f"measured system description {path.name} cannot be read: {exc}") from None
 
 
 @functools.lru_cache(maxsize=None)

@@ -406,6 +406,7 @@ def traffic_columns(query: Query, point: dict[str, Sequence[int]], n: int,
         out["efficiency"] = [_ratio(f, t) for f, t in zip(out["floor_time_s"], out["time_s"])]
         out["measured_coverage"] = [coverages(r["measured_coverage"], coverage(notes))
                                     for r, (_, notes) in zip(rows, looked)]
+        out["mem_ops_time_s"] = [r["mem_ops_time_s"] for r in rows]    # the device's (part of its time_s)
     out["overlap"] = [overlap.value] * n
     out["links"] = [links(layout, machine.device)] * n
     names = {name for r in rows for name in r}
@@ -677,7 +678,8 @@ def pipeline_columns(query: Query, point: dict[str, Sequence[int]], n: int) -> d
                        time_s=pipeline.makespan(pipeline.GPIPE, [t for t, _ in looked], m))
             row.update(comm_efficiency=_ratio(row["comm_floor_time_s"], row["comm_time_s"]),
                        efficiency=_ratio(row["floor_time_s"], row["time_s"]),
-                       measured_coverage=coverages(*(got["measured_coverage"] for got in moved), coverage(said)))
+                       measured_coverage=coverages(*(got["measured_coverage"] for got in moved), coverage(said)),
+                       mem_ops_time_s=max(m * got["mem_ops_time_s"] for got in moved))   # the busiest stage's
         for key in keys + ["collectives"]:
             out[key].append(row[key])
         for key in (k for k in row if k.endswith(("_time_s", "_bound", "_efficiency")) and k not in keys):

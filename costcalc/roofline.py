@@ -404,7 +404,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             return mla_kernels(index, group, op)
         if op == "attention":
             block, sizes = group.block, group.sizes
-            if block.attention != "gqa" or block.dv or block.sparse or block.v4 or block.mixer:
+            if block.attention not in ("gqa", "window") or block.dv or block.sparse or block.v4 or block.mixer:
                 return None, "no table for this attention"
             shape = (sizes["h_q"], sizes["h_kv"], sizes["d_h"], precision.kv.value)
             if kind == "0,S":
@@ -415,6 +415,10 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                 lengths = [("generation", keys) for keys in range(values["S"] + 1, values["S"] + values["N"])]
             else:
                 return None, f"no attention table for {wl.name}"
+            # a sliding window no shorter than the last position reached masks no key: every query reads
+            # what it reads without one (core.attention: p keys while p <= W), the window-0 tables' kernels
+            if block.attention == "window" and max(length for _, length in lengths) > sizes["W"]:
+                return None, "no table for a window shorter than the positions reached"
             total, said = 0.0, []
             for phase, length in lengths:
                 got, note = timing.attention(phase, values["B"], length, shape)
@@ -434,7 +438,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         rows, rest = divmod(int(flops), 2 * fan_in * fan_out * layers * steps)
         if rest or rows < 1:            # not a plain GEMM over whole rows
             return None, "not a plain GEMM"
-        got, note = timing.gemm(rows, fan_out, fan_in, fmt.name)
+        got, note = timing.gemm(rows, fan_out, fan_in, fmt.name, precision.act.value)
         return (None if got is None else got * layers * steps), note
     if timing is not None:
         from . import measured_fused as fused
@@ -516,8 +520,13 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         out.update({f"{t}_bound": bound(c, m) for t, (c, m, _) in term_times.items() if c or m})
         out.update({f"{t}_time_s": time for t, (c, m, time) in term_times.items() if c or m})
         if timing is not None:
+            # the norms, residual adds, activations and embedding gather costcalc counts no FLOPs or bytes
+            # for (no floor): aiconfigurator's mem ops (measured.Timing.mem_ops), each forward's
+            forwards = values["N"] - 1 if wl.traffic == "steps" else 1
+            mem_ops = timing.mem_ops(query.spec.groups, routed) * forwards if forwards >= 1 else 0.0
+            estimate += mem_ops
             out.update(floor_time_s=total, time_s=estimate, efficiency=round(total / estimate, 4) if estimate else None,
-                       measured_coverage=coverage(notes))
+                       measured_coverage=coverage(notes), mem_ops_time_s=mem_ops)
             for t, (c, m, time) in term_times.items():
                 if c or m:
                     out.update({f"{t}_floor_time_s": time, f"{t}_time_s": term_estimate[t],
@@ -626,7 +635,7 @@ def columns(query: Query, points: dict[str, list[int]], flops: list[int]) -> dic
              for name in [f"{kind}_bytes" for kind in traffic_kinds(query.spec)] + ["total_bytes"]}
     table["intensity"] = [intensity(f, b) for f, b in zip(flops, table["total_bytes"])]
     for name in ("compute_time_s", "memory_time_s", "floor_time_s", "time_s", "efficiency", "bound",
-                 "measured_coverage"):
+                 "measured_coverage", "mem_ops_time_s"):
         if name in names:
             table[name] = [r[name] for r in rows]
     for term in TERMS:      # each term's bytes and time (0 where it moves nothing), and its bound

@@ -17,7 +17,7 @@ DATASHEET = {   # device: (scale-up bidirectional GB/s, GPUs in the domain, NIC 
     "a100-40gb": (600, 8, None), "h100-nvl": (600, 2, None), "h800": (400, 8, None), "h20": (900, 8, None),
     "b300": (1800, 8, 800), "gb200": (1800, 72, None),
 }
-LINKLESS = ("h100-pcie", "l4", "mi325x", "mi355x")    # no source gave a GPU-to-GPU figure: no links, said in a note
+LINKLESS = ("h100-pcie", "l4", "mi325x", "mi355x", "a10g", "rtx-pro-6000")    # no source gave a GPU-to-GPU figure: no links, said in a note
 
 
 @pytest.mark.parametrize("name", LINKLESS)

@@ -41,6 +41,21 @@ def test_engine_without_measured_warns_and_changes_nothing(capsys):
     assert code == 0 and out == plain and "--engine does nothing without --timing measured" in err
 
 
+def test_a_roofline_command_imports_neither_the_tables_nor_pyarrow():
+    """Startup: with the measured extra installed, a plain calculator command (its default table and CSV)
+    loads neither aiconfigurator-core nor pyarrow (nor pandas, which would pull pyarrow in)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from costcalc.cli import main\n"
+            "for fmt in ([], ['-f', 'csv']):\n"
+            "    main(['decode', '-p', 'llama-3.1-8b', '--context', '8k', '--device', 'h100', *fmt])\n"
+            "print(sorted(m for m in ('pyarrow', 'aiconfigurator_core', 'pandas') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 # --- with the tables --------------------------------------------------------------------
 
 def tables() -> Path:
@@ -90,7 +105,10 @@ def test_decode_estimate_is_the_tables_latency_of_each_shape(capsys):
     assert float(row["efficiency"]) == round(float(row["floor_time_s"]) / float(row["time_s"]), 4)
     terms = [k.removesuffix("_floor_time_s") for k in row if k.endswith("_floor_time_s")]
     assert set(terms) == {"attn_proj", "ffn", "attention", "lm_head"}
-    assert sum(float(row[f"{t}_time_s"]) for t in terms) == pytest.approx(float(row["time_s"]), rel=1e-12)
+    # the estimate: its terms and the mem ops (norms, adds, activation, embedding: no floor, no term)
+    assert sum(float(row[f"{t}_time_s"]) for t in terms) + float(row["mem_ops_time_s"]) == pytest.approx(
+        float(row["time_s"]), rel=1e-12)
+    assert float(row["mem_ops_time_s"]) == pytest.approx(mem_ops(root.parent / "h100_sxm.yaml", 32, 4096, 14336, 1), rel=1e-12)
 
     gemm = frame(root / "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet")
     gemm = gemm[gemm.gemm_dtype == "bfloat16"]
@@ -113,6 +131,107 @@ def test_decode_estimate_is_the_tables_latency_of_each_shape(capsys):
     assert float(row["attention_time_s"]) == pytest.approx(attention, rel=1e-9)
     # the LM head (n = V = 128256) lies beyond the largest measured n: the row says so
     assert max(gemm.n) < 128256 and "lm_head: n=128256 above the largest measured" in row["measured_coverage"]
+
+
+def mem_ops(system_yaml: Path, layers: int, d: int, m: int, tokens: int) -> float:
+    """aiconfigurator's mem ops of one forward of a gated-MLP decoder, restated from its own files: per layer
+    ElementWise add_norm_1 and add_norm_2 (2d in, 2d out) and act_gate (2m in, m out), one Embedding (d out)
+    (sdk/models/llama.py), 2 bytes an element; each ``query_mem_op``: bytes / (mem_bw x
+    mem_bw_empirical_scaling_factor) + mem_empirical_constant_latency from the system's yaml."""
+    import yaml
+
+    gpu = yaml.safe_load(system_yaml.read_text())["gpu"]
+
+    def op(nbytes):
+        return nbytes / (gpu["mem_bw"] * gpu["mem_bw_empirical_scaling_factor"]) + gpu["mem_empirical_constant_latency"]
+    layer = 2 * op(tokens * 4 * d * 2) + op(tokens * 3 * m * 2)
+    return layers * layer + op(tokens * d * 2)
+
+
+def test_mem_ops_are_aiconfigurators_per_forward_and_per_step(capsys):
+    """A prefill's mem ops move B x S tokens once; a generation's decode phase runs them once per step."""
+    root = tables()
+    code, out, err = run(capsys, "prefill", "-p", "llama-3.1-8b", "--seq", "512", "--batch", "2", "--device", "h200",
+                         "--timing", "measured", "-f", "csv")
+    assert code == 0, err
+    row = csv_rows(out)[0]
+    assert float(row["mem_ops_time_s"]) == pytest.approx(mem_ops(root.parent / "h200_sxm.yaml", 32, 4096, 14336, 1024),
+                                                         rel=1e-12)
+    code, out, err = run(capsys, "generate", "-p", "llama-3.1-8b", "--prompt", "100", "--new", "5", "--batch", "3",
+                         "--device", "h200", "--timing", "measured", "-f", "csv")
+    prefill, decode, total = csv_rows(out)
+    assert float(decode["mem_ops_time_s"]) == pytest.approx(4 * mem_ops(root.parent / "h200_sxm.yaml", 32, 4096, 14336, 3),
+                                                            rel=1e-12)
+    assert float(total["mem_ops_time_s"]) == pytest.approx(
+        float(prefill["mem_ops_time_s"]) + float(decode["mem_ops_time_s"]), rel=1e-12)
+    _, plain, _ = run(capsys, "prefill", "-p", "llama-3.1-8b", "--seq", "512", "--device", "h200", "-f", "csv")
+    assert "mem_ops_time_s" not in csv_rows(plain)[0]          # the roofline has no such column
+
+
+def test_fp16_reads_the_bfloat16_tables_and_says_so(capsys):
+    root = tables()
+    base = ("decode", "-p", "llama-3.1-8b", "--context", "8k", "--device", "h100", "--timing", "measured", "-f", "csv")
+    code, out, err = run(capsys, *base, "--weight-dtype", "fp16", "--kv-dtype", "fp16", "--act-dtype", "fp16")
+    assert code == 0, err
+    half = csv_rows(out)[0]
+    _, out, _ = run(capsys, *base)
+    bf16 = csv_rows(out)[0]
+    for term in ("attn_proj", "ffn", "attention"):        # the same shapes, the same table: the same time
+        assert float(half[f"{term}_time_s"]) == pytest.approx(float(bf16[f"{term}_time_s"]), rel=1e-12)
+    assert "q_proj: fp16 read from the bf16 table" in half["measured_coverage"]
+    assert "attention: KV fp16 read from the bf16 table" in half["measured_coverage"]
+    assert "fp16" not in bf16["measured_coverage"]
+
+
+def test_int8_and_int4_weight_only_read_the_weight_only_tables(capsys):
+    """A100 TensorRT-LLM 1.0.0 measured TensorRT-LLM's weight-only GEMMs (int8_wo, int4_wo): llama-2-7b's
+    projections of one token (every shape measured exactly) under bf16 activations; int8 activations
+    (a W8A8 GEMM) have no weight-only table and keep their floor."""
+    root = tables()
+    gemm = frame(root / "a100_sxm/gemm/trtllm/1.0.0/gemm_perf.parquet")
+    base = ("decode", "-p", "llama-2-7b", "--context", "1k", "--device", "a100", "--timing", "measured", "--engine",
+            "trtllm", "-f", "csv")
+    for dtype, table in (("int8", "int8_wo"), ("int4", "int4_wo")):
+        code, out, err = run(capsys, *base, "--weight-dtype", dtype, "--kv-dtype", "bf16")
+        assert code == 0, err
+        row = csv_rows(out)[0]
+        mine = gemm[(gemm.gemm_dtype == table) & (gemm.m == 1)]
+
+        def at(n, k):
+            return mine[(mine.n == n) & (mine.k == k)].latency.min() * 1e-3
+        assert float(row["attn_proj_time_s"]) == pytest.approx(
+            max(32 * 4 * at(4096, 4096), float(row["attn_proj_floor_time_s"])), rel=1e-9)
+        assert "roofline floor" not in row["measured_coverage"]
+    code, out, err = run(capsys, *base, "--weight-dtype", "int8", "--act-dtype", "int8")
+    row = csv_rows(out)[0]
+    assert code == 0 and float(row["attn_proj_time_s"]) == float(row["attn_proj_floor_time_s"])
+    assert "roofline floor (no table): q_proj" in row["measured_coverage"]
+
+
+def test_a_window_the_positions_never_reach_reads_the_window_free_table(capsys):
+    """mistral-7b-v0.1's 4096-token window: a decode step over 2049 keys reads what full attention reads
+    (the window-0 table's kernel); over 8193 keys the window binds and the attention keeps its floor."""
+    root = tables()
+    gen = frame(root / "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet")
+    gen = gen[(gen.batch_size == 1) & (gen.num_heads == 32) & (gen.num_key_value_heads == 8) & (gen.head_dim == 128)
+              & (gen.kv_cache_dtype == "bfloat16") & (gen.window_size == 0)]
+    lo, hi = (gen[gen.isl + gen.step == n].latency.min() * 1e-3 for n in (2048, 4096))
+    base = ("decode", "-p", "mistral-7b-v0.1", "--device", "h100", "--timing", "measured", "-f", "csv")
+    code, out, err = run(capsys, *base, "--context", "2048")
+    row = csv_rows(out)[0]
+    assert code == 0 and float(row["attention_time_s"]) == pytest.approx(32 * (lo + (hi - lo) / 2048), rel=1e-9)
+    code, out, err = run(capsys, *base, "--context", "8k")
+    row = csv_rows(out)[0]
+    assert float(row["attention_time_s"]) == float(row["attention_floor_time_s"])
+    assert "roofline floor (no table): attention" in row["measured_coverage"]
+
+
+def test_the_new_profiles_map_to_aiconfigurators_systems():
+    root = tables()
+    assert measured.system_of("rtx-pro-6000", root) == "rtx_pro_6000_server"
+    from costcalc.errors import CostcalcError
+    with pytest.raises(CostcalcError, match="no measured kernel tables for device 'a10g'"):
+        measured.system_of("a10g", root)
 
 
 def test_operator_without_a_table_keeps_its_floor(capsys):

@@ -130,3 +130,11 @@ def test_the_estimate_is_a_time_or_says_it_is_not_available():
     else:
         with pytest.raises(bench.NotAvailable, match=r"pip install 'costcalc\[measured\]'"):
             bench.estimate(BY_ID["p081"])
+
+
+def test_the_report_names_what_an_estimate_kept_at_its_floor():
+    # measured_coverage's "roofline floor (no table)" parts, each operator once, other notes left out
+    coverage = ("roofline floor (no table): attention, experts.up_proj | lm_head: n=128256 above the largest "
+                "measured 65536 (time scaled in proportion) | roofline floor (no table): experts.up_proj, q_absorb")
+    assert bench.floored(coverage) == "attention, experts.up_proj, q_absorb"
+    assert bench.floored("measured") == "" and bench.floored("") == ""

@@ -12,7 +12,8 @@ project's environment:
 costcalc's searches run in this process: roofline timing (its own formats: the model's bf16 and fp8;
 then bf16 alone, aiconfigurator's format here) and, where the measured tables import (aiconfigurator-core
 0.12.0 and pyarrow on --measured-site), measured timing with TensorRT-LLM's kernels, the engine
-aiconfigurator chose.
+aiconfigurator chose; each with static batches (`generate`) and, beside aiconfigurator's aggregated
+mode (the like-for-like comparison), with continuous batching (`--batching continuous`: `serve`'s engine).
 """
 from __future__ import annotations
 
@@ -38,8 +39,10 @@ PRESET, DEVICE, AIC_MODEL, AIC_SYSTEM = "qwen3-235b-a22b", "h200", "Qwen/Qwen3-2
 REPORT = ROOT / "reports" / "plan" / "aiconfigurator.md"
 
 
-def costcalc_search(label: str, given: dict, weights: str | None) -> dict:
-    """One costcalc search (the options ``given`` as the CLI takes them), timed."""
+def costcalc_search(label: str, given: dict, weights: str | None, batching: str = "static",
+                    disagg: bool = False) -> dict:
+    """One costcalc search (the options ``given`` as the CLI takes them; ``batching`` static or
+    continuous, ``disagg`` the pool splits too: the best of those alone is the run's), timed."""
     from costcalc.cli.options import traffic
     from costcalc.weights import parse
 
@@ -49,16 +52,19 @@ def costcalc_search(label: str, given: dict, weights: str | None) -> dict:
     flags = ["--device", DEVICE] + [x for k, v in given.items() if v for x in (f"--{k.replace('_', '-')}", v)]
     setup = plan.Setup(spec, chosen.precision, chosen.machine, GPUS,
                        plan.weight_choices(spec, chosen.precision, chosen.machine, formats), ("--preset", PRESET),
-                       tuple(flags))
+                       tuple(flags), batching=batching, disagg=disagg)
     request = plan.Request(ISL, OSL, TTFT, TPOT)
     start = time.perf_counter()
     found = plan.search(setup, request)
     seconds = time.perf_counter() - start
-    best, met = plan.chosen(found.rows, request)
+    rows = [r for r in found.rows if r["batching"] == plan.DISAGGREGATED] if disagg else found.rows
+    best, met = plan.chosen(rows, request)
     return {"label": label, "seconds": seconds, "candidates": len(found.rows), "best": best, "met": met,
-            "command": "costcalc plan -p {} --device {} --devices {} --isl 4k --osl 1k --ttft 2s --tpot 30ms{}{}".format(
+            "batching": plan.DISAGGREGATED if disagg else batching,
+            "command": "costcalc plan -p {} --device {} --devices {} --isl 4k --osl 1k --ttft 2s --tpot 30ms{}{}{}{}".format(
                 PRESET, DEVICE, GPUS, f" --weight-dtype {weights}" if weights else "",
-                "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items() if v))}
+                "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items() if v),
+                " --batching continuous" if batching == "continuous" else "", " --disagg" if disagg else "")}
 
 
 def at_their_choice(row: dict, given: dict, label: str) -> str:
@@ -81,6 +87,32 @@ def at_their_choice(row: dict, given: dict, label: str) -> str:
             f"{units.seconds(ttft)} | {units.seconds(tpot)} | {rate / layout.devices:.1f} | {1 / tpot:.1f} | "
             f"`costcalc generate -p {PRESET} --device {DEVICE} --prompt {ISL} --new {OSL} --batch {batch} "
             f"{layout.flags} --weight-dtype bf16{flags}` |")
+
+
+def served_at_their_choice(row: dict, given: dict, label: str) -> str:
+    """costcalc's serve (continuous batching) at aiconfigurator's aggregated choice: its concurrency and
+    format (bf16) on its devices as one engine -- serve runs no data-parallel replicas, so attention data
+    parallel over dp becomes tensor parallel over tp x dp, the experts over the same devices where it
+    spreads them (ep > 1)."""
+    from costcalc import serving
+    from costcalc.cli.options import traffic
+    from costcalc.evaluate import Options, Query
+    from costcalc.weights import parse
+
+    tp, dp, ep = (int(row[k]) for k in ("tp", "dp", "moe_ep"))
+    concurrency = int(row["concurrency"])
+    chosen = traffic({"device": DEVICE, "weight_dtype": "bf16", **given})
+    engine = tp * dp
+    query = Query(presets.load(PRESET), "decode", Options(tp=engine, ep=engine if ep > 1 else 1),
+                  chosen.precision, chosen.machine)
+    got = serving.aggregated(query, serving.Shape(ISL, OSL), [concurrency])
+    got = {k: v[0] for k, v in got.items()}
+    flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items() if v)
+    return (f"| costcalc serve at aiconfigurator's agg concurrency, {label} | {got['layout']}, bf16 (its dp as tp) | "
+            f"concurrency {concurrency} | {units.seconds(got['ttft_s'])} | {units.seconds(got['tpot_s'])} | "
+            f"{got['tokens_per_s_per_gpu']:.1f} | {got['tokens_per_s_per_user']:.1f} | "
+            f"`costcalc serve -p {PRESET} --device {DEVICE} --isl {ISL} --osl {OSL} --concurrency {concurrency} "
+            f"{query.options.layout.flags} --weight-dtype bf16{flags}` |")
 
 
 def aiconfigurator(site: str) -> dict:
@@ -115,7 +147,8 @@ def _costcalc_row(run: dict) -> str:
     best = run["best"]
     config = f"{best['layout']}, {best['weight_dtype']}" + (f", draft {best['speculation']}" if best["speculation"] else "")
     said = "" if run["met"] else " (closest; none meets)"
-    return (f"| costcalc, {run['label']} | {config}{said} | batch {best['batch']} | {units.seconds(best['ttft_s'])} | "
+    size = "batch" if run["batching"] == "static" else "concurrency"
+    return (f"| costcalc, {run['label']} | {config}{said} | {size} {best['batch']} | {units.seconds(best['ttft_s'])} | "
             f"{units.seconds(best['tpot_s'])} | {best['tokens_per_s_per_gpu']:.1f} | "
             f"{best['tokens_per_s_per_user']:.1f} | {run['candidates']} candidates, {run['seconds']:.2f} s |")
 
@@ -152,12 +185,22 @@ def report(runs: list[dict], aic: dict, theirs: list[str]) -> str:
         "",
         "| tool, mode | chosen configuration | batch | TTFT | TPOT | tokens/s/GPU | tokens/s/user | search (or command) |",
         "|---|---|---|---|---|---|---|---|",
-        *[_costcalc_row(r) for r in runs],
-        *[_aic_row(mode, row, aic) for mode, row in aic["modes"].items()],
+        *[_costcalc_row(r) for r in runs if r["batching"] == "static"],
+        *[_aic_row(mode, row, aic) for mode, row in aic["modes"].items() if mode == "agg"],
+        *[_costcalc_row(r) for r in runs if r["batching"] == "continuous"],
+        *[_aic_row(mode, row, aic) for mode, row in aic["modes"].items() if mode != "agg"],
+        *[_costcalc_row(r) for r in runs if r["batching"] == plan.DISAGGREGATED],
         *theirs,
         "",
-        "The last rows take aiconfigurator's aggregated choice as it is and ask costcalc's `generate` for it",
-        "(its concurrent requests as one static batch): the same configuration, costcalc's time model.",
+        "The costcalc rows beside aiconfigurator's agg row are `plan --batching continuous`'s: `serve`'s engine,",
+        "continuous batching with chunked prefill as aiconfigurator's aggregated mode models it (the",
+        "like-for-like comparison; its `batch` is the requests in flight); those beside its disagg row are",
+        "the best of `plan --batching continuous --disagg`'s prefill x decode pool splits alone (`serve",
+        "--disagg`: its `batch` each decode engine's requests; the search's candidates counted whole). The",
+        "last rows take aiconfigurator's aggregated choice as it is and ask costcalc's `generate` for it (its concurrent",
+        "requests as one static batch), then `serve` at its concurrency (continuous batching; serve runs",
+        "no data-parallel replicas, so its attention dp becomes tp over the same devices): the same",
+        "configuration, costcalc's time model.",
         "",
         "Layouts are written each tool's way: costcalc's `tp4.ep8.dp2` is tensor parallel 4 for attention, the",
         "experts over all 8 devices, 2 data-parallel replicas; aiconfigurator's `tp1pp1dp8etp1ep8` is attention",
@@ -165,36 +208,43 @@ def report(runs: list[dict], aic: dict, theirs: list[str]) -> str:
         "",
         "## Why the numbers differ",
         "",
-        "- **Batching.** costcalc's candidate is a static batch: B prompts prefilled in one step, then B",
+        "- **Batching.** costcalc's default candidate is a static batch: B prompts prefilled in one step, then B",
         "  sequences decoded together (`generate`), so TTFT is the whole batch's prefill and the 2 s target",
         "  caps the batch; the decode steps then run at that batch. aiconfigurator's aggregated mode models",
         "  an engine with in-flight (continuous) batching, each step mixing one request's prefill with the",
         "  others' decode tokens, so its TTFT is a request's own and its TPOT includes the prefill work",
         "  sharing the steps; it raises concurrency until TPOT reaches the target (TPOT near 30 ms), where",
         "  costcalc's chosen batch ends with TPOT far below it. Its disaggregated mode puts prefill and",
-        "  decode on separate GPU pools (xPyD) with the KV cache sent between them. costcalc models",
-        "  continuous batching and disaggregation in `costcalc serve`, not yet as candidates of `plan`.",
+        "  decode on separate GPU pools (xPyD) with the KV cache sent between them. `plan --batching",
+        "  continuous` searches `costcalc serve`'s continuous-batching engines instead (tp x ep engines, the",
+        "  spare devices running copies: serve runs no pipeline or data-parallel replicas, so aiconfigurator's",
+        "  attention-dp layouts are not among them), and its chosen concurrency, the largest power of two",
+        "  under the TPOT target, also ends near it; with `--disagg` it adds `serve --disagg`'s prefill x",
+        "  decode pool splits.",
         "- **Time per operator.** costcalc's roofline timing is a floor: each operator at max(FLOPs / peak,",
         "  bytes / bandwidth) at the datasheet's dense peaks, every collective at alpha + factor x bytes /",
         "  link bandwidth, hidden behind compute where shorter (`--overlap full`). aiconfigurator looks every",
         "  GEMM, attention, MoE and communication kernel up in tables measured on H200 with TensorRT-LLM, and",
         "  adds engine overheads; measured kernels run well below the peaks, so its times are longer and its",
         "  throughput lower. costcalc's `--timing measured --engine trtllm` reads the same tables (the",
-        "  database version above) for GEMMs, attention and the collectives, but not yet for the MoE experts",
-        "  (kept at their floor: the coverage column of `generate` names them), so it lands between the",
-        "  floor and aiconfigurator. The rows at aiconfigurator's own choice hold the",
-        "  configuration fixed: what is left between costcalc's TPOT there and aiconfigurator's is the MoE",
-        "  and communication kernels at their floor, the engine's overheads and the prefill work sharing",
-        "  the decode steps.",
+        "  database version above) for GEMMs, attention, the collectives and the MoE experts' fused kernel --",
+        "  the experts only where a device runs all of them, tensor-parallel shards (`--tp`): the tables",
+        "  measured no expert-parallel kernel costcalc looks up, so under `--ep` the experts keep their floor",
+        "  (the coverage column of `generate` names them) --, so it lands between the floor and",
+        "  aiconfigurator. The rows at aiconfigurator's own choice hold the configuration fixed: what is left",
+        "  between costcalc's TPOT there and aiconfigurator's is the experts at their floor under its ep 8,",
+        "  the engine's overheads and, for the `generate` rows, the prefill work sharing the decode steps",
+        "  (the `serve` rows count it).",
         "- **Formats.** Qwen3-235B-A22B ships in bf16; aiconfigurator keeps the checkpoint's format (bf16",
         "  GEMMs, KV cache and MoE here). costcalc's default search adds fp8 weights (the device has an fp8",
         "  peak), which halves the weight bytes a decode step reads: its first row's choice is fp8; the",
         "  `--weight-dtype bf16` rows are the like-for-like ones.",
         "- **Search space.** Both search tensor, expert and data parallelism on 8 GPUs; costcalc also",
         "  searches pipelines and layouts of fewer devices run as copies, aiconfigurator also attention",
-        "  tensor/expert splits of the experts' own (etp x ep), its engine's kernels and its",
-        "  disaggregated pools. costcalc's search is exhaustive over its axes and every candidate is a",
-        "  `costcalc generate` line that reproduces it.",
+        "  tensor/expert splits of the experts' own (etp x ep) and its engine's kernels; both search",
+        "  disaggregated pools (costcalc with `--batching continuous --disagg`). costcalc's search is",
+        "  exhaustive over its axes and every candidate is a `costcalc generate` (static) or `costcalc",
+        "  serve` (continuous) line that reproduces it.",
         "",
     ]
     return "\n".join(lines)
@@ -212,20 +262,30 @@ def main() -> None:
 
     spec = presets.load(PRESET)      # every recipe derived and cached before any search is timed
     plan.search(plan.Setup(spec, Precision(), Machine(devices.load(DEVICE)), GPUS), plan.Request(256, 4, 100.0, 100.0))
-    runs = [costcalc_search("roofline", {}, None), costcalc_search("roofline, bf16", {}, "bf16")]
+    runs = [costcalc_search("roofline", {}, None), costcalc_search("roofline, bf16", {}, "bf16"),
+            costcalc_search("roofline, bf16, continuous", {}, "bf16", "continuous"),
+            costcalc_search("roofline, bf16, disaggregated", {}, "bf16", "continuous", True)]
+    measured = False
     if Path(args.measured_site).is_dir():
         sys.path.append(args.measured_site)     # after the project's own packages
+        given = {"timing": "measured", "engine": "trtllm"}
         try:
-            runs.append(costcalc_search("measured trtllm, bf16", {"timing": "measured", "engine": "trtllm"}, "bf16"))
+            runs.append(costcalc_search("measured trtllm, bf16", given, "bf16"))
+            runs.append(costcalc_search("measured trtllm, bf16, continuous", given, "bf16", "continuous"))
+            runs.append(costcalc_search("measured trtllm, bf16, disaggregated", given, "bf16", "continuous", True))
+            measured = True
         except Exception as exc:        # the extra missing: said in the report's absence of the row
             print(f"costcalc --timing measured not run: {exc}", file=sys.stderr)
     aic = aiconfigurator(args.aic_site)
     theirs = []
     if "agg" in aic["modes"]:
+        measured_given = {"timing": "measured", "engine": "trtllm"}
         theirs.append(at_their_choice(aic["modes"]["agg"], {}, "roofline"))
-        if len(runs) > 2:
-            theirs.append(at_their_choice(aic["modes"]["agg"], {"timing": "measured", "engine": "trtllm"},
-                                          "measured trtllm"))
+        if measured:
+            theirs.append(at_their_choice(aic["modes"]["agg"], measured_given, "measured trtllm"))
+        theirs.append(served_at_their_choice(aic["modes"]["agg"], {}, "roofline"))
+        if measured:
+            theirs.append(served_at_their_choice(aic["modes"]["agg"], measured_given, "measured trtllm"))
     text = report(runs, aic, theirs)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(text)

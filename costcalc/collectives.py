@@ -7,7 +7,9 @@ rank sends (and receives) over its link, each way, in the bandwidth-optimal ring
 "bus bandwidth" correction. ``B`` is the per-direction bandwidth of one GPU on the link class the
 group spans (``link_for``): inside one scale-up domain its NVLink / Infinity Fabric / PCIe link,
 across domains the slowest hop -- the scale-out NIC. ``alpha`` is the fixed latency of one collective,
-a parameter (the device profile's ``latency_s`` of that link class by default).
+a parameter (the device profile's ``latency_s`` of that link class by default). An all-reduce runs the
+link's ``all_reduce`` algorithm unless one is given: the ring, or ``in_network`` where the switch reduces
+(NVLink SHARP, NCCL's NVLS), factor 1 (docs/cost-model.md, "Collectives", says why).
 
 No device, no CLI here: the layout code passes numbers in. Factors are exact ``Fraction`` values.
 """
@@ -39,9 +41,11 @@ OPS = {op.name: op for op in (
     Op(ALL_TO_ALL, lambda n: Fraction(n - 1, n), "(n-1)/n"),
     Op(SEND_RECV, lambda n: Fraction(1), "1"),
 )}
-# The all-reduce factor when the switch reduces (NVLink SHARP / InfiniBand SHARP): a named option, never
-# the default (docs/cost-model.md says where the figure comes from and that it is not confirmed).
-IN_NETWORK_RULE = "(n-1)/(n+1)"
+# The all-reduce factor when the switch reduces (NVLink SHARP, NCCL's NVLS: a reduce-scatter by multimem
+# loads the switch reduces, then an all-gather by multimem stores the switch replicates): each rank sends
+# each byte of its S once and receives each byte of the result once -- 1, for any n >= 2. A profile's
+# scale-up link names it as its default (``Link.all_reduce``) where its NCCL runs NVLS (docs/cost-model.md).
+IN_NETWORK_RULE = "1"
 ALGORITHMS = (RING, IN_NETWORK)
 SWITCH, MESH = "switch", "mesh"
 TOPOLOGIES = (SWITCH, MESH)
@@ -53,12 +57,15 @@ class Link:
     datasheets' "bidirectional" totals are twice it), ``latency_s`` (alpha), ``domain`` (how many
     GPUs one scale-up domain joins; ``None`` for the scale-out network) and ``topology``: ``switch``
     (every GPU reaches every other at its full bandwidth) or ``mesh`` (a direct link to each of the
-    ``domain - 1`` others, ``bytes_per_s_each_way`` their sum: a group of n uses n - 1 of them)."""
+    ``domain - 1`` others, ``bytes_per_s_each_way`` their sum: a group of n uses n - 1 of them);
+    ``all_reduce``: the algorithm an all-reduce over this link runs unless told (``ring`` or
+    ``in_network``)."""
     name: str
     bytes_per_s_each_way: float
     latency_s: float
     domain: Optional[int] = None
     topology: str = SWITCH
+    all_reduce: str = RING
 
     def bandwidth(self, n: int) -> float:
         """The per-direction bandwidth a group of ``n`` ranks inside this link class gets per GPU."""
@@ -78,7 +85,7 @@ def factor(op: str, n: int, algorithm: str = RING) -> Fraction:
         raise CostcalcError(f"collective {op}: the in-network algorithm is an all-reduce's only")
     if n == 1:
         return Fraction(0)
-    return Fraction(n - 1, n + 1) if algorithm == IN_NETWORK else chosen.factor(n)
+    return Fraction(1) if algorithm == IN_NETWORK else chosen.factor(n)
 
 
 def link_bytes(op: str, n: int, size: int | Fraction, algorithm: str = RING) -> Fraction:
@@ -89,7 +96,8 @@ def link_bytes(op: str, n: int, size: int | Fraction, algorithm: str = RING) -> 
 def link_for(n: int, scale_up: Optional[Link], scale_out: Optional[Link], within: bool = True) -> Link:
     """The link class a group of ``n`` ranks spans: the scale-up link while the group fits one
     domain (``n <= domain``, and ``within`` -- the group is placed inside one domain), else the
-    slowest hop: the lower bandwidth of the two (the NIC), with the higher latency."""
+    slowest hop: the lower bandwidth of the two (the NIC), with the higher latency and the ring (no
+    profile here says the network reduces)."""
     _ranks(n)
     if scale_up is not None and within and (scale_up.domain is None or n <= scale_up.domain):
         return scale_up
@@ -104,11 +112,18 @@ def link_for(n: int, scale_up: Optional[Link], scale_out: Optional[Link], within
                 max(scale_up.latency_s, scale_out.latency_s))
 
 
+def algorithm_on(op: str, link: Link) -> str:
+    """The algorithm ``op`` runs over ``link`` by default: an all-reduce the link's ``all_reduce``,
+    anything else the ring."""
+    return link.all_reduce if op == ALL_REDUCE else RING
+
+
 def time(op: str, n: int, size: int | Fraction, link: Link, alpha: Optional[float] = None,
-         algorithm: str = RING) -> float:
+         algorithm: Optional[str] = None) -> float:
     """Seconds of one collective: ``alpha + factor(n) * S / B``, B = ``link.bandwidth(n)``; alpha is
-    ``link.latency_s`` unless given. One rank moves nothing and takes no time."""
-    moved = link_bytes(op, n, size, algorithm)
+    ``link.latency_s`` and the algorithm ``algorithm_on(op, link)`` unless given. One rank moves nothing
+    and takes no time."""
+    moved = link_bytes(op, n, size, algorithm_on(_op(op).name, link) if algorithm is None else algorithm)
     latency = link.latency_s if alpha is None else _seconds(alpha)
     if n == 1:
         return 0.0

@@ -7,7 +7,9 @@ not the datasheet's decimal "80GB"; ``source.memory_note`` and ``source.memory_u
 figure was read, and say so where only the marketing figure was found) and ``source`` (where the numbers
 come from); optionally ``interconnect``: ``scale_up`` (the GPU-to-GPU link inside one node or
 NVLink domain: ``bytes_per_s_each_way`` per GPU, ``domain_gpus``, ``topology`` switch|mesh,
-``latency_s``, ``url``, ``note``), ``scale_out`` (the NIC per GPU: ``bytes_per_s_each_way``,
+``latency_s``, ``url``, ``note``; optionally ``all_reduce``, the algorithm an all-reduce runs by
+default -- ``ring`` unless given, ``in_network`` where the switch reduces -- with ``all_reduce_note``
+saying where that comes from), ``scale_out`` (the NIC per GPU: ``bytes_per_s_each_way``,
 ``latency_s``, ``url``, ``note``) and a free ``note``. Every rate is ONE direction.
 
 Old profiles stored ``nvlink_bytes_per_s`` (a bidirectional total), ``pcie_bytes_per_s``,
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import jsonfile, printable
-from .collectives import MESH, SWITCH, TOPOLOGIES, Link
+from .collectives import ALGORITHMS, MESH, RING, SWITCH, TOPOLOGIES, Link
 from .errors import CostcalcError, quote
 from .spec import check_name
 
@@ -128,6 +130,8 @@ def from_dict(data: Any, origin: str) -> Device:
 LINK_KEYS = {"scale_up": ("bytes_per_s_each_way", "domain_gpus", "topology", "latency_s", "url", "note"),
              "scale_out": ("bytes_per_s_each_way", "latency_s", "url", "note")}
 LINK_OPTIONAL = ("link",)
+# scale_up only: the all-reduce's default algorithm and its source (both or neither)
+ALL_REDUCE_KEYS = ("all_reduce", "all_reduce_note")
 # Old interconnect fields (the built-in profiles before per-direction figures): read, kept, never used.
 LEGACY = ("nvlink_bytes_per_s", "nvlink_note", "pcie_bytes_per_s", "pcie_note", "infinity_fabric_bytes_per_s")
 LATENCY_RANGE = (0, 1)            # seconds: a collective's fixed latency
@@ -148,19 +152,26 @@ def _links(origin: str, interconnect: dict) -> dict[str, Link]:
         data, where = interconnect[kind], f"interconnect.{kind}"
         if not isinstance(data, dict):
             raise CostcalcError(f"device {origin}: field {quote(where)} must be an object")
+        optional = LINK_OPTIONAL + (ALL_REDUCE_KEYS if kind == "scale_up" else ())
         for key in data:
-            if key not in keys + LINK_OPTIONAL:
+            if key not in keys + optional:
                 raise CostcalcError(f"device {origin}: unknown field {quote(where + '.' + key)}")
         for key in keys:
             if key not in data:
                 raise CostcalcError(f"device {origin}: missing field {quote(where + '.' + key)}")
-        for key in ("url", "note", *LINK_OPTIONAL):
+        for key in ("url", "note", *optional):
             if not isinstance(data.get(key, ""), str):
                 raise CostcalcError(f"device {origin}: field {quote(where + '.' + key)} must be a string")
         rate = _rate(origin, f"{where}.bytes_per_s_each_way", data["bytes_per_s_each_way"], BANDWIDTH_RANGE, "bytes/s")
         latency = _rate(origin, f"{where}.latency_s", data["latency_s"], LATENCY_RANGE, "seconds")
-        domain, topology = None, SWITCH
+        domain, topology, all_reduce = None, SWITCH, data.get("all_reduce", RING)
         if kind == "scale_up":
+            if all_reduce not in ALGORITHMS:
+                raise CostcalcError(f"device {origin}: field {quote(where + '.all_reduce')} must be one of "
+                                    f"{', '.join(ALGORITHMS)}, got {quote(all_reduce)}")
+            if ("all_reduce" in data) != ("all_reduce_note" in data):
+                raise CostcalcError(f"device {origin}: fields {quote(where + '.all_reduce')} and "
+                                    f"{quote(where + '.all_reduce_note')} (its source) go together")
             domain = _rate(origin, f"{where}.domain_gpus", data["domain_gpus"], DOMAIN_RANGE, "GPUs")
             if domain != int(domain):
                 raise CostcalcError(f"device {origin}: field {quote(where + '.domain_gpus')} must be a whole number "
@@ -171,7 +182,7 @@ def _links(origin: str, interconnect: dict) -> dict[str, Link]:
                                     f"{', '.join(TOPOLOGIES)}, got {quote(topology)}")
             if topology == MESH and domain < 2:
                 raise CostcalcError(f"device {origin}: a mesh ({where}.topology) joins at least 2 GPUs")
-        links[kind] = Link(data.get("link", kind), rate, latency, domain, topology)
+        links[kind] = Link(data.get("link", kind), rate, latency, domain, topology, all_reduce)
     return links
 
 

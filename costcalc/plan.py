@@ -20,6 +20,16 @@ is not searched (the same bytes on the wire as the all-reduces). ``costcalc.layo
 ``costcalc.memory.check`` decide which are valid; batches are powers of two (multiples of the replicas
 x micro-batches) up to the largest whose weights and KV cache fit (``fitting.max_batch``) at the
 context held after the last step, S + N - 1: every candidate fits.
+
+With ``batching="continuous"`` a candidate is instead ``costcalc serve``'s steady state
+(``serving.aggregated``): one tp x ep engine (serve runs no pipeline, data-parallel replicas or sequence
+parallelism; the devices left run copies of the engine, as above) at a concurrency C of powers of two up
+to serve's ``--concurrency max`` (the most whose weights and caches fit, then the most whose prompts
+keep up), its TTFT a request's own mixed iterations, its TPOT the rest of the cycle; ``batch`` is C, no
+speculation (serve has none), the command a ``costcalc serve`` line. With ``disagg`` too, every split of
+the devices into a prefill pool and a decode pool (``Split``: each pool a whole number of one tp x ep
+engine) at decode concurrencies 2^k up to the decode engine's ``--concurrency max`` is a candidate
+(``serving.disaggregated``, ``costcalc serve --disagg``), beside the aggregated ones.
 """
 from __future__ import annotations
 
@@ -39,7 +49,9 @@ from .spec import ModelSpec
 Row = dict[str, Any]
 EXTRA_DTYPES = ("bf16", "fp8")     # searched beside the model's own formats, where the device has the peak
 FIELDS = ("layout", "devices", "batch", "weight_dtype", "speculation", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
-          "tokens_per_s_per_user", "meets_targets", "pareto", "fits", "timing", "command")
+          "tokens_per_s_per_user", "meets_targets", "pareto", "fits", "timing", "batching", "command")
+BATCHINGS = ("static", "continuous")
+DISAGGREGATED = "disaggregated"     # the batching of a disaggregated row: continuous, on two pools
 _DURATION = re.compile(r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(s|ms|us|ns)?")
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, None: 1.0}
 
@@ -83,10 +95,28 @@ class Setup:
     source: tuple = ("--preset", "")
     flags: tuple = ()
     drafts: Optional[tuple] = None      # the speculation axis (``Draft``s, None: none); default ``speculations``
+    batching: str = "static"            # static (``generate``'s batches) or continuous (``serve``'s engine)
+    budget: Optional[int] = None        # continuous: serve's --max-batched-tokens (None: serving.BUDGET)
+    disagg: bool = False                # continuous: prefill and decode pools searched too
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
             raise CostcalcError(f"--devices must be a positive integer, got {self.devices!r}")
+        if self.batching not in BATCHINGS:
+            raise CostcalcError(f"--batching: {quote(str(self.batching))} is not one of {', '.join(BATCHINGS)}")
+        if self.batching == "static" and self.budget is not None:
+            raise CostcalcError("--max-batched-tokens is continuous batching's token budget: it needs "
+                                "--batching continuous")
+        if self.disagg and self.batching != "continuous":
+            raise CostcalcError("--disagg splits the devices into continuous-batching pools: it needs "
+                                "--batching continuous")
+        if self.batching == "continuous" and self.drafts is not None and any(self.drafts):
+            raise CostcalcError("--batching continuous: serve models no speculative decoding or drafting (no "
+                                "--draft, --draft-tokens or --acceptance); search them with --batching static")
+
+    @property
+    def continuous(self) -> bool:
+        return self.batching == "continuous"
 
 
 def weight_choices(spec: ModelSpec, precision: Any, machine: Any, given: Optional[Sequence[Any]] = None) -> tuple:
@@ -110,11 +140,16 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(spec: ModelSpec, devices: int) -> list[Layout]:
+def layouts(spec: ModelSpec, devices: int, continuous: bool = False) -> list[Layout]:
     """The layouts searched on ``devices`` (the module's rules): tp x pp x dp dividing it; ep 1 or tp at
-    dp 1, tp x dp with dp > 1 (MoE models only); not yet checked against the model."""
+    dp 1, tp x dp with dp > 1 (MoE models only); ``continuous``: serve's engines, tp dividing it with ep 1
+    or tp (pp = dp = 1); not yet checked against the model."""
     moe = any(g.block.ffn == "moe" for g in spec.groups)
     out = []
+    if continuous:
+        for tp in divisors(devices):
+            out += [Layout(tp, ep, 1, 1) for ep in dict.fromkeys((1, tp)) if ep == 1 or moe]
+        return out
     for n in divisors(devices):
         for tp in divisors(n):
             for pp in divisors(n // tp):
@@ -125,6 +160,34 @@ def layouts(spec: ModelSpec, devices: int) -> list[Layout]:
                     continue
                 out += [Layout(tp, ep, pp, 1) for ep in dict.fromkeys((1, tp)) if ep == 1 or moe]
     return out
+
+
+@dataclass(frozen=True)
+class Split:
+    """A disaggregated deployment (``serve --disagg``): the prefill engine's layout and its pool's
+    devices (a whole number of engines), the decode engine's and its pool's."""
+    prefill: Layout
+    prefill_devices: int
+    decode: Layout
+    decode_devices: int
+
+    @property
+    def devices(self) -> int:
+        return self.prefill_devices + self.decode_devices
+
+    @property
+    def label(self) -> str:
+        """``p:2xtp2 d:1xtp4.ep4``: each pool's engines x its engine's layout."""
+        return (f"p:{self.prefill_devices // self.prefill.devices}x{self.prefill.label} "
+                f"d:{self.decode_devices // self.decode.devices}x{self.decode.label}")
+
+
+def splits(spec: ModelSpec, devices: int) -> list[Split]:
+    """Every split of ``devices`` into a prefill pool of p and a decode pool of devices - p (both at least
+    one), each pool's engine a tp x ep layout whose devices divide its pool (``layouts``' continuous
+    rule); a pool of several engines stands for copies, so no split leaves devices over."""
+    return [Split(first, p, second, devices - p) for p in range(1, devices)
+            for first in layouts(spec, p, True) for second in layouts(spec, devices - p, True)]
 
 
 @dataclass(frozen=True)
@@ -186,16 +249,29 @@ class Search:
     evaluated: int = 0
 
 
-def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] = None) -> list[Row]:
+def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] = None,
+             engines: Optional[dict] = None) -> list[Row]:
     """The candidates of one (layout, weight format, draft) over all its batches at once: one
     ``composites.generation`` table (an error where the layout is not valid or nothing fits).
     ``cache``: rows kept by the question they answer, shared between searches (a bench's device counts)."""
     layout, weight, draft = item
     # the spec and device by identity: a cache lives beside the objects it was filled for
     key = (id(setup.spec), id(setup.machine), repr(setup.precision), layout, repr(weight), draft and draft.label,
-           request.isl, request.osl)
+           request.isl, request.osl, setup.batching, setup.budget)
     if cache is not None and key in cache:
         return [dict(r) for r in cache[key]]
+    if isinstance(layout, Split):
+        rows = disaggregated(setup, request, item, {} if engines is None else engines)
+    else:
+        rows = (continuous if setup.continuous else static)(setup, request, item)
+    if cache is not None:
+        cache[key] = [dict(r) for r in rows]
+    return rows
+
+
+def static(setup: Setup, request: Request, item: tuple) -> list[Row]:
+    """The static-batching candidates of one (layout, weight format, draft): ``generate``'s generations."""
+    layout, weight, draft = item
     q = query(setup, layout, weight, draft)
     held = request.isl + request.osl - 1
     largest = fitting.max_batch(q, held)
@@ -220,9 +296,38 @@ def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] 
                      "tokens_per_s_per_gpu": rate / layout.devices, "tokens_per_s_per_user": 1 / tpot,
                      "meets_targets": None, "pareto": None, "fits": True,   # every batch up to the largest fits
                      "timing": "measured" if setup.machine.timing is not None else "roofline",
-                     "command": command(setup, request, (layout, weight, draft), b)})
-    if cache is not None:
-        cache[key] = [dict(r) for r in rows]
+                     "batching": "static", "command": command(setup, request, (layout, weight, draft), b)})
+    return rows
+
+
+def shape(setup: Setup, request: Request) -> Any:
+    """serve's request shape and token budget."""
+    from .serving import BUDGET, Shape
+
+    return Shape(request.isl, request.osl, BUDGET if setup.budget is None else setup.budget)
+
+
+def continuous(setup: Setup, request: Request, item: tuple) -> list[Row]:
+    """The continuous-batching candidates of one (tp x ep engine, weight format): ``serving.aggregated``
+    at concurrencies 2^k up to serve's ``--concurrency max`` (an error where not one request fits)."""
+    from . import serving
+
+    layout, weight, _ = item
+    q = engine_query(setup, layout, weight)
+    asked = shape(setup, request)
+    largest = serving.admitted(asked, serving.Engine(q).max_concurrency(asked))
+    sizes = batches(1, largest)
+    table = serving.aggregated(q, asked, sizes)
+    label = replace(setup.precision, weight=weight).labels(setup.spec)["weight_dtype"]
+    rows = []
+    for i, c in enumerate(sizes):
+        tpot = table["tpot_s"][i]
+        rows.append({"layout": layout.label, "devices": layout.devices, "batch": c, "weight_dtype": label,
+                     "speculation": None, "ttft_s": table["ttft_s"][i], "tpot_s": tpot,
+                     "tokens_per_s_per_gpu": table["tokens_per_s_per_gpu"][i],
+                     "tokens_per_s_per_user": table["tokens_per_s_per_user"][i],
+                     "meets_targets": None, "pareto": None, "fits": table["fits"][i], "timing": table["timing"][i],
+                     "batching": "continuous", "command": serve_command(setup, request, item, c)})
     return rows
 
 
@@ -241,19 +346,94 @@ def command(setup: Setup, request: Request, item: tuple, batch: int) -> str:
     return " ".join(parts)
 
 
+def engine_query(setup: Setup, layout: Layout, weight: Any) -> Query:
+    """serve's question of one tp x ep engine in one weight format."""
+    return Query(setup.spec, "decode", Options(tp=layout.tp, ep=layout.ep), replace(setup.precision, weight=weight),
+                 setup.machine)
+
+
+def disaggregated(setup: Setup, request: Request, item: tuple, engines: dict) -> list[Row]:
+    """The candidates of one split (``Split``) and weight format: ``serving.disaggregated`` at decode
+    concurrencies 2^k up to the decode engine's ``--concurrency max``; an error where the prefill engine
+    cannot hold its prompts or the decode engine not one request. ``engines``: each engine (and its
+    fit) worked out once a search."""
+    from . import serving
+
+    split, weight, _ = item
+    asked = shape(setup, request)
+
+    def make(query: Query) -> Any:
+        key = (query.options.layout, repr(query.precision))
+        if key not in engines:
+            engines[key] = serving.Engine(query)
+        return engines[key]
+
+    def known(key: tuple, work: Callable[[], Any]) -> Any:      # a fit or a refusal, kept per search
+        if key not in engines:
+            try:
+                engines[key] = work()
+            except CostcalcError as exc:
+                engines[key] = exc
+        if isinstance(engines[key], CostcalcError):
+            raise engines[key]
+        return engines[key]
+
+    first = make(engine_query(setup, split.prefill, weight))
+    second = make(engine_query(setup, split.decode, weight))
+    prompts = serving.prompts_only(asked).prompts
+    if known(("prefill fits", split.prefill, repr(weight)), lambda: first.fits(prompts, asked.isl)) is False:
+        raise CostcalcError(f"the prefill engine {split.prefill.label} does not hold {prompts} prompts of "
+                            f"{asked.isl} tokens")
+    largest = known(("decode max", split.decode, repr(weight)), lambda: second.max_concurrency(asked))
+    sizes = batches(1, largest)
+    table = serving.disaggregated(serving.Pools(first.query, second.query, split.prefill_devices,
+                                                split.decode_devices), asked, sizes, make)
+    label = replace(setup.precision, weight=weight).labels(setup.spec)["weight_dtype"]
+    return [{"layout": split.label, "devices": split.devices, "batch": c, "weight_dtype": label,
+             "speculation": None, "ttft_s": table["ttft_s"][i], "tpot_s": table["tpot_s"][i],
+             "tokens_per_s_per_gpu": table["tokens_per_s_per_gpu"][i],
+             "tokens_per_s_per_user": table["tokens_per_s_per_user"][i], "meets_targets": None, "pareto": None,
+             "fits": table["fits"][i], "timing": table["timing"][i], "batching": DISAGGREGATED,
+             "command": serve_command(setup, request, item, c)} for i, c in enumerate(sizes)]
+
+
+def serve_command(setup: Setup, request: Request, item: tuple, concurrency: int) -> str:
+    """The ``costcalc serve`` line that reproduces a continuous candidate's numbers (``--disagg`` and its
+    pools for a ``Split``)."""
+    layout, weight, _ = item
+    flag, value = setup.source
+    parts = ["costcalc", "serve", flag, shlex.quote(str(value)), *setup.flags, "--isl", str(request.isl),
+             "--osl", str(request.osl), "--concurrency", str(concurrency)]
+    if isinstance(layout, Split):
+        parts.append("--disagg")
+        for name, engine, devices in (("prefill", layout.prefill, layout.prefill_devices),
+                                      ("decode", layout.decode, layout.decode_devices)):
+            parts += [f"--{name}-tp", str(engine.tp)] + ([f"--{name}-ep", str(engine.ep)] if engine.ep > 1 else [])
+            parts += [f"--{name}-devices", str(devices)]
+    else:
+        parts.append(layout.flags)
+    if weight is not None:
+        parts += ["--weight-dtype", weight.name]
+    if setup.budget is not None:
+        parts += ["--max-batched-tokens", str(setup.budget)]
+    return " ".join(parts)
+
+
 def search(setup: Setup, request: Request, cache: Optional[dict] = None,
            progress: Optional[Callable[[int, int], None]] = None) -> Search:
     """Every candidate of the question (the module's rules), with ``meets_targets`` and ``pareto``; an
     error naming why where no layout is valid. ``progress(done, total)`` after each (layout, format,
     draft) evaluated."""
     start = time.perf_counter()
-    drafts = speculations(setup.spec) if setup.drafts is None else setup.drafts
-    items = [(layout, weight, draft) for layout in layouts(setup.spec, setup.devices)
-             for weight in setup.weights for draft in drafts]
-    found = Search()
+    drafts = (None,) if setup.continuous else speculations(setup.spec) if setup.drafts is None else setup.drafts
+    shapes = layouts(setup.spec, setup.devices, setup.continuous)
+    if setup.disagg:
+        shapes += splits(setup.spec, setup.devices)
+    items = [(layout, weight, draft) for layout in shapes for weight in setup.weights for draft in drafts]
+    found, engines = Search(), {}
     for done, item in enumerate(items, 1):
         try:
-            found.rows += evaluate(setup, request, item, cache)
+            found.rows += evaluate(setup, request, item, cache, engines)
             found.evaluated += 1
         except CostcalcError as exc:
             layout, weight, draft = item

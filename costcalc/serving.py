@@ -346,14 +346,17 @@ def transfer(pools: Pools, shape: Shape) -> tuple[int, float]:
     return moved, collectives.time(collectives.SEND_RECV, 2, shard, link)
 
 
-def disaggregated(pools: Pools, shape: Shape, concurrency: Sequence[Any]) -> Table:
+def disaggregated(pools: Pools, shape: Shape, concurrency: Sequence[Any], make: Any = None) -> Table:
     """Rows of a prefill pool and a decode pool matched at their rates: the prefill engines run only
     prompts (the budget's whole prompts an iteration, or one in chunks), the decode engines ``C`` decode
     tokens an iteration (``"max"``: the most whose caches fit); throughput is the slower pool's; TTFT =
-    the prompt's iterations + its KV transfer; TPOT = the decode engine's iteration."""
+    the prompt's iterations + its KV transfer; TPOT = the decode engine's iteration. ``make(query)``:
+    the ``Engine`` of a pool's query (default a new one; ``plan`` passes one that keeps its engines, so
+    a pool met in several splits is worked out once)."""
     if shape.osl < 2:
         raise CostcalcError("--disagg: with --osl 1 there is no decode step for the decode pool (give --osl 2 or more)")
-    first, second = Engine(pools.prefill), Engine(pools.decode)
+    make = make or Engine
+    first, second = make(pools.prefill), make(pools.decode)
     for name, engine, devices in (("prefill", first, pools.prefill_devices), ("decode", second, pools.decode_devices)):
         positive(f"--{name}-devices", devices)
         if devices % engine.devices:

@@ -96,6 +96,9 @@ def test_a_profile_of_ones_own_with_links(tmp_path, capsys):
     fields = dict(line.split(None, 1) for line in out.splitlines() if line.strip() and not line.startswith(" "))
     assert code == 0 and fields["scale_up.bytes_per_s_each_way"] == "450.0 GB/s each way (4.5e+11)", err
     assert fields["scale_out.latency_s"] == "10 us (1e-05)"
+    assert fields["scale_up.all_reduce"] == "ring" and device.scale_up.all_reduce == "ring"    # unless named
+    path.write_text(json.dumps(_with({"all_reduce": "in_network", "all_reduce_note": "NVLS"})))
+    assert devices.load_file(path).scale_up.all_reduce == "in_network"
 
 
 @pytest.mark.parametrize("data, message", [
@@ -113,6 +116,11 @@ def test_a_profile_of_ones_own_with_links(tmp_path, capsys):
     (_with(scale_out=[1]), "'interconnect.scale_out' must be an object"),
     (_with(scale_upp={}), "unknown field 'interconnect.scale_upp'"),
     (_with(note=["x"]), "'interconnect.note' must be a string"),
+    (_with({"all_reduce": "nvls", "all_reduce_note": "n"}), "'interconnect.scale_up.all_reduce' must be one of ring"),
+    (_with({"all_reduce": "in_network"}), "'interconnect.scale_up.all_reduce_note' (its source) go together"),
+    (_with({"all_reduce_note": 3}), "'interconnect.scale_up.all_reduce_note' must be a string"),
+    (_with(scale_out={"bytes_per_s_each_way": 5e10, "latency_s": 1e-5, "url": "u", "note": "n",
+                      "all_reduce": "in_network"}), "unknown field 'interconnect.scale_out.all_reduce'"),
 ])
 def test_bad_link_fields_are_one_line(data, message, tmp_path, capsys):
     path = tmp_path / "bad.json"

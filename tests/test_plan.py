@@ -213,3 +213,176 @@ def test_measured_candidates_reproduce_through_generate(capsys):
         assert "--timing measured" in row["command"]
         total = _reproduced(capsys, row)
         assert (total["ttft_s"], total["tpot_s"]) == (row["ttft_s"], row["tpot_s"])
+
+
+# --batching continuous: serve's engine as the candidates
+
+CONTINUOUS = (*QUESTION, "--batching", "continuous")
+
+
+@pytest.fixture(scope="module")
+def continuous_rows():
+    from costcalc.cli import main
+    import io
+    import contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*CONTINUOUS, "-f", "json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_static_rows_say_static(rows):
+    assert {r["batching"] for r in rows} == {"static"}
+
+
+def test_continuous_rows_are_tp_ep_engines_with_the_interface_fields(continuous_rows):
+    rows = continuous_rows
+    assert rows and all(list(r) == list(plan.FIELDS) for r in rows)
+    assert {r["batching"] for r in rows} == {"continuous"} and {r["speculation"] for r in rows} == {None}
+    assert {r["layout"] for r in rows} == {"tp1", "tp2", "tp2.ep2"}       # no pipeline, no dp replicas
+    assert all(r["fits"] is True and r["command"].startswith("costcalc serve ") for r in rows)
+
+
+def test_continuous_front_is_every_undominated_candidate(continuous_rows):
+    rows = continuous_rows
+    for r in rows:
+        dominated = any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
+                        and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
+                        and (o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"]
+                             or o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]) for o in rows)
+        assert r["pareto"] is (not dominated)
+        assert r["meets_targets"] is (r["ttft_s"] <= TTFT and r["tpot_s"] <= TPOT)
+    assert 1 < sum(r["pareto"] for r in rows) < len(rows)
+
+
+def test_continuous_rates_obey_littles_law(continuous_rows):
+    """Requests in flight = requests/s x a request's life (ttft + (N-1) tpot), requests/s = the engine's
+    output tokens/s / N: the per-GPU rate follows from the row's times and its concurrency."""
+    for r in continuous_rows:
+        life = r["ttft_s"] + (64 - 1) * r["tpot_s"]
+        assert r["tokens_per_s_per_gpu"] * r["devices"] / 64 * life == pytest.approx(r["batch"], rel=1e-9)
+        assert r["tokens_per_s_per_user"] == pytest.approx(1 / r["tpot_s"], rel=1e-12)
+
+
+def _served(capsys, command, *extra):
+    args = shlex.split(command)
+    assert args[:2] == ["costcalc", "serve"]
+    code, out, err = run(capsys, *args[1:], *extra, "-f", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_continuous_commands_reproduce_their_rows(continuous_rows, capsys):
+    """The chosen row, the front's ends and a bf16 row: each equal to its serve line's, float for float."""
+    rows = continuous_rows
+    front = [r for r in rows if r["pareto"]]
+    met = [r for r in rows if r["meets_targets"]]
+    picks = [max(met, key=lambda r: (r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"])), front[0], front[-1],
+             next(r for r in rows if r["weight_dtype"] == "bf16" and r["layout"] == "tp2")]
+    for row in picks:
+        got, = _served(capsys, row["command"])
+        for key in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "layout", "devices"):
+            assert got[key] == row[key], key
+        assert got["concurrency"] == row["batch"] and got["queued"] == 0 and got["fits"] is True
+
+
+def test_continuous_concurrencies_are_powers_of_two_up_to_serves_max(continuous_rows, capsys):
+    by: dict = {}
+    for r in continuous_rows:
+        by.setdefault((r["layout"], r["weight_dtype"]), []).append(r)
+    for (layout, dtype), group in by.items():
+        sizes = sorted(r["batch"] for r in group)
+        assert sizes == [2 ** i for i in range(len(sizes))]
+    top = max(by[("tp2.ep2", "fp8")], key=lambda r: r["batch"])
+    most, = _served(capsys, top["command"].replace(f"--concurrency {top['batch']}", "--concurrency max"))
+    assert top["batch"] <= most["concurrency"] < 2 * top["batch"]
+
+
+def test_continuous_budget_reaches_the_commands(capsys):
+    code, out, err = run(capsys, *CONTINUOUS[:6], "1", *CONTINUOUS[7:], "--max-batched-tokens", "1k",
+                         "--weight-dtype", "bf16", "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert max(r["batch"] for r in got) <= 1024 and {r["layout"] for r in got} == {"tp1"}
+    row = got[len(got) // 2]
+    assert row["command"].endswith("--max-batched-tokens 1024")
+    served, = _served(capsys, row["command"])
+    assert (served["ttft_s"], served["tpot_s"]) == (row["ttft_s"], row["tpot_s"])
+    assert served["max_batched_tokens"] == 1024
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--batching", "continuous", "--draft", "mtp"), "--batching continuous: serve models no speculative decoding"),
+    (("--batching", "continuous", "--acceptance", "0.8"), "--batching continuous: serve models no speculative"),
+    (("--batching", "dynamic"), "--batching: 'dynamic' is not one of static, continuous"),
+    (("--max-batched-tokens", "4k"), "--max-batched-tokens is continuous batching's token budget"),
+    (("--batching", "continuous", "--max-batched-tokens", "0"), "--max-batched-tokens must be a positive integer"),
+])
+def test_bad_batching_is_one_line(capsys, args, message):
+    code, out, err = run(capsys, *QUESTION, *args)
+    assert code == 2 and one_error(err, message), err
+
+
+def test_measured_continuous_candidates_reproduce_through_serve(capsys):
+    """--timing measured reaches serve's lines too: an engine's row equals its serve command's."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("aiconfigurator_core")
+    code, out, err = run(capsys, "plan", "-p", "qwen3-8b", "--device", "h100", "--devices", "2", "--isl", "1k",
+                         "--osl", "64", "--ttft", "1s", "--tpot", "20ms", "--weight-dtype", "bf16", "--timing",
+                         "measured", "--batching", "continuous", "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert {r["timing"] for r in got} == {"measured"} and {r["batching"] for r in got} == {"continuous"}
+    for row in (next(r for r in got if r["layout"] == "tp2" and r["batch"] == 8), got[0]):
+        assert "--timing measured" in row["command"]
+        served, = _served(capsys, row["command"])
+        assert (served["ttft_s"], served["tpot_s"], served["tokens_per_s_per_gpu"]) == \
+            (row["ttft_s"], row["tpot_s"], row["tokens_per_s_per_gpu"])
+
+
+DISAGG = ("plan", "-p", "olmoe-1b-7b", "--device", "h100", "--devices", "4", "--isl", "512", "--osl", "64", "--ttft",
+          "150ms", "--tpot", "5ms", "--weight-dtype", "bf16", "--batching", "continuous", "--disagg")
+
+
+def test_disaggregated_splits_fill_the_devices_and_reproduce_through_serve(capsys):
+    """--disagg adds every prefill x decode split of the 4 devices: each row's pools fill them, the front
+    still is every undominated row of both kinds, and a split's serve --disagg line gives its numbers,
+    its decode concurrencies powers of two up to serve's --concurrency max."""
+    code, out, err = run(capsys, *DISAGG, "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    split = [r for r in got if r["batching"] == "disaggregated"]
+    assert split and {r["batching"] for r in got} == {"continuous", "disaggregated"}
+    pools = {r["layout"] for r in split}
+    assert {"p:1xtp1 d:3xtp1", "p:2xtp1 d:1xtp2.ep2", "p:1xtp2.ep2 d:2xtp1"} <= pools
+    for r in split:
+        assert r["devices"] == 4 and r["fits"] is True and " --disagg " in r["command"]
+        sizes = []
+        for part, pool in zip(r["layout"].split(), ("prefill", "decode")):     # p:AxL: A engines of L's tp devices
+            engines, layout = part[2:].split("x", 1)
+            tp = int(layout.split(".")[0][2:])
+            sizes.append(int(engines) * tp)
+            assert f"--{pool}-tp {tp} " in r["command"] and f"--{pool}-devices {sizes[-1]}" in r["command"]
+        assert sum(sizes) == 4
+    for r in got:
+        dominated = any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
+                        and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
+                        and (o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"]
+                             or o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]) for o in got)
+        assert r["pareto"] is (not dominated)
+    group = [r for r in split if r["layout"] == "p:2xtp1 d:1xtp2.ep2"]
+    assert sorted(r["batch"] for r in group) == [2 ** i for i in range(len(group))]
+    top = max(group, key=lambda r: r["batch"])
+    for row in (top, min(group, key=lambda r: r["batch"])):
+        served, = _served(capsys, row["command"])
+        for key in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "devices"):
+            assert served[key] == row[key], key
+        assert served["concurrency"] == row["batch"]
+    most, = _served(capsys, top["command"].replace(f"--concurrency {top['batch']}", "--concurrency max"))
+    assert top["batch"] <= most["concurrency"] < 2 * top["batch"]
+
+
+def test_disagg_needs_continuous_batching(capsys):
+    code, out, err = run(capsys, *QUESTION, "--disagg")
+    assert code == 2 and one_error(err, "--disagg splits the devices into continuous-batching pools"), err

@@ -91,8 +91,8 @@ def _links(d) -> dict:
     for kind, link in (("scale_up", d.scale_up), ("scale_out", d.scale_out)):
         if link is not None:
             out |= {f"{kind}.link": link.name, f"{kind}.bytes_per_s_each_way": link.bytes_per_s_each_way,
-                    **({f"{kind}.domain_gpus": link.domain, f"{kind}.topology": link.topology} if kind == "scale_up"
-                       else {}),
+                    **({f"{kind}.domain_gpus": link.domain, f"{kind}.topology": link.topology,
+                        f"{kind}.all_reduce": link.all_reduce} if kind == "scale_up" else {}),
                     f"{kind}.latency_s": link.latency_s}
     return out
 

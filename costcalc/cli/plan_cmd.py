@@ -50,6 +50,16 @@ def plan_command(
     acceptance: Annotated[Optional[str], typer.Option(
         "--acceptance", metavar="A", show_default=False,
         help="Speculative decoding's acceptance rate in [0, 1): one (0.8) or one per drafted position.")] = None,
+    batching: Annotated[str, typer.Option(
+        "--batching", metavar="static|continuous",
+        help="static: each candidate a batch prefilled at once, then decoded (generate); continuous: a tp x ep "
+             "engine's steady state at a concurrency, prompt chunks sharing steps with decode (serve).")] = "static",
+    budget: Annotated[Optional[str], typer.Option(
+        "--max-batched-tokens", metavar="K", show_default=False,
+        help="With --batching continuous: tokens an iteration may run (serve's).  (default: 8192)")] = None,
+    disagg: Annotated[bool, typer.Option(
+        "--disagg", help="With --batching continuous: every split of the devices into a prefill pool and a decode "
+                         "pool too (serve --disagg), beside the one-pool engines.")] = False,
     kv_dtype: KvDtypeOpt = None,
     timing: TimingOpt = None,
     engine: EngineOpt = None,
@@ -79,8 +89,13 @@ def plan_command(
     weights = plan.weight_choices(spec, precision, machine, _formats(weight_dtype))
     source = next((flag, value) for flag, value in (("--preset", preset), ("--preset-file", preset_file),
                                                     ("--config", config)) if value)
+    mode = batching.strip().lower()
+    if mode == "continuous" and (draft, draft_tokens, acceptance) != (None, None, None):
+        raise CostcalcError("--batching continuous: serve models no speculative decoding or drafting (no --draft, "
+                            "--draft-tokens or --acceptance); search them with --batching static")
     setup = plan.Setup(spec, precision, machine, count, weights, source, _flags(given),
-                       _drafts(spec, draft, draft_tokens, acceptance))
+                       _drafts(spec, draft, draft_tokens, acceptance), mode,
+                       None if budget is None else _budget(budget), disagg)
     bar = Progress()
     found = plan.search(setup, request, progress=bar)
     bar.close()
@@ -136,6 +151,13 @@ def _drafts(spec: Any, draft: Optional[str], tokens: Optional[str], acceptance: 
     return (None, *plan.speculative(drafter, ks, rate, fields))
 
 
+def _budget(text: str) -> int:
+    value = ranges.number(text, "--max-batched-tokens")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CostcalcError(f"--max-batched-tokens must be a positive integer, got {text!r}")
+    return value
+
+
 def _formats(text: Optional[str]) -> Optional[list]:
     if text is None:
         return None
@@ -179,6 +201,7 @@ class Progress:
             sys.stderr.flush()
 
 
+CONCURRENCY = "conc"    # the batch column's head under --batching continuous: the requests in flight
 HEAD = ("#", "layout", "dev", "batch", "weights", "draft", "ttft", "tpot", "per GPU", "per user", "ok")
 RIGHT = {"#", "dev", "batch", "ttft", "tpot", "per GPU", "per user"}
 
@@ -198,7 +221,8 @@ def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: t
     best, met = choice
     rows = found.rows if every else [r for r in found.rows if r["pareto"] or r is best]
     keep = [c for c, name in enumerate(HEAD) if name != "draft" or any(r["speculation"] for r in rows)]
-    grid = [[line[c] for c in keep] for line in [list(HEAD)] + [_cells(i, r, best) for i, r in enumerate(rows, 1)]]
+    head = [CONCURRENCY if name == "batch" and setup.continuous else name for name in HEAD]
+    grid = [[line[c] for c in keep] for line in [head] + [_cells(i, r, best) for i, r in enumerate(rows, 1)]]
     names = [HEAD[c] for c in keep]
     widths = [max(len(line[c]) for line in grid) for c in range(len(names))]
     lines = ["  ".join(cell.rjust(w) if name in RIGHT else cell.ljust(w) for cell, w, name in
@@ -207,19 +231,23 @@ def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: t
     spec, device = setup.spec.name, setup.machine.device.name
     what = "every candidate" if every else "the Pareto front of tokens/s per GPU against per user"
     timing = "measured" if setup.machine.timing is not None else "roofline"
-    head = (f"{spec} on {setup.devices} {device}: prompts of {request.isl} tokens, {request.osl} out; targets ttft "
-            f"<= {units.seconds(request.ttft)}, tpot <= {units.seconds(request.tpot)}; {timing} timing. "
-            f"{len(found.rows)} candidates ({found.evaluated} layout x weight format x draft, "
+    axes = ("engine or split" if setup.disagg else "engine") + " x weight format" if setup.continuous \
+        else "layout x weight format x draft"
+    said = (f"{spec} on {setup.devices} {device}: prompts of {request.isl} tokens, {request.osl} out; targets ttft "
+            f"<= {units.seconds(request.ttft)}, tpot <= {units.seconds(request.tpot)}; {timing} timing, "
+            f"{setup.batching} batching. {len(found.rows)} candidates ({found.evaluated} {axes}, "
             f"{len(found.skipped)} not valid or not fitting); {what}:")
-    out = [*textwrap.wrap(head, 80), "", *lines, "", "commands (each reproduces its row):"]
+    out = [*textwrap.wrap(said, 80), "", *lines, "", "commands (each reproduces its row):"]
     out += [f"{i:>{len(str(len(rows)))}}  {r['command']}" for i, r in enumerate(rows, 1)]
     out += ["", *textwrap.wrap(_best_line(best, met, request), 80), f"  {best['command']}", ""]
-    out += [line for note in NOTES for line in textwrap.wrap(note, 80)]
+    notes = (CONTINUOUS_NOTES + (DISAGG_NOTES if setup.disagg else ())) if setup.continuous else NOTES
+    out += [line for note in notes for line in textwrap.wrap(note, 80)]
     return "\n".join(out) + "\n"
 
 
 def _best_line(best: dict[str, Any], met: bool, request: plan.Request) -> str:
-    said = (f"{best['layout']} ({best['devices']} devices) batch {best['batch']} {best['weight_dtype']}"
+    size = "concurrency" if best["batching"] == "continuous" else "batch"
+    said = (f"{best['layout']} ({best['devices']} devices) {size} {best['batch']} {best['weight_dtype']}"
             + (f" draft {best['speculation']}" if best["speculation"] else "")
             + f": {best['tokens_per_s_per_gpu']:.1f} tokens/s per GPU, {best['tokens_per_s_per_user']:.1f} per user"
             + f" (ttft {units.seconds(best['ttft_s'])}, tpot {units.seconds(best['tpot_s'])})")
@@ -233,3 +261,13 @@ NOTES = ("per GPU = batch x output tokens / (ttft + (N-1) tpot) / the layout's d
          "A layout of fewer devices than asked runs copies of itself on the rest (the same rates). ttft: the "
          "batch's prefill step; tpot: its decode phase / (N-1); as generate times them (docs/cost-model.md, "
          "Planning).",)
+CONTINUOUS_NOTES = (
+    "conc = requests in flight (the JSON's batch). Continuous batching, as serve models it: each iteration one "
+    "decode token a request and prompt chunks within --max-batched-tokens; ttft: a request's own mixed "
+    "iterations; tpot: the rest of its cycle / (N-1); per GPU = requests/s x output tokens / the engine's "
+    "devices; per user = 1 / tpot. An engine is tp x ep (serve runs no pipeline or data-parallel replicas); one "
+    "of fewer devices than asked runs copies of itself on the rest (docs/cost-model.md, Planning).",)
+DISAGG_NOTES = (
+    "p:AxL d:BxM: a prefill pool of A engines of layout L and a decode pool of B of M (serve --disagg), conc "
+    "the requests on each decode engine; ttft: the prompt's iterations + its KV cache's transfer; tpot: the "
+    "decode engine's iteration; per GPU: the slower pool's requests/s x output tokens / all the devices.",)

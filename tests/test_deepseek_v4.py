@@ -134,7 +134,8 @@ def test_every_forward_is_the_loop_over_its_queries(kind, full, past, new):
 
 
 @pytest.mark.parametrize("convention", ["causal", "full"])
-@pytest.mark.parametrize("prompt, new_tokens", [(1, 2), (3, 6), (7, 30), (40, 5)])
+@pytest.mark.parametrize("prompt, new_tokens", [pytest.param(1, 2, marks=pytest.mark.slow), (3, 6),
+                                                pytest.param(7, 30, marks=pytest.mark.slow), (40, 5)])
 def test_a_decode_phase_is_its_steps_added_up(convention, prompt, new_tokens):
     phase = calc.point(Query(SPEC, "decode_phase", Options(convention)), batch=2, seq=prompt, new_tokens=new_tokens)
     stepped = [calc.decode(SPEC, t, 2, convention) for t in range(prompt, prompt + new_tokens - 1)]

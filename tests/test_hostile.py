@@ -185,7 +185,7 @@ def test_a_config_of_ten_million_layers_is_refused_at_once(capsys, tmp_path):
         assert code == 2 and one_error(err, f"'num_hidden_layers' is too large (at most {spec.MAX_LAYERS:,})")
 
 
-@pytest.mark.parametrize("base", ["llama-3.1-8b", "deepseek-v3", "olmo-3-1025-7b"])
+@pytest.mark.parametrize("base", ["llama-3.1-8b", pytest.param("deepseek-v3", marks=pytest.mark.slow), "olmo-3-1025-7b"])
 def test_a_config_of_the_most_layers_answers(capsys, tmp_path, base):
     """The last 12 layers (a whole period of every layer pattern here) cost the same at the most
     layers as at 1,024: the layer kinds repeat exactly."""

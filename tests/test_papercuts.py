@@ -270,7 +270,7 @@ def test_markdown_of_one_wide_row_is_a_field_per_row_and_escapes_pipes(tmp_path,
 
 
 @pytest.mark.parametrize("args", [["-p", "qwen3.5-397b-a17b", "--tp", "8", "--ep", "8"],
-                                  ["-p", "deepseek-v3.2", "--tp", "8", "--ep", "8"]])
+                                  pytest.param(["-p", "deepseek-v3.2", "--tp", "8", "--ep", "8"], marks=pytest.mark.slow)])
 def test_a_generation_keeps_its_rates_in_an_80_column_table(args, capsys, monkeypatch):
     """A hybrid or sparse model on a layout: the term columns and the layout's collectives give way, TTFT,
     TPOT and the batch's tokens/s stay in the default table."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import one_error, run
+from measured_tables import tables, frame, csv_rows
 from costcalc import measured, presets
 from costcalc.devices import load as device
 from costcalc.evaluate import Options, Query
@@ -57,25 +58,6 @@ def test_a_roofline_command_imports_neither_the_tables_nor_pyarrow():
 
 
 # --- with the tables --------------------------------------------------------------------
-
-def tables() -> Path:
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("aiconfigurator_core")
-    return measured.data_root()
-
-
-def frame(path: Path):
-    import pandas as pd
-
-    return pd.read_parquet(path)
-
-
-def csv_rows(text: str) -> list[dict]:
-    import csv
-    import io
-
-    return list(csv.DictReader(io.StringIO(text)))
-
 
 def test_device_without_tables_names_those_with(capsys):
     tables()

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import run
+from measured_tables import tables, csv_rows
 from costcalc import measured
 from costcalc.measured_comm import latency
 from costcalc.devices import load as device
@@ -13,12 +14,6 @@ from costcalc.errors import CostcalcError
 
 LLAMA_D, LLAMA_V, LLAMA_L = 4096, 128256, 32        # llama-3.1-8b: d, vocabulary, layers
 TERMS = ("attn_proj", "ffn", "attention", "lm_head")
-
-
-def tables() -> Path:
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("aiconfigurator_core")
-    return measured.data_root()
 
 
 def custom(root: Path, system: str, engine: str, version: str, n: int) -> tuple[list, list]:
@@ -50,13 +45,6 @@ def between(xs: list, ys: list, x: float) -> float:
     if xs[i] == x:
         return ys[i]
     return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-
-
-def csv_rows(text: str) -> list[dict]:
-    import csv
-    import io
-
-    return list(csv.DictReader(io.StringIO(text)))
 
 
 def test_a_measured_size_is_the_tables_value():

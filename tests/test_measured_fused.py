@@ -9,29 +9,11 @@ from pathlib import Path
 import pytest
 
 from cli_run import run
+from measured_tables import tables, frame, csv_rows
 from costcalc import measured, measured_fused as fused, presets
 from costcalc.devices import load as device
 from costcalc.evaluate import Options, Query
 from costcalc.roofline import Machine, Precision, Routing, experts_touched, point
-
-
-def tables() -> Path:
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("aiconfigurator_core")
-    return measured.data_root()
-
-
-def frame(path: Path):
-    import pandas as pd
-
-    return pd.read_parquet(path)
-
-
-def csv_rows(text: str) -> list[dict]:
-    import csv
-    import io
-
-    return list(csv.DictReader(io.StringIO(text)))
 
 
 def measured_row(capsys, *args) -> dict:

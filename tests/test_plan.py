@@ -14,16 +14,21 @@ QUESTION = ("plan", "-p", "olmoe-1b-7b", "--device", "h100", "--devices", "2", "
 TTFT, TPOT = 0.150, 0.005
 
 
-@pytest.fixture(scope="module")
-def rows():
+def answer(args: tuple) -> list[dict]:
+    """A plan's JSON rows, asked through the CLI's entry point."""
     from costcalc.cli import main
     import io
     import contextlib
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main([*QUESTION, "-f", "json"]) == 0
+        assert main([*args, "-f", "json"]) == 0
     return json.loads(out.getvalue())
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return answer(QUESTION)
 
 
 def test_rows_have_exactly_the_interface_fields(rows):
@@ -222,14 +227,7 @@ CONTINUOUS = (*QUESTION, "--batching", "continuous")
 
 @pytest.fixture(scope="module")
 def continuous_rows():
-    from costcalc.cli import main
-    import io
-    import contextlib
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main([*CONTINUOUS, "-f", "json"]) == 0
-    return json.loads(out.getvalue())
+    return answer(CONTINUOUS)
 
 
 def test_static_rows_say_static(rows):

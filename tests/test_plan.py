@@ -36,15 +36,18 @@ def test_rows_have_exactly_the_interface_fields(rows):
     assert {r["timing"] for r in rows} == {"roofline"} and all(r["fits"] is True for r in rows)
 
 
+def dominated(r: dict, rows: list[dict]) -> bool:
+    """Brute force: another row at least as fast on both rates and faster on one."""
+    return any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
+               and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
+               and (o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"]
+                    or o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]) for o in rows)
+
+
 def test_front_is_every_undominated_candidate(rows):
-    """Brute force: a row is on the front exactly when no other row is at least as fast on both rates
-    and faster on one."""
+    """A row is on the front exactly when no other row dominates it."""
     for r in rows:
-        dominated = any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
-                        and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
-                        and (o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"]
-                             or o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]) for o in rows)
-        assert r["pareto"] is (not dominated)
+        assert r["pareto"] is (not dominated(r, rows))
     assert 1 < sum(r["pareto"] for r in rows) < len(rows)
 
 
@@ -245,11 +248,7 @@ def test_continuous_rows_are_tp_ep_engines_with_the_interface_fields(continuous_
 def test_continuous_front_is_every_undominated_candidate(continuous_rows):
     rows = continuous_rows
     for r in rows:
-        dominated = any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
-                        and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
-                        and (o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"]
-                             or o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]) for o in rows)
-        assert r["pareto"] is (not dominated)
+        assert r["pareto"] is (not dominated(r, rows))
         assert r["meets_targets"] is (r["ttft_s"] <= TTFT and r["tpot_s"] <= TPOT)
     assert 1 < sum(r["pareto"] for r in rows) < len(rows)
 
@@ -364,11 +363,7 @@ def test_disaggregated_splits_fill_the_devices_and_reproduce_through_serve(capsy
             assert f"--{pool}-tp {tp} " in r["command"] and f"--{pool}-devices {sizes[-1]}" in r["command"]
         assert sum(sizes) == 4
     for r in got:
-        dominated = any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"]
-                        and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
-                        and (o["tokens_per_s_per_gpu"] > r["tokens_per_s_per_gpu"]
-                             or o["tokens_per_s_per_user"] > r["tokens_per_s_per_user"]) for o in got)
-        assert r["pareto"] is (not dominated)
+        assert r["pareto"] is (not dominated(r, got))
     group = [r for r in split if r["layout"] == "p:2xtp1 d:1xtp2.ep2"]
     assert sorted(r["batch"] for r in group) == [2 ** i for i in range(len(group))]
     top = max(group, key=lambda r: r["batch"])

@@ -32,11 +32,13 @@ SIZES = {"L": 7, "d": 512, "h_q": 8, "h_kv": 2, "d_h": 64, "m": 1408, "E": 16, "
 
 @pytest.mark.parametrize("kind", [k for k in codegen.RECIPES if k not in ("p_lin", "params", "matrices")
                                   and not k.endswith(".bytes")])
-# In CI causal and tiled on every block, full on the window block (the rectangle beside its band);
-# full on the others under `pytest -m slow` (its sums are causal's with the triangle made a rectangle).
+# In CI causal on every block, tiled on the window and the MLA MoE blocks, full on the window block (the
+# rectangle beside its band); the rest under `pytest -m slow` (full's sums are causal's with the triangle
+# made a rectangle; tiled's tiles are the same code on every block).
 @pytest.mark.parametrize("arch, convention", [
     pytest.param(arch, convention, id=f"{convention}-{arch}",
-                 marks=pytest.mark.slow if convention == "full" and arch != "window.moe_shared_gate" else ())
+                 marks=pytest.mark.slow if (convention == "full" and arch != "window.moe_shared_gate")
+                 or (convention == "tiled" and arch in ("dense", "mla-absorbed.dense")) else ())
     for convention in ("causal", "full", "tiled")
     for arch in ("dense", "window.moe_shared_gate", "mla_q.moe_shared", "mla-absorbed.dense")])   # MoE: the 2nd
 def test_generated_code_equals_the_sympy_core(kind, arch, convention):

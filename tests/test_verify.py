@@ -25,10 +25,10 @@ def test_toy_reproduces_the_tutorial_table():
     assert got["tokens_recompute"] == toy.PUBLISHED["tokens"]
 
 
-@pytest.mark.parametrize("spec", [
+@pytest.mark.parametrize("spec", [       # small-dense (GQA beside toy's MHA) under `pytest -m slow`
     presets.load("toy"),
-    from_dict({"name": "small-dense", "arch": "dense", "L": 2, "d": 48, "h_q": 6, "h_kv": 2, "d_h": 8,
-               "m": 40, "V": 37}, "small-dense"),
+    pytest.param(from_dict({"name": "small-dense", "arch": "dense", "L": 2, "d": 48, "h_q": 6, "h_kv": 2, "d_h": 8,
+                            "m": 40, "V": 37}, "small-dense"), marks=pytest.mark.slow),
     from_dict({"name": "small-moe", "arch": "moe", "L": 2, "d": 32, "h_q": 4, "h_kv": 1, "d_h": 12,
                "E": 6, "k": 2, "m_e": 20, "V": 29}, "small-moe"),
 ], ids=lambda s: s.name)

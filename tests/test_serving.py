@@ -231,3 +231,11 @@ def test_measured_timing_under_a_layout_is_the_generations_on_that_layout():
     floor = _rows(Query(spec, "decode", Options(tp=2), Precision(), Machine(devices.load("h200"))),
                   serving.Shape(2048, 65), [1])[0]
     assert row["tpot_s"] >= floor["tpot_s"] and row["ttft_s"] >= floor["ttft_s"]
+
+
+@pytest.mark.parametrize("flags, named", [(["--prefill-tp", "3"], "--prefill-tp 3: "),
+                                          (["--decode-tp", "8", "--decode-ep", "4"], "--decode-tp 8 --decode-ep 4: ")])
+def test_a_pool_layout_that_does_not_divide_names_the_pools_options(capsys, flags, named):
+    code, _, err = run(capsys, "serve", "-p", "qwen3-235b-a22b", "--isl", "4k", "--osl", "1k", "-c", "8",
+                       "--device", "h200", "--disagg", *flags)
+    assert code == 2 and one_error(err, named)

@@ -77,7 +77,8 @@ def serve(
         table = serving.aggregated(Query(spec, "decode", options, precision, machine), shape, asked)
     else:
         base = Query(spec, "decode", options, precision, machine)
-        first, second = _engine(base, prefill_tp, prefill_ep), _engine(base, decode_tp, decode_ep)
+        first, second = (_engine(base, prefill_tp, prefill_ep, "prefill"),
+                         _engine(base, decode_tp, decode_ep, "decode"))
         table = serving.disaggregated(serving.Pools(
             first, second, prefill_devices or first.options.layout.devices,
             decode_devices or second.options.layout.devices), shape, asked)
@@ -88,7 +89,14 @@ def serve(
     emit(table, fmt, output, [notes.SERVE], wide)
 
 
-def _engine(base: Query, tp: PoolOpt, ep: PoolOpt) -> Query:
-    """A pool's engine: the command's question with its own --tp/--ep where given."""
+def _engine(base: Query, tp: PoolOpt, ep: PoolOpt, pool: str) -> Query:
+    """A pool's engine: the command's question with its own --tp/--ep where given (an error names the
+    pool's options, --prefill-tp or --decode-ep, where those were given)."""
     own = base.options
-    return base.but(tp=own.tp if tp is None else tp, ep=own.ep if ep is None else ep)
+    try:
+        return base.but(tp=own.tp if tp is None else tp, ep=own.ep if ep is None else ep)
+    except CostcalcError as exc:
+        if tp is None and ep is None:
+            raise
+        given = " ".join(f"--{pool}-{name} {value}" for name, value in (("tp", tp), ("ep", ep)) if value is not None)
+        raise CostcalcError(f"{given}: {str(exc).split(': ', 1)[-1]}") from None

@@ -678,6 +678,19 @@ def intensity(flops: int, moved: int) -> Optional[float]:
 MAX_TRAFFIC_POINTS = 50_000   # points x layer groups of one bytes-and-time table (about 15 s)
 
 
+def labels(query: Query) -> dict[str, Any]:
+    """What a row of bytes or time says it was worked out on: the device, the dtypes (weight formats and
+    their source), the timing mode and engine, efficiencies other than 1."""
+    machine = query.machine
+    precision = query.precision if query.precision is not None else Precision()
+    out = {**({"device": machine.device.name} if machine else {}), **precision.labels(query.spec)}
+    if machine is not None and machine.timing is not None:
+        out.update(machine.timing.labels())
+    if machine is not None and (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
+        out.update(compute_efficiency=machine.compute_efficiency, memory_efficiency=machine.memory_efficiency)
+    return out
+
+
 def row_columns(query: Query, points: dict[str, list[int]], flops: list[int]) -> dict[str, list]:
     """The labels (device, dtypes, routing, efficiencies) and the bytes/time columns of rows."""
     if query.precision is None:
@@ -688,12 +701,7 @@ def row_columns(query: Query, points: dict[str, list[int]], flops: list[int]) ->
         raise CostcalcError(f"bytes and time are worked out point by point (~0.3 ms a point and layer group): "
                             f"{n:,} points x {len(spec.groups)} group(s) is too many, at most "
                             f"{MAX_TRAFFIC_POINTS:,}; narrow the ranges, or drop --device and the dtypes for FLOPs")
-    labels = {**({"device": machine.device.name} if machine else {}), **query.precision.labels(spec)}
-    if machine is not None and machine.timing is not None:
-        labels.update(machine.timing.labels())
-    if machine is not None and (machine.compute_efficiency, machine.memory_efficiency) != (1, 1):
-        labels.update(compute_efficiency=machine.compute_efficiency, memory_efficiency=machine.memory_efficiency)
-    out: dict[str, list] = {key: [value] * n for key, value in labels.items()}
+    out: dict[str, list] = {key: [value] * n for key, value in labels(query).items()}
     out.update(columns(query, points, flops))
     return out
 

@@ -302,6 +302,10 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
         steps_ = step(query, [b] * len(at), at) if at else {}
         decode = {key: sum(values) for key, values in steps_.items() if _summed(key)}
         head = {"preset": query.spec.name, "workload": "generate", **verify(query).labels(), **_draft_label(query)}
+        if query.precision is not None or query.machine is not None:      # what its bytes and times are of
+            from .roofline import labels
+
+            head.update(labels(query))
         shape = {"batch": b, "seq": s, "new_tokens": new, "draft_tokens": k,
                  "acceptance": label(query.options.acceptance), "expected_tokens_per_step": float(e)}
         phases = [{**head, "phase": "prefill", **shape, "steps": 0, **first},

@@ -263,3 +263,14 @@ def test_without_a_device_speculate_compares_flops_and_the_best_is_one_draft(cap
     rows = json.loads(out)
     assert [r["best"] for r in rows] == [True, False, False, False]
     assert all(r["speedup"] < 1 for r in rows) and "break_even_acceptance" not in rows[0]
+
+
+def test_a_speculative_generation_on_a_device_says_what_its_bytes_and_times_are_of(capsys):
+    """Its rows carry the device and the dtypes, as a plain generation's do (the fit warning names the device)."""
+    args = ["generate", "-p", "llama-3.1-70b", "--prompt", "1k", "--new", "8", "--device", "h200", "-f", "json"]
+    code, plain, _ = run(capsys, *args)
+    code2, spec, err = run(capsys, *args, "--draft", "llama-3.1-8b", "--acceptance", "0.8")
+    assert code == code2 == 0
+    for key in ("device", "weight_dtype", "weight_dtype_source", "kv_dtype", "act_dtype"):
+        assert {r[key] for r in json.loads(spec)} == {json.loads(plain)[0][key]}, key
+    assert "does not fit on h200" in err

@@ -253,15 +253,6 @@ def test_continuous_front_is_every_undominated_candidate(continuous_rows):
     assert 1 < sum(r["pareto"] for r in rows) < len(rows)
 
 
-def test_continuous_rates_obey_littles_law(continuous_rows):
-    """Requests in flight = requests/s x a request's life (ttft + (N-1) tpot), requests/s = the engine's
-    output tokens/s / N: the per-GPU rate follows from the row's times and its concurrency."""
-    for r in continuous_rows:
-        life = r["ttft_s"] + (64 - 1) * r["tpot_s"]
-        assert r["tokens_per_s_per_gpu"] * r["devices"] / 64 * life == pytest.approx(r["batch"], rel=1e-9)
-        assert r["tokens_per_s_per_user"] == pytest.approx(1 / r["tpot_s"], rel=1e-12)
-
-
 def _served(capsys, command, *extra):
     args = shlex.split(command)
     assert args[:2] == ["costcalc", "serve"]

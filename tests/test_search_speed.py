@@ -124,6 +124,7 @@ def test_an_exact_sum_by_denominator_is_the_plain_sum(parts):
     got = _Sum()
     for p in parts:
         got.add(p)
-    assert got.value() == plain and type(got.value()) is type(plain) or plain == 0
+    assert got.value() == plain
+    assert type(got.value()) is type(plain) or plain == 0      # an empty or zero sum: 0 of either type
     assert got.rounded_value() == round(plain) and isinstance(got.rounded_value(), int)
     assert bool(got) == bool(plain)

@@ -96,6 +96,25 @@ def test_littles_law_and_the_rates(concurrency):
     assert (row["queued"] > 0) == (concurrency == 3000)       # 4k prompts, 1 a mixed iteration: 1024 keep up
 
 
+@pytest.mark.parametrize("concurrency", [1, 64, 500])
+def test_the_cycle_is_the_mixed_iterations_and_decode_phase_rows(concurrency):
+    """Below the keep-up limit (one 4k prompt a mixed iteration, one chunk): a decode iteration is the decode
+    phase's row / (osl - 1) (per operator max(FLOPs/peak, bytes/bandwidth) of the averages), and a cycle of
+    osl iterations holds C mixed ones: requests/s = C / (C t_mix + (osl - C) t_d), TTFT = t_mix,
+    TPOT = (cycle - t_mix) / (osl - 1) -- docs/cost-model.md's rates, from the decode_phase command's row."""
+    shape, spec = serving.Shape(4096, 1024), presets.load(DENSE)
+    row = _rows(_query(), shape, [concurrency])[0]
+    phase = _one(spec, "decode_phase", batch=concurrency, seq=4096, new_tokens=1024)
+    t_d = phase["time_s"] / 1023
+    assert row["decode_time_s"] == pytest.approx(t_d, rel=1e-9)
+    t_mix = row["mixed_time_s"]
+    assert t_d < t_mix
+    cycle = concurrency * t_mix + (1024 - concurrency) * t_d
+    assert row["requests_per_s"] == pytest.approx(concurrency / cycle, rel=1e-9)
+    assert row["ttft_s"] == pytest.approx(t_mix, rel=1e-12)
+    assert row["tpot_s"] == pytest.approx((cycle - t_mix) / 1023, rel=1e-9)
+
+
 def test_the_prefill_share_keeps_up_up_to_the_cycle():
     """C n_p / m mixed iterations fit the n_p + osl - 1 of a request's life: 4k prompts one an iteration
     over 1023 decode steps admit 1024 requests; short prompts as many an iteration as arrive, within the room."""

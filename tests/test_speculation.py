@@ -182,7 +182,8 @@ def test_memory_holds_the_draft_models_weights_and_cache(capsys):
     assert both["draft"] == DRAFT
     code, out, err = run(capsys, "memory", "-p", TARGET, "--draft", DRAFT, "-t", "8k", "-b", "4", "--device", "h200",
                          "-f", "json")
-    assert code == 0, err and json.loads(out)[0]["total_bytes"] == both["total_bytes"]
+    assert code == 0, err
+    assert json.loads(out)[0]["total_bytes"] == both["total_bytes"]
 
 
 def test_speculate_prints_every_k_and_marks_the_best(capsys):

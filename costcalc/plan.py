@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional, Sequence
 from . import fitting
 from .composites import rates
 from .errors import CostcalcError, quote
-from .evaluate import Options, Query
+from .evaluate import Options, Query, positive
 from .layout import Layout
 from .spec import ModelSpec
 
@@ -62,6 +62,10 @@ def duration(text: str, option: str) -> float:
     if not match or float(match.group(1)) * _SCALE[match.group(2)] <= 0:
         raise CostcalcError(f"{option}: {quote(str(text).strip())} is not a positive duration (e.g. 2s, 30ms, 0.5)")
     return float(match.group(1)) * _SCALE[match.group(2)]
+
+
+NO_DRAFTS = ("--batching continuous: serve models no speculative decoding or drafting (no --draft, --draft-tokens "
+             "or --acceptance); search them with --batching static")
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,8 @@ class Setup:
             raise CostcalcError(f"--devices must be a positive integer, got {self.devices!r}")
         if self.batching not in BATCHINGS:
             raise CostcalcError(f"--batching: {quote(str(self.batching))} is not one of {', '.join(BATCHINGS)}")
+        if self.budget is not None:
+            positive("--max-batched-tokens", self.budget)
         if self.batching == "static" and self.budget is not None:
             raise CostcalcError("--max-batched-tokens is continuous batching's token budget: it needs "
                                 "--batching continuous")
@@ -111,8 +117,7 @@ class Setup:
             raise CostcalcError("--disagg splits the devices into continuous-batching pools: it needs "
                                 "--batching continuous")
         if self.batching == "continuous" and self.drafts is not None and any(self.drafts):
-            raise CostcalcError("--batching continuous: serve models no speculative decoding or drafting (no "
-                                "--draft, --draft-tokens or --acceptance); search them with --batching static")
+            raise CostcalcError(NO_DRAFTS)
 
     @property
     def continuous(self) -> bool:

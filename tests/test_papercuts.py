@@ -279,3 +279,17 @@ def test_a_generation_keeps_its_rates_in_an_80_column_table(args, capsys, monkey
     assert code == 0, err
     head = next(line for line in out.splitlines() if line.startswith("phase"))
     assert all(name in head.split() for name in ("ttft", "tpot", "tok/s")), head
+
+
+@pytest.mark.parametrize("args, option", [
+    (["speculate", "-p", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--acceptance", "0.8", "-t", "1e30"], "--context"),
+    (["speculate", "-p", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--acceptance", "0.8", "-t", "1k", "-b", "1e30"],
+     "--batch"),
+    (["serve", "-p", "toy", "--isl", "64", "--osl", "8", "--device", "h200", "--max-batched-tokens", "1e30"],
+     "--max-batched-tokens"),
+])
+def test_a_count_past_the_largest_is_one_error_before_any_work(args, option, capsys):
+    """A length, a batch or a token budget is at most ranges.MAX_VALUE wherever it is read (speculate's
+    context once ran a 1e30-token step)."""
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == "" and one_error(err, "is too large") and option in err

@@ -25,17 +25,33 @@ Convention = Choice("Convention", {**{c.name: c.value for c in vocab.Convention}
 Logits = Choice("Logits", {m.name: m.value for m in vocab.Logits if m != vocab.Logits.none})
 
 
-def whole_number(option: str):
+def whole_number(option: str, read=None):
     """A typer ``parser`` for an integer option: its text read as ``ranges.whole`` reads it
-    (``1e3`` is 1000, ``1.5e3`` 1500; ``1e-3`` or ``1.5`` an error naming the text)."""
+    (``1e3`` is 1000, ``1.5e3`` 1500; ``1e-3`` or ``1.5`` an error naming the text); ``read``
+    another reader of the same signature (``count``: a count of tokens or sequences, bounded)."""
+    reader = read or ranges.whole
+
     def parse(text: Any) -> int:
         if isinstance(text, int):   # the default
             return text
         try:
-            return ranges.whole(str(text), option)
+            return reader(str(text), option)
         except CostcalcError as exc:   # typer names the option: "Invalid value for '--tp': ..."
             raise typer.BadParameter(str(exc).removeprefix(f"{option}: ")) from None
     return parse
+
+
+def count(option: str):
+    """A typer ``parser`` for one count of tokens or sequences (``--context`` of speculate, a token
+    budget): a whole number as ``whole_number`` reads it, at most ``ranges.MAX_VALUE`` as every
+    length and batch option is."""
+    return whole_number(option, ranges.number)
+
+
+BudgetOpt = Annotated[Optional[int], typer.Option(
+    "--max-batched-tokens", parser=count("--max-batched-tokens"), metavar="K", show_default=False,
+    help="Tokens an iteration may run, prompt chunks and decode tokens together (vLLM's max_num_batched_tokens; "
+         "serve's default 8192); plan: with --batching continuous.")]
 
 
 def check_output(value: Optional[str]) -> Optional[str]:

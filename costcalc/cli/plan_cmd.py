@@ -17,7 +17,7 @@ from ..printable import escape
 from ..render import render
 from ..vocab import Dtype
 from .emit import Out, emit_to
-from .options import (ConfigOpt, DeviceFileOpt, DeviceOpt, EngineOpt, EngineVersionOpt, FormatOpt, KvDtypeOpt,
+from .options import (BudgetOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, EngineOpt, EngineVersionOpt, FormatOpt, KvDtypeOpt,
                       OutputOpt, PresetFileOpt, PresetOpt, TimingOpt, WideOpt, model, traffic)
 
 PROGRESS_AFTER_S = 1.0      # a search running longer than this shows a progress bar on stderr
@@ -54,9 +54,7 @@ def plan_command(
         "--batching", metavar="static|continuous",
         help="static: each candidate a batch prefilled at once, then decoded (generate); continuous: a tp x ep "
              "engine's steady state at a concurrency, prompt chunks sharing steps with decode (serve).")] = "static",
-    budget: Annotated[Optional[str], typer.Option(
-        "--max-batched-tokens", metavar="K", show_default=False,
-        help="With --batching continuous: tokens an iteration may run (serve's).  (default: 8192)")] = None,
+    budget: BudgetOpt = None,
     disagg: Annotated[bool, typer.Option(
         "--disagg", help="With --batching continuous: every split of the devices into a prefill pool and a decode "
                          "pool too (serve --disagg), beside the one-pool engines.")] = False,
@@ -91,11 +89,10 @@ def plan_command(
                                                     ("--config", config)) if value)
     mode = batching.strip().lower()
     if mode == "continuous" and (draft, draft_tokens, acceptance) != (None, None, None):
-        raise CostcalcError("--batching continuous: serve models no speculative decoding or drafting (no --draft, "
-                            "--draft-tokens or --acceptance); search them with --batching static")
+        raise CostcalcError(plan.NO_DRAFTS)      # before the drafts are read (the Setup checks it too)
     setup = plan.Setup(spec, precision, machine, count, weights, source, _flags(given),
                        _drafts(spec, draft, draft_tokens, acceptance), mode,
-                       None if budget is None else _budget(budget), disagg)
+                       budget, disagg)
     bar = Progress()
     found = plan.search(setup, request, progress=bar)
     bar.close()
@@ -149,13 +146,6 @@ def _drafts(spec: Any, draft: Optional[str], tokens: Optional[str], acceptance: 
         Options(**got)                              # a K beyond the rates given: one line, before any search
         return got
     return (None, *plan.speculative(drafter, ks, rate, fields))
-
-
-def _budget(text: str) -> int:
-    value = ranges.number(text, "--max-batched-tokens")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CostcalcError(f"--max-batched-tokens must be a positive integer, got {text!r}")
-    return value
 
 
 def _formats(text: Optional[str]) -> Optional[list]:

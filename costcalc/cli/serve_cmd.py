@@ -10,7 +10,7 @@ from .. import notes, ranges, serving
 from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from .emit import emit
-from .options import (ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic, WideOpt,
+from .options import (BudgetOpt, ConfigOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic, WideOpt,
                       for_models, mla_form, model, warn, whole_number, with_layout, with_traffic)
 
 PoolOpt = Optional[int]
@@ -33,10 +33,7 @@ def serve(
         "--concurrency", "-c", metavar="C", help="Requests in flight (each decode engine's with --disagg); a list or "
                                                  "range sweeps (8,64 or 1:256:x2); max: the most whose weights and "
                                                  "KV caches fit (and, aggregated, whose prompts keep up).")] = "1",
-    budget: Annotated[int, typer.Option(
-        "--max-batched-tokens", parser=whole_number("--max-batched-tokens"), metavar="K",
-        help="Tokens an iteration may run, prompt chunks and decode tokens together (vLLM's max_num_batched_tokens)."
-    )] = serving.BUDGET,
+    budget: BudgetOpt = None,
     disagg: Annotated[bool, typer.Option(
         "--disagg", help="Prompts on a prefill pool, decode steps on a decode pool, each request's KV cache moved "
                          "between them.")] = False,
@@ -63,7 +60,8 @@ def serve(
     precision, machine = for_models(traffic, [spec])
     if machine is None:
         raise CostcalcError("serve needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
-    shape = serving.Shape(ranges.number(isl, "--isl"), ranges.number(osl, "--osl"), budget)
+    shape = serving.Shape(ranges.number(isl, "--isl"), ranges.number(osl, "--osl"),
+                          serving.BUDGET if budget is None else budget)
     asked = [item for part in concurrency.split(",") for item in
              (["max"] if part.strip().lower() == "max" else ranges.parse(part, "--concurrency", 1))]
     ranges.check_rows(len(asked), "--concurrency")

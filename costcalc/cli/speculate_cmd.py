@@ -10,7 +10,7 @@ from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from .emit import emit
 from .options import (AcceptanceOpt, ConfigOpt, DraftOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt,
-                      Traffic, WideOpt, for_models, mla_form, models, whole_number, with_traffic)
+                      Traffic, WideOpt, count, for_models, mla_form, models, whole_number, with_traffic)
 from .options import speculation as speculation_fields
 
 KmaxOpt = Annotated[Optional[int], typer.Option(
@@ -23,10 +23,10 @@ def speculate(
     preset: PresetOpt = None,
     preset_file: PresetFileOpt = None,
     config: ConfigOpt = None,
-    context: Annotated[str, typer.Option(
-        "--context", "-t", metavar="T", parser=whole_number("--context"), help="Tokens T already cached.")] = ...,
+    context: Annotated[int, typer.Option(
+        "--context", "-t", metavar="T", parser=count("--context"), help="Tokens T already cached.")] = ...,
     batch: Annotated[int, typer.Option(
-        "--batch", "-b", metavar="B", parser=whole_number("--batch"), help="Sequences B.")] = 1,
+        "--batch", "-b", metavar="B", parser=count("--batch"), help="Sequences B.")] = 1,
     draft: DraftOpt = None,
     acceptance: AcceptanceOpt = None,
     kmax: KmaxOpt = None,

@@ -300,7 +300,7 @@ def static(setup: Setup, request: Request, item: tuple) -> list[Row]:
                      "speculation": draft and draft.label, "ttft_s": ttft, "tpot_s": tpot,
                      "tokens_per_s_per_gpu": rate / layout.devices, "tokens_per_s_per_user": 1 / tpot,
                      "meets_targets": None, "pareto": None, "fits": True,   # every batch up to the largest fits
-                     "timing": "measured" if setup.machine.timing is not None else "roofline",
+                     "timing": setup.machine.timing_mode,
                      "batching": "static", "command": command(setup, request, (layout, weight, draft), b)})
     return rows
 

@@ -240,6 +240,11 @@ class Machine:
     def bandwidth(self) -> float:
         return self.device.mem_bw * self.memory_efficiency
 
+    @property
+    def timing_mode(self) -> str:
+        """The timing a row says it used: ``measured`` (the tables' latencies) or ``roofline`` (the floor)."""
+        return "measured" if self.timing is not None else "roofline"
+
 
 EFFICIENCY_MIN = 1e-3   # a tenth of a percent of a peak: below it a time is noise (or, subnormal, infinite)
 

@@ -263,7 +263,7 @@ class Engine:
 
 def _labels(engine: Engine, shape: Shape) -> dict[str, Any]:
     query = engine.query
-    timing = "measured" if query.machine.timing is not None else "roofline"
+    timing = query.machine.timing_mode
     return {"preset": query.spec.name, "device": query.machine.device.name, "timing": timing,
             "isl": shape.isl, "osl": shape.osl, "max_batched_tokens": shape.budget}
 

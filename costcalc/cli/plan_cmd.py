@@ -220,7 +220,7 @@ def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: t
     lines.insert(1, "  ".join("-" * w for w in widths))
     spec, device = setup.spec.name, setup.machine.device.name
     what = "every candidate" if every else "the Pareto front of tokens/s per GPU against per user"
-    timing = "measured" if setup.machine.timing is not None else "roofline"
+    timing = setup.machine.timing_mode
     axes = ("engine or split" if setup.disagg else "engine") + " x weight format" if setup.continuous \
         else "layout x weight format x draft"
     said = (f"{spec} on {setup.devices} {device}: prompts of {request.isl} tokens, {request.osl} out; targets ttft "

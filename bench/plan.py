@@ -25,13 +25,12 @@ def search(spec, device: str, counts: list[int], request: plan.Request) -> list[
     """One row per device count: candidates, (layout x format x draft) evaluated and left out, seconds."""
     machine, precision = Machine(devices.load(device)), Precision()
     weights = plan.weight_choices(spec, precision, machine)
-    cache: dict = {}
     out = []
     for n in counts:
         setup = plan.Setup(spec, precision, machine, n, weights, ("--preset", spec.name), ("--device", device))
         start = time.perf_counter()
         try:
-            found = plan.search(setup, request, cache)
+            found = plan.search(setup, request)
         except CostcalcError as exc:        # nothing fits (DeepSeek-V3 on 8 H100: 671 GB of fp8 weights)
             out.append({"device": device, "devices": n, "candidates": 0, "evaluated": 0, "left_out": "all",
                         "front": 0, "seconds": time.perf_counter() - start, "best": None, "why": str(exc)})

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from fractions import Fraction
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .errors import CostcalcError, quote
 
@@ -127,10 +128,29 @@ def time(op: str, n: int, size: int | Fraction, link: Link, alpha: Optional[floa
     latency = link.latency_s if alpha is None else _seconds(alpha)
     if n == 1:
         return 0.0
+    return latency + float(moved) / _bandwidth(link, n)
+
+
+def times(op: str, n: int, sizes: Any, link: Link) -> Any:
+    """``time`` of the same collective at an array of message sizes (whole bytes; a search's batches):
+    ``alpha + factor(n) * S / B`` in floating point (``time`` takes the product exactly first)."""
+    if n == 1:
+        return 0.0 * sizes
+    latency, per_byte = _coefficients(op, n, link)
+    return latency + per_byte * sizes
+
+
+@lru_cache(maxsize=1024)
+def _coefficients(op: str, n: int, link: Link) -> tuple[float, float]:
+    """``times``' alpha and seconds a byte of message, ``factor(n) / B``."""
+    return link.latency_s, float(factor(op, n, algorithm_on(_op(op).name, link))) / _bandwidth(link, n)
+
+
+def _bandwidth(link: Link, n: int) -> float:
     bandwidth = link.bandwidth(n)
     if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not 0 < bandwidth < math.inf:
         raise CostcalcError(f"link {link.name}: bandwidth must be a positive number of bytes/s, got {quote(bandwidth)}")
-    return latency + float(moved) / bandwidth
+    return bandwidth
 
 
 def _op(op: str) -> Op:

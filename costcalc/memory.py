@@ -268,8 +268,22 @@ class Shard:
     caches: tuple
 
 
+_SHARDS: dict = {}   # (id(spec), tp, ep, dtypes, options) -> (spec, its Shard): a search asks each (tp, ep) again
+
+
 def shard(query: Query, layout: Layout) -> Shard:
-    """One device's ``Shard`` of the query's model under a (tp, ep) layout."""
+    """One device's ``Shard`` of the query's model under a (tp, ep) layout (what pp and dp do not change)."""
+    alone = replace(query.options, tp=1, ep=1, pp=1, dp=1, micro_batches=None)     # the rest of the question
+    key = (id(query.spec), layout.tp, layout.ep, repr(query.precision), repr(alone))
+    hit = _SHARDS.get(key)
+    if hit is None or hit[0] is not query.spec:
+        if len(_SHARDS) >= 1024:
+            _SHARDS.clear()
+        hit = _SHARDS[key] = (query.spec, _shard(query, layout))
+    return hit[1]
+
+
+def _shard(query: Query, layout: Layout) -> Shard:
     one = device_spec(query.spec, layout)
     plan = query.precision.weights(one)
     size = plan.group_size
@@ -320,9 +334,7 @@ def _stage(one: Shard, counts: list[int], ends: Fraction, asked: Held, limits: A
     bytes a stage holds besides its layers), the caches of its layers for ``asked``'s sequences,
     and (``limits``) its limits (``"batch"``: its largest batch only)."""
     batch, context, usable = asked.batch, asked.context, asked.usable
-    weights = round(sum((n * w for n, w in zip(counts, one.layer)), Fraction(0)) + ends)
-    rows = [(keep, n * per, n * state, every) for n, group in zip(counts, one.caches) if n
-            for keep, per, state, every in group]
+    weights, rows = _stage_holds(one, counts, ends)
     cache, states = _cache_bytes(rows, batch, context), round(batch * sum(r[2] for r in rows))
     if not limits:
         return {"total_bytes": weights + cache + states}
@@ -334,6 +346,24 @@ def _stage(one: Shard, counts: list[int], ends: Fraction, asked: Held, limits: A
     return {"layers": sum(counts), "weight_bytes": weights, "kv_cache_bytes": cache,
             **({"state_bytes": states} if states else {}), "total_bytes": weights + cache + states,
             "max_batch": most, "max_context": _max_context(rows, batch, room - states)}
+
+
+_HOLDS: dict = {}   # (id(shard), layers, ends) -> (shard, weights, cache rows): a search asks each stage again
+
+
+def _stage_holds(one: Shard, counts: list[int], ends: Fraction) -> tuple[int, list]:
+    """A stage's weight bytes and the rows of its layers' caches (``_cache_bytes``'), whatever it is asked
+    to hold."""
+    key = (id(one), tuple(counts), ends)
+    hit = _HOLDS.get(key)
+    if hit is None or hit[0] is not one:
+        if len(_HOLDS) >= 4096:
+            _HOLDS.clear()
+        weights = round(sum((n * w for n, w in zip(counts, one.layer)), Fraction(0)) + ends)
+        rows = [(keep, n * per, n * state, every) for n, group in zip(counts, one.caches) if n
+                for keep, per, state, every in group]
+        hit = _HOLDS[key] = (one, weights, rows)
+    return hit[1], hit[2]
 
 
 def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] = None,
@@ -349,7 +379,14 @@ def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] =
     last = len(counts) - 1
     ends = [(one.embedding if i == 0 else 0) + (one.head if i == last else 0)
             + (one.embedding if i == last and one.tied and layout.pp > 1 else 0) for i in range(len(counts))]
-    return [_stage(one, c, ends[i], replica, limits) for i, c in enumerate(counts)]
+    done: dict[tuple, dict[str, Any]] = {}      # stages alike (a pipeline's middle ones) worked out once
+    out = []
+    for i, c in enumerate(counts):
+        key = (tuple(c), ends[i])
+        if key not in done:
+            done[key] = _stage(one, c, ends[i], replica, limits)
+        out.append(dict(done[key]))
+    return out
 
 
 @dataclass(frozen=True)

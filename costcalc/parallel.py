@@ -162,7 +162,7 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
                               ("ffn down_proj", ffn)):
             out += _tp_reduce(layout, where, steps * layers, tokens * d * a)
         out += mixer_reduces(spec, layout, steps, tokens)
-        if rows:   # the padded rows' logits are gathered too, then cut off (vLLM's LogitsProcessor)
+        if query.logits != Logits.none:   # the padded rows' logits are gathered too, then cut off (vLLM's LogitsProcessor)
             out.append(Collective("all_gather", "lm_head", steps, rows * padded(spec.sizes["V"]) * a, layout.tp))
     if layout.ep > 1:
         moe = [g for g in spec.groups if g.block.ffn == "moe"]
@@ -365,7 +365,13 @@ def _phrase(device: Any, used: links_model.Link, n: int) -> str:
 def step_time(roofline_s: float, comm_s: float, overlap: Overlap) -> float:
     """A step's time on the layout: its device's roofline time and its communication, added
     (``--overlap none``) or the larger of the two (``full``)."""
-    return roofline_s + comm_s if overlap == Overlap.none else max(roofline_s, comm_s)
+    if overlap == Overlap.none:
+        return roofline_s + comm_s
+    if hasattr(roofline_s, "shape") or hasattr(comm_s, "shape"):    # arrays of a search's batches (steptimes)
+        import numpy
+
+        return numpy.maximum(roofline_s, comm_s)
+    return max(roofline_s, comm_s)
 
 
 PER_DEVICE = ("weight", "kv_read", "total")   # <kind>_bytes_per_device columns

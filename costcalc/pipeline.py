@@ -21,7 +21,7 @@ no device here: pure functions of (schedule, p, m, v) and durations.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from .errors import CostcalcError
 
@@ -119,7 +119,34 @@ def makespan(schedule: str, forward: Sequence[float], m: int, backward: Optional
         raise CostcalcError(f"{len(backward)} backward durations for {stages} stages")
     back = backward if backward is not None else [0] * stages
     _, ends = _run(order(schedule, p, m, v, backward is not None), p, v, list(zip(forward, back)))
-    return max(ends.values())
+    return _latest(list(ends.values()))
+
+
+def forward_makespan(forward: Sequence[Any], m: int) -> Any:
+    """``makespan(GPIPE, forward, m)`` of a forward-only step, over arrays of stage times (a search's
+    batches: ``costcalc.steptimes``): the same list schedule in closed form. Every rank runs its m
+    forwards in order, each once the previous stage's has ended, so stage s ends micro-batch i at
+    e_s(i) = max(e_s(i - 1), e_{s-1}(i)) + d_s = (i + 1) d_s + max_{j <= i} (e_{s-1}(j) - j d_s)."""
+    import numpy
+
+    first = numpy.asarray(forward[0], dtype=float)
+    i = numpy.arange(m).reshape((m,) + (1,) * first.ndim)
+    ends = numpy.zeros((m,) + first.shape)
+    for duration in forward:
+        ends = (i + 1) * duration + numpy.maximum.accumulate(ends - i * duration, axis=0)
+    return ends[-1]
+
+
+def _latest(times: list) -> Any:
+    """The latest of some times: numbers, or arrays of a search's batches (``costcalc.steptimes``), elementwise."""
+    if any(hasattr(t, "shape") for t in times):
+        import numpy
+
+        latest = times[0]
+        for t in times[1:]:
+            latest = numpy.maximum(latest, t)
+        return latest
+    return max(times)
 
 
 def _run(orders: list[list[Action]], p: int, v: int, durations: Sequence[tuple]) -> tuple[dict, dict]:
@@ -142,7 +169,7 @@ def _run(orders: list[list[Action]], p: int, v: int, durations: Sequence[tuple])
                     needs = [Action(a.stage, F, a.mb)] + ([Action(a.stage + 1, B, a.mb)] if a.stage < last else [])
                 if any(n not in ends for n in needs):
                     break
-                start = max([free[r]] + [ends[n] for n in needs])
+                start = _latest([free[r]] + [ends[n] for n in needs])
                 starts[a], ends[a] = start, start + durations[a.stage][a.kind == B]
                 free[r] = ends[a]
                 nxt[r] += 1

@@ -254,28 +254,32 @@ class Search:
     evaluated: int = 0
 
 
-def evaluate(setup: Setup, request: Request, item: tuple, cache: Optional[dict] = None,
-             engines: Optional[dict] = None) -> list[Row]:
-    """The candidates of one (layout, weight format, draft) over all its batches at once: one
-    ``composites.generation`` table (an error where the layout is not valid or nothing fits).
-    ``cache``: rows kept by the question they answer, shared between searches (a bench's device counts)."""
-    layout, weight, draft = item
-    # the spec and device by identity: a cache lives beside the objects it was filled for
-    key = (id(setup.spec), id(setup.machine), repr(setup.precision), layout, repr(weight), draft and draft.label,
-           request.isl, request.osl, setup.batching, setup.budget)
-    if cache is not None and key in cache:
-        return [dict(r) for r in cache[key]]
+@dataclass
+class Memo:
+    """What a search works out once for all its candidates: each serve engine and its fit (``engines``),
+    and for static batching the times of every batch at once (``fast``: a ``steptimes.Search``; None:
+    ``composites.rates`` candidate by candidate)."""
+    engines: dict = field(default_factory=dict)
+    fast: Any = None
+
+
+def evaluate(setup: Setup, request: Request, item: tuple, memo: Optional[Memo] = None,
+             sized: Optional[tuple] = None) -> list[Row]:
+    """The candidates of one (layout, weight format, draft) over all its batches at once (an error where
+    the layout is not valid or nothing fits); static batching: ``sized``, its query and batches where
+    ``sizes_of`` worked them out already."""
+    layout, _, _ = item
+    memo = memo or Memo()
     if isinstance(layout, Split):
-        rows = disaggregated(setup, request, item, {} if engines is None else engines)
-    else:
-        rows = (continuous if setup.continuous else static)(setup, request, item)
-    if cache is not None:
-        cache[key] = [dict(r) for r in rows]
-    return rows
+        return disaggregated(setup, request, item, memo.engines)
+    if setup.continuous:
+        return continuous(setup, request, item)
+    return static(setup, request, item, sized, memo.fast)
 
 
-def static(setup: Setup, request: Request, item: tuple) -> list[Row]:
-    """The static-batching candidates of one (layout, weight format, draft): ``generate``'s generations."""
+def sizes_of(setup: Setup, request: Request, item: tuple) -> tuple[Query, list[int]]:
+    """A static candidate's ``generate`` question and its batches: powers of two times its replicas x
+    micro-batches up to the largest that fits (an error where the layout is not valid or nothing fits)."""
     layout, weight, draft = item
     q = query(setup, layout, weight, draft)
     held = request.isl + request.osl - 1
@@ -284,12 +288,23 @@ def static(setup: Setup, request: Request, item: tuple) -> list[Row]:
     sizes = batches(step, largest)
     if not sizes:
         raise CostcalcError(f"nothing fits: not even batch {step} with {held} tokens a sequence held")
+    return q, sizes
+
+
+def static(setup: Setup, request: Request, item: tuple, sized: Optional[tuple] = None, fast: Any = None) -> list[Row]:
+    """The static-batching candidates of one (layout, weight format, draft): ``generate``'s generations
+    (``fast``: from a ``steptimes.Search``, where the draft accepts no tokens)."""
+    layout, weight, draft = item
+    q, sizes = sized or sizes_of(setup, request, item)
     n = len(sizes)
     if draft is not None and draft.speculative:      # generate's speculative generation (costcalc.speculation)
         from .speculation import generation
 
         whole = generation(q, sizes, [request.isl] * n, [request.osl] * n)
         table = {key: whole[key][2::3] for key in ("ttft_s", "tpot_s", "batch_tokens_per_s")}
+        table["weight_dtype"] = [q.precision.labels(q.spec)["weight_dtype"]] * n
+    elif fast is not None:
+        table = fast.generation(q, sizes)
         table["weight_dtype"] = [q.precision.labels(q.spec)["weight_dtype"]] * n
     else:
         table = rates(q, sizes, [request.isl] * n, [request.osl] * n)     # generate's total rows' rates
@@ -424,8 +439,7 @@ def serve_command(setup: Setup, request: Request, item: tuple, concurrency: int)
     return " ".join(parts)
 
 
-def search(setup: Setup, request: Request, cache: Optional[dict] = None,
-           progress: Optional[Callable[[int, int], None]] = None) -> Search:
+def search(setup: Setup, request: Request, progress: Optional[Callable[[int, int], None]] = None) -> Search:
     """Every candidate of the question (the module's rules), with ``meets_targets`` and ``pareto``; an
     error naming why where no layout is valid. ``progress(done, total)`` after each (layout, format,
     draft) evaluated."""
@@ -435,18 +449,38 @@ def search(setup: Setup, request: Request, cache: Optional[dict] = None,
     if setup.disagg:
         shapes += splits(setup.spec, setup.devices)
     items = [(layout, weight, draft) for layout in shapes for weight in setup.weights for draft in drafts]
-    found, engines = Search(), {}
+    found, memo = Search(), Memo()
+
+    def skip(item: tuple, exc: CostcalcError) -> None:
+        layout, weight, draft = item
+        name = " ".join([layout.label] + ([weight.name] if weight is not None else []) + ([draft.label] if draft else []))
+        found.skipped[name] = str(exc)
+
+    sized: dict[int, tuple] = {}    # static: each valid item's question and batches, worked out first
+    if not setup.continuous:
+        for done, item in enumerate(items, 1):
+            try:
+                sized[done] = sizes_of(setup, request, item)
+            except CostcalcError as exc:
+                skip(item, exc)
+            if progress is not None:
+                progress(done, 2 * len(items))
+        if setup.machine.timing is None:       # the roofline: every batch of every layout at once
+            from .steptimes import Search as Batches
+
+            reached = {b // (item[0].dp * (q.options.micro_batches or 1)) for (q, sizes), item in
+                       ((sized[i], items[i - 1]) for i in sized) for b in sizes}
+            memo.fast = Batches(reached, request.isl, request.osl)
     for done, item in enumerate(items, 1):
+        if not setup.continuous and done not in sized:
+            continue
         try:
-            found.rows += evaluate(setup, request, item, cache, engines)
+            found.rows += evaluate(setup, request, item, memo, sized.get(done))
             found.evaluated += 1
         except CostcalcError as exc:
-            layout, weight, draft = item
-            name = " ".join([layout.label] + ([weight.name] if weight is not None else [])
-                            + ([draft.label] if draft else []))
-            found.skipped[name] = str(exc)
+            skip(item, exc)
         if progress is not None:
-            progress(done, len(items))
+            progress(done + (0 if setup.continuous else len(items)), len(items) * (1 if setup.continuous else 2))
     if not found.rows:      # the reason of the last layout tried: the most devices, the most memory
         name, reason = list(found.skipped.items())[-1]
         raise CostcalcError(f"no layout of {setup.spec.name} on {setup.devices} {setup.machine.device.name} is valid "

@@ -138,6 +138,10 @@ def weight_plan(spec: ModelSpec, override: Optional[Format] = None, group_size: 
                 spec.mtp.count if spec.mtp is not None else 0)
 
 
+_PLANS: dict = {}   # (id(spec), weight format, group size) -> (spec, its weight plan): the spec kept, its id its own
+_ALIKE: dict = {}   # the same, by what a plan depends on but the layer counts
+
+
 @dataclass(frozen=True)
 class Precision:
     """Dtypes of weights, KV cache and activations (compute runs in the activation dtype),
@@ -180,10 +184,21 @@ class Precision:
     def weights(self, spec: ModelSpec) -> "Plan":
         """Every matrix of the model with the format it is read in (``weight_plan``), worked out
         once per model (a sweep asks at every point)."""
-        cache = self.__dict__.setdefault("_plans", {})
-        if id(spec) not in cache or cache[id(spec)][0] is not spec:
-            cache[id(spec)] = (spec, weight_plan(spec, self.weight, self.group_size))
-        return cache[id(spec)][1]
+        key = (id(spec), repr(self.weight), self.group_size)    # what a plan depends on besides the model
+        hit = _PLANS.get(key)
+        if hit is None or hit[0] is not spec:
+            if len(_PLANS) >= 4096:
+                _PLANS.clear()
+                _ALIKE.clear()
+            # a model of the same groups at the same sizes (a pipeline's stages) has the same matrices: its plan
+            # but for the layer counts
+            alike = (tuple((g.block, tuple(g.sizes.items())) for g in spec.groups), spec["d"], spec["V"],
+                     spec.tied_embeddings, repr(spec.mtp), tuple(spec.dtypes.items()), spec.dtypes_from, key[1:])
+            if alike not in _ALIKE:
+                _ALIKE[alike] = weight_plan(spec, self.weight, self.group_size)
+            plan = replace(_ALIKE[alike], layers=tuple(g.count for g in spec.groups))
+            hit = _PLANS[key] = (spec, plan)
+        return hit[1]
 
     def bits(self, kind: str, spec: Optional[ModelSpec] = None) -> Fraction:
         """Bits per element moved of a traffic kind other than weights (whose bytes are per matrix:

@@ -19,7 +19,7 @@ LAYERS = (
     ("core", ("core", "core.*", "formulas", "codegen", "compiled", "cachefile", "grammar")),
     ("evaluation", ("evaluate",)),
     ("calculator", ("params", "roofline", "memory", "fitting", "crossover", "composites", "parallel", "training",
-                    "serving", "speculation")),
+                    "serving", "speculation", "steptimes")),
     ("api", ("calc", "plan")),
     ("presentation", ("render", "terminal", "plot", "peers", "peers.*")),
     ("cli", ("costcalc", "__main__", "cli", "cli.*")),

@@ -140,3 +140,15 @@ def test_bad_input_is_one_line(call, message):
     with pytest.raises(CostcalcError, match=message) as caught:
         call()
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("op,n", [(op, n) for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+                                  for n in (1, 2, 8, 64)] + [("send_recv", 2)])
+def test_times_over_an_array_of_sizes_is_time_at_each(op, n):
+    import numpy
+
+    link = cc.link_for(n, NVLINK, NIC)
+    sizes = numpy.array([0, 1, 4096, 3 * 2**30 + 7])
+    got = cc.times(op, n, sizes, link)
+    for size, t in zip(sizes.tolist(), numpy.broadcast_to(got, sizes.shape).tolist()):
+        assert t == pytest.approx(cc.time(op, n, size, link), rel=1e-15)

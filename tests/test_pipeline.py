@@ -97,3 +97,21 @@ def test_orders_are_torch_pipelinings_own_action_tables():
         last = p - 1
         assert [a[:-1] for a in theirs[last]] == [a[:-1] for a in mine[last]]
         assert [a for a in theirs[last] if "B" in a] == [a for a in mine[last] if "B" in a]
+
+
+@pytest.mark.parametrize("p", [1, 2, 5, 16])
+@pytest.mark.parametrize("m", [1, 2, 7, 16])
+def test_forward_makespan_over_arrays_is_the_list_schedule(p, m):
+    """The closed form a search uses (arrays of stage times, one per batch) equals the list schedule's
+    makespan at each batch, uneven stages included."""
+    import random
+
+    import numpy
+
+    rng = random.Random(p * 100 + m)
+    stages = [[rng.uniform(0.1, 3.0) for _ in range(4)] for _ in range(p)]      # 4 batches a stage
+    got = pipeline.forward_makespan([numpy.array(s) for s in stages], m)
+    for b in range(4):
+        want = pipeline.makespan(pipeline.GPIPE, [s[b] for s in stages], m)
+        assert got[b] == pytest.approx(want, rel=1e-12)
+    assert pipeline.forward_makespan([2.0] * p, m) == pytest.approx(pipeline.makespan(pipeline.GPIPE, [2.0] * p, m))

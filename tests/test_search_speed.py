@@ -128,3 +128,55 @@ def test_an_exact_sum_by_denominator_is_the_plain_sum(parts):
     assert type(got.value()) is type(plain) or plain == 0      # an empty or zero sum: 0 of either type
     assert got.rounded_value() == round(plain) and isinstance(got.rounded_value(), int)
     assert bool(got) == bool(plain)
+
+
+# --- costcalc.steptimes: a search's times at every batch at once, held to generate's one by one ---------
+
+def _fast_and_plain(preset, layout, weight=None, draft=None, batches=(1, 4, 32), isl=4096, osl=1024):
+    """(steptimes' rates, composites.rates) of one generation question at a few batches."""
+    from costcalc import steptimes
+
+    machine = Machine(devices.load("h200"))
+    spec = presets.load(preset)
+    options = Options(tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp,
+                      micro_batches=layout.pp if layout.pp > 1 else None, draft=draft or "none")
+    q = Query(spec, "generate", options, Precision(weight=parse(weight) if weight else None), machine)
+    step = layout.dp * layout.pp
+    sizes = [step * b for b in batches]
+    search = steptimes.Search(batches, isl, osl)
+    n = len(sizes)
+    return search.generation(q, sizes), composites.rates(q, sizes, [isl] * n, [osl] * n)
+
+
+def _close(fast, plain, rel=1e-12):
+    for key in ("ttft_s", "tpot_s", "batch_tokens_per_s"):
+        assert fast[key] == pytest.approx(plain[key], rel=rel), key
+
+
+FAST_CASES = [      # one of each structure: dense GQA, MoE, MLA with MTP, windows, linear attention, sparse, V4
+    ("llama-3.1-8b", Layout(), None, None), ("llama-3.1-8b", Layout(2, 1, 2, 1), "fp8", None),
+    ("olmoe-1b-7b", Layout(2, 2, 1, 1), None, None), ("olmoe-1b-7b", Layout(1, 2, 1, 2), None, None),
+    ("deepseek-v3", Layout(8, 8, 1, 1), None, None), ("deepseek-v3", Layout(2, 4, 2, 2), "bf16", None),
+    ("deepseek-v3", Layout(), "fp8", "mtp"), ("deepseek-v3", Layout(1, 1, 8, 1), None, None),
+    ("gemma-3-12b", Layout(2, 1, 2, 1), None, None), ("qwen3.5-35b-a3b", Layout(2, 2, 1, 1), None, None),
+    ("deepseek-v3.2", Layout(4, 4, 1, 1), None, None), ("deepseek-v4-flash", Layout(2, 2, 2, 1), None, None),
+]
+
+
+@pytest.mark.parametrize("preset,layout,weight,draft", FAST_CASES)
+def test_steptimes_equal_generate(preset, layout, weight, draft):
+    """The search's times (per layer group once, scaled by its layers, over arrays) are generate's."""
+    fast, plain = _fast_and_plain(preset, layout, weight, draft)
+    _close(fast, plain)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", presets.names())
+def test_steptimes_equal_generate_on_every_preset(preset):
+    for layout in (Layout(), Layout(2, 1, 1, 1), Layout(2, 1, 2, 1)):
+        try:
+            fast, plain = _fast_and_plain(preset, layout, batches=(1, 8), isl=1024, osl=64)
+        except Exception as exc:      # a layout the model refuses: refused the same way by both
+            assert "CostcalcError" in type(exc).__name__, exc
+            continue
+        _close(fast, plain)

@@ -1,0 +1,227 @@
+"""A search's step times: the roofline time of a layout's prefill and decode phase at many batches at
+once, as ``parallel.columns`` works them out one point at a time (``costcalc plan``'s search; docs/
+cost-model.md, "Planning").
+
+The same recipes, byte rules, collectives, links and schedule, arranged for a search that asks
+thousands of (layout, batch) questions of one model:
+
+- a layer group's time is ``L`` times one layer's plus what it holds once (the LM head in the
+  first group): every recipe is affine in ``L``, so each group is evaluated at L = 1 and L = 2 over
+  all the search's batches in one ``recipes.columns`` call, and every stage of every pipeline that
+  holds the group at those sizes, whatever its layer count, reads the same arrays (``Search``);
+- each operator's time is ``max(FLOPs / peak, bytes / bandwidth)`` (``roofline.point``'s rule), its
+  bytes by ``roofline.point``'s rules per traffic kind, over numpy arrays of the batches;
+- the collectives are ``parallel.collectives``' at array batches, timed by ``collectives.times``;
+  a pipeline's step is ``pipeline.makespan`` over arrays of stage times.
+
+Each number is ``roofline.point``'s in exact arithmetic; in floating point the sums are taken in
+another order, so a time here equals ``costcalc generate``'s to rounding (tests/test_steptimes.py holds
+them to 1e-12 relative on every preset and layout kind). Roofline timing only: ``--timing measured``
+looks up kernels point by point (``parallel.columns``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import collectives as links_model, parallel, pipeline
+from .evaluate import Query
+from .layout import device_spec
+from .roofline import Share, routed_expert
+from .vocab import TRAFFIC
+
+
+class Search:
+    """One search's memo over the batches it asks: ``batches`` (a replica's sequences a micro-batch,
+    every value a candidate reaches), prompts of ``isl`` and ``osl`` output tokens. ``generation``
+    gives a candidate's TTFT, TPOT and tokens/s at its batches."""
+
+    def __init__(self, batches: Sequence[int], isl: int, osl: int) -> None:
+        self.batches = sorted(set(int(b) for b in batches))
+        self.at = {b: i for i, b in enumerate(self.batches)}
+        self.isl, self.osl = isl, osl
+        self.groups: dict[tuple, tuple] = {}      # one layer group's arrays (``_layer``), by what decides them
+        self.counts: dict[tuple, tuple] = {}      # a recipe's elements and FLOPs at every batch, L = 1 and 2
+        self.formats: dict[tuple, str] = {}       # a weight plan's group: its matrices and formats, as a key
+        self.held: dict[tuple, tuple] = {}        # a model's groups under a layout (``_groups``)
+        self.stages: dict[tuple, tuple] = {}      # a pipeline's stages, and which are alike
+        self.plans: dict[tuple, Any] = {}         # a device's weight plan in each weight format
+        self.touched: dict[tuple, float] = {}     # the routed experts a device's layer reads
+        self.element: dict[tuple, dict] = {}      # bytes an element of each traffic kind, by dtypes and model
+
+    def generation(self, query: Query, batch: Sequence[int]) -> dict[str, list[float]]:
+        """``composites.rates`` of a generation of ``batch`` sequences (each a list) under the query's
+        layout: ``ttft_s`` (the prefill step), ``tpot_s`` (the decode phase / (N - 1)) and
+        ``batch_tokens_per_s`` (B N / (TTFT + decode phase))."""
+        batch = np.asarray(batch, dtype=np.int64)
+        prefill, phase = (query.but(workload=name) for name in query.workload.phases)
+        first = self.step(prefill, batch)
+        rest = self.step(phase, batch)
+        n = self.osl
+        return {"ttft_s": first.tolist(), "tpot_s": (rest / (n - 1)).tolist(),
+                "batch_tokens_per_s": (batch * n / (first + rest)).tolist()}
+
+    def step(self, query: Query, batch: np.ndarray) -> np.ndarray:
+        """One step of the query's workload on its layout at each batch (``parallel.columns``' ``time_s``)."""
+        layout, device = query.options.layout, query.machine.device
+        point = {"B": batch, "S": self.isl, "N": self.osl}
+        if layout.pp == 1:
+            own = self.roofline(query, point)
+            comm = comm_time(parallel.collectives(query, point), layout, device)
+            return parallel.step_time(own, comm, query.options.overlap)
+        m = parallel.micro_batches(query)
+        micro = {**point, "B": batch // m}
+        key = (id(query.spec), layout, query.workload.name, repr(query.options.draft))
+        if key not in self.stages or self.stages[key][0] is not query.spec:
+            stages = parallel.stage_queries(query)
+            self.stages[key] = (query.spec, stages, parallel.same_stages(stages))
+        _, stages, alike = self.stages[key]     # built in the first weight format asked: the roofline takes the
+        done: dict[int, tuple] = {}             # query's own
+        durations = []
+        for index, stage in enumerate(stages):
+            if alike[index] not in done:
+                done[alike[index]] = (self.roofline(stage, micro, query.precision),
+                                      parallel.stage_collectives(stage, micro, m))
+            own, found = done[alike[index]]
+            sends = [c for c in found if c.op == links_model.SEND_RECV]
+            rest = [c for c in found if c.op != links_model.SEND_RECV]
+            comm = comm_time(rest, layout, device) / m
+            link = parallel.boundary_link(query, index) if sends else None
+            send = sum(c.count * links_model.times(c.op, 2, c.bytes, link) for c in sends) / m
+            durations.append(parallel.step_time(own, comm, query.options.overlap) + send)
+        return pipeline.forward_makespan(durations, m)
+
+    def roofline(self, query: Query, point: dict[str, Any], precision: Any = None) -> np.ndarray:
+        """One device's roofline time at each batch (``parallel.device_traffic``'s ``time_s``): its
+        groups at one tensor-parallel device's sizes, at its replica's batch, its share of the experts
+        (``precision``: the dtypes, where not the query's own)."""
+        layout = query.options.layout
+        share = parallel.expert_share(layout)
+        pick = np.array([self.at[int(b)] for b in parallel.replica(point, layout)["B"]])
+        own, held = self._groups(query)
+        precision = precision or query.precision
+        dtypes = repr(precision)
+        if (id(own.spec), dtypes) not in self.plans:       # device specs are kept (``layout.device_spec``)
+            self.plans[id(own.spec), dtypes] = precision.weights(own.spec)
+        plan = self.plans[id(own.spec), dtypes]
+        total = np.zeros(len(pick))
+        for index, (key, count, group, recipe, flops) in enumerate(held):
+            if (id(plan), index) not in self.formats:      # plans are kept (``Precision.weights``): ids stay theirs
+                self.formats[id(plan), index] = repr(_weights(plan, index))
+            key = key + (dtypes, self.formats[id(plan), index])
+            for experts in (False, True):       # only the routed experts' operators depend on the device's share
+                part = key + (experts, share if experts and group.block.ffn == "moe" else None)
+                if part not in self.groups:
+                    mine = own if own.precision == precision else own.but(precision=precision)
+                    self.groups[part] = self._layer(mine, (index, group, recipe, flops), share, plan, experts)
+                once_c, layer_c, once_m, layer_m = (a[:, pick] for a in self.groups[part])
+                total += np.maximum(once_c + count * layer_c, once_m + count * layer_m).sum(axis=0)
+        return total
+
+    def _groups(self, query: Query) -> tuple:
+        """(the model's spec, the device's question, each of its groups with its recipes and what decides
+        its arrays but the dtypes), worked out once per model, layout and workload (a search asks it again
+        in every weight format and for every number of replicas)."""
+        layout = query.options.layout
+        key = (id(query.spec), layout.tp, layout.ep, query.workload.name, repr(query.options.draft),
+               getattr(query, "last", True), getattr(query, "first", True))
+        hit = self.held.get(key)
+        if hit is not None and hit[0] is query.spec:
+            return hit[1:]
+        own = parallel.device_query(query, device_spec(query.spec, layout))
+        options = (own.options.draft, tuple(own.options.values().items()))
+        groups = [((group.block, tuple(group.sizes.items()), type(recipe).__name__, getattr(recipe, "head", None),
+                    id(recipe.code), id(flops.code), options), group.count, group, recipe, flops)
+                  for (group, recipe), (_, flops) in zip(own.recipes("bytes"), own.recipes())]
+        self.held[key] = (query.spec, own, groups)
+        return own, groups
+
+    def _layer(self, own: Query, entry: tuple, share: Share, plan: Any, experts: bool) -> tuple:
+        """A group's operators at every batch (``entry``: its index in the device's model, the group, its
+        bytes and FLOPs recipes), its routed experts' (``experts``) or the others: (once compute time, a
+        layer's compute time, once memory time, a layer's memory time), each an (operators x batches) array
+        -- ``roofline.point``'s rules per operator, from the recipes at L = 1 and L = 2."""
+        index, group, recipe, flops_recipe = entry
+        precision, wl = own.precision, own.workload
+        peak, bandwidth = own.machine.peak(precision), own.machine.bandwidth()
+        n = len(self.batches)
+        values = {**group.numbers(), **own.options.values(), "S": self.isl, "N": self.osl}
+        args = set(recipe.code.args) | set(flops_recipe.code.args)
+        values = {k: v for k, v in values.items() if k in args}
+        key = (id(recipe.code), id(flops_recipe.code), type(recipe).__name__, getattr(recipe, "head", None),
+               tuple(values.items()))
+        if key not in self.counts:
+            routed = [math.prod(b if x == "B" else values[x] for x in wl.routed) for b in self.batches]  # a layer's
+            values.update(B=np.array(self.batches * 2, dtype=np.int64), L=np.array([1] * n + [2] * n, dtype=np.int64))
+            elements: dict[str, dict[str, np.ndarray]] = {}
+            for name, column in recipe.columns(values, 2 * n).items():
+                op, kind = name.rsplit(".", 1) if "." in name else (name, "")
+                elements.setdefault(op, {})[kind] = np.asarray(column, dtype=float)
+            ran = flops_recipe.columns(values, 2 * n, list(elements))
+            self.counts[key] = (elements, {op: np.asarray(ran.get(op, [0] * (2 * n)), dtype=float) for op in elements},
+                                routed)
+        elements, ran, routed = self.counts[key]
+        operators = [op for op in elements if routed_expert(op) == experts]
+        if experts and operators:
+            sizes = (group.sizes.get("E"), group.sizes.get("k"), group.block.ffn, share, repr(precision.routing))
+            for r in routed:
+                if sizes + (r,) not in self.touched:
+                    self.touched[sizes + (r,)] = float(share.touched(group, r, precision))
+            touched = np.array([self.touched[sizes + (r,)] for r in routed] * 2)
+        dtypes = (repr(precision), id(own.spec))
+        if dtypes not in self.element:
+            self.element[dtypes] = {kind: float(precision.bits(kind, own.spec) / 8) for kind in TRAFFIC
+                                    if kind != "weight"}
+        per_element = self.element[dtypes]
+        compute, memory = [], []
+        for op in operators:
+            expert = routed_expert(op)
+            runs = share.runs if expert else 1
+            moved = np.zeros(2 * n)
+            for kind, count in elements[op].items():
+                if not count.any():     # nothing moved (point skips it: a weight held nowhere has no rate)
+                    continue
+                if kind == "weight":
+                    moved += count * float(plan.rate(index, op)) * (touched if expert else 1.0)
+                elif kind.startswith("kv") and runs == 1:
+                    moved += count * float(precision.key_bits(op, own.spec) / 8)
+                else:
+                    moved += count / runs * per_element[kind]
+            compute.append(ran[op] / runs / peak)
+            memory.append(moved / bandwidth)
+        out = []
+        for rows in (compute, memory):
+            table = np.array(rows, dtype=float).reshape(len(operators), 2 * n)
+            one, two = table[:, :n], table[:, n:]
+            out += [2 * one - two, two - one]       # what is held once, what each layer adds
+        return out[0], out[1], out[2], out[3]
+
+
+def _weights(plan: Any, index: int) -> Any:
+    """A group's matrices and formats in a weight plan (what its weight bytes depend on)."""
+    return plan.groups[index] if index < len(plan.groups) else (plan.draft, plan.once)
+
+
+def comm_time(found: Sequence[parallel.Collective], layout: Any, device: Any) -> Any:
+    """``parallel.comm_time`` over arrays of message bytes."""
+    total = 0.0
+    for c in found:
+        n = parallel.ranks(c, layout)
+        total = total + c.count * links_model.times(c.op, n, c.bytes, _link(device, n, parallel.span(layout, n)))
+    return total
+
+
+_LINKS: dict = {}
+
+
+def _link(device: Any, n: int, span: int) -> Any:
+    """``parallel.link``, kept per device object (a search asks the same few)."""
+    key = (id(device), n, span)
+    hit = _LINKS.get(key)
+    if hit is None or hit[0] is not device:
+        if len(_LINKS) >= 4096:
+            _LINKS.clear()
+        hit = _LINKS[key] = (device, parallel.link(device, n, span))
+    return hit[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 from fractions import Fraction
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from . import compiled
@@ -88,9 +89,10 @@ class Options:
         else:
             object.__setattr__(self, "tile", None)   # not applicable
 
-    @property
+    @cached_property
     def layout(self) -> Layout:
-        """The devices it runs on (``parallel.Layout``; tp1: one device, the numbers of today)."""
+        """The devices it runs on (``parallel.Layout``; tp1: one device, the numbers of today); made once
+        (the options are frozen)."""
         return Layout(self.tp, self.ep, self.pp, self.dp, self.sp)
 
     def form(self, wl: Workload) -> MlaForm:

@@ -188,19 +188,19 @@ def mixer_reduces(spec: ModelSpec, layout: Any, steps: int, tokens: int) -> list
       each device normalises its own groups: none);
     - lightning: ``MiniMaxText01RMSNormTP`` all-reduces each token's variance, one fp32 a token
       (vllm/model_executor/layers/mamba/linear_attn.py)."""
-    found: dict[tuple[str, int], int] = {}
+    found: dict[tuple[str, int], int] = {}      # (where, bytes a token) -> layers
     for g in spec.groups:
-        mixer, where, message = g.block.mixer, "", 0
+        mixer, where, per_token = g.block.mixer, "", 0
         if mixer == "mamba1":
-            where, message = "mamba1 x_proj", tokens * (g.sizes["r_dt"] + 2 * g.sizes["N_s"]) * ACT_BITS // 8
+            where, per_token = "mamba1 x_proj", (g.sizes["r_dt"] + 2 * g.sizes["N_s"]) * ACT_BITS // 8
         elif mixer == "mamba2" and g.sizes["G"] == 1:
-            where, message = "mamba2 gated norm", tokens * NORM_BITS // 8
+            where, per_token = "mamba2 gated norm", NORM_BITS // 8
         elif mixer == "lightning":
-            where, message = "lightning norm", tokens * NORM_BITS // 8
+            where, per_token = "lightning norm", NORM_BITS // 8
         if where:
-            found[(where, message)] = found.get((where, message), 0) + g.count
-    return [Collective("all_reduce", where, steps * layers, message, layout.tp)
-            for (where, message), layers in found.items()]
+            found[(where, per_token)] = found.get((where, per_token), 0) + g.count
+    return [Collective("all_reduce", where, steps * layers, tokens * per_token, layout.tp)
+            for (where, per_token), layers in found.items()]
 
 
 def replicated_name(op: str, spec: ModelSpec, layout: Any) -> str:

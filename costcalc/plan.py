@@ -224,7 +224,7 @@ def speculative(drafter: str, tokens: Sequence[int], acceptance: str, fields: Ca
     tokens for each K of ``tokens``, accepted at ``acceptance`` (the option's text: one rate, or one per
     position); ``fields(K)``: the ``Options`` fields of K (``cli.options.speculation``'s)."""
     return tuple(Draft(f"{drafter} k{k} a{acceptance}", fields(k),
-                       f"--draft {drafter} --draft-tokens {k} --acceptance {acceptance}") for k in tokens)
+                       f"--draft {shlex.quote(drafter)} --draft-tokens {k} --acceptance {acceptance}") for k in tokens)
 
 
 def query(setup: Setup, layout: Layout, weight: Any, draft: Optional[Draft]) -> Query:
@@ -439,48 +439,49 @@ def serve_command(setup: Setup, request: Request, item: tuple, concurrency: int)
     return " ".join(parts)
 
 
-def search(setup: Setup, request: Request, progress: Optional[Callable[[int, int], None]] = None) -> Search:
+FORK_FROM = 128     # (layout, format, draft) triples: a search of at least this many runs on every CPU (``forked``)
+
+
+def search(setup: Setup, request: Request, progress: Optional[Callable[[int, int], None]] = None,
+           workers: Optional[int] = None) -> Search:
     """Every candidate of the question (the module's rules), with ``meets_targets`` and ``pareto``; an
-    error naming why where no layout is valid. ``progress(done, total)`` after each (layout, format,
-    draft) evaluated."""
+    error naming why where no layout is valid. ``progress(done, total)`` as this process works through its
+    share; ``workers``: processes to share the layouts among (default: every CPU for a search of at least
+    ``FORK_FROM`` triples, else one), the same candidates whatever their number."""
+    from . import forked
+
     start = time.perf_counter()
     drafts = (None,) if setup.continuous else speculations(setup.spec) if setup.drafts is None else setup.drafts
     shapes = layouts(setup.spec, setup.devices, setup.continuous)
     if setup.disagg:
         shapes += splits(setup.spec, setup.devices)
-    items = [(layout, weight, draft) for layout in shapes for weight in setup.weights for draft in drafts]
-    found, memo = Search(), Memo()
-
-    def skip(item: tuple, exc: CostcalcError) -> None:
-        layout, weight, draft = item
-        name = " ".join([layout.label] + ([weight.name] if weight is not None else []) + ([draft.label] if draft else []))
-        found.skipped[name] = str(exc)
-
-    sized: dict[int, tuple] = {}    # static: each valid item's question and batches, worked out first
-    if not setup.continuous:
-        for done, item in enumerate(items, 1):
-            try:
-                sized[done] = sizes_of(setup, request, item)
-            except CostcalcError as exc:
-                skip(item, exc)
-            if progress is not None:
-                progress(done, 2 * len(items))
-        if setup.machine.timing is None:       # the roofline: every batch of every layout at once
-            from .steptimes import Search as Batches
-
-            reached = {b // (item[0].dp * (q.options.micro_batches or 1)) for (q, sizes), item in
-                       ((sized[i], items[i - 1]) for i in sized) for b in sizes}
-            memo.fast = Batches(reached, request.isl, request.osl)
-    for done, item in enumerate(items, 1):
-        if not setup.continuous and done not in sized:
-            continue
-        try:
-            found.rows += evaluate(setup, request, item, memo, sized.get(done))
+    owner = [(k, (layout, weight, draft)) for k, layout in enumerate(shapes) for weight in setup.weights
+             for draft in drafts]
+    items = [item for _, item in owner]
+    if workers is None:
+        workers = forked.cpus() if len(items) >= FORK_FROM else 1
+    workers = max(1, min(workers, len(shapes)))
+    if workers > 1:
+        _warm(setup, drafts)
+    # each layout's triples together (its formats and drafts share their arrays); the layouts dealt out
+    # longest first to the least loaded process, a pipeline's stages counted (``_work``)
+    load, share = [0.0] * workers, {}
+    for k in sorted(range(len(shapes)), key=lambda k: -_work(shapes[k])):
+        share[k] = min(range(workers), key=load.__getitem__)
+        load[share[k]] += _work(shapes[k])
+    chunks = [[(i, item) for i, (k, item) in enumerate(owner) if share[k] == w] for w in range(workers)]
+    done = forked.run(lambda chunk: _candidates(setup, request, chunk, progress if chunk is chunks[0] else None),
+                      chunks)
+    found = Search()
+    for index, rows, reason in sorted((x for part in done for x in part), key=lambda x: x[0]):
+        if reason is None:
+            found.rows += rows
             found.evaluated += 1
-        except CostcalcError as exc:
-            skip(item, exc)
-        if progress is not None:
-            progress(done + (0 if setup.continuous else len(items)), len(items) * (1 if setup.continuous else 2))
+        else:
+            layout, weight, draft = items[index]
+            name = " ".join([layout.label] + ([weight.name] if weight is not None else [])
+                            + ([draft.label] if draft else []))
+            found.skipped[name] = reason
     if not found.rows:      # the reason of the last layout tried: the most devices, the most memory
         name, reason = list(found.skipped.items())[-1]
         raise CostcalcError(f"no layout of {setup.spec.name} on {setup.devices} {setup.machine.device.name} is valid "
@@ -494,6 +495,66 @@ def search(setup: Setup, request: Request, progress: Optional[Callable[[int, int
     found.rows.sort(key=lambda r: (-r["tokens_per_s_per_gpu"], -r["tokens_per_s_per_user"]))
     found.seconds = time.perf_counter() - start
     return found
+
+
+def _warm(setup: Setup, drafts: Sequence[Optional[Draft]]) -> None:
+    """What every process of a search reads, loaded once before it forks: numpy and the steptimes module,
+    each phase's recipes from the code cache (its FLOPs and bytes, with each draft), those of the memory
+    a fit counts, and the model's weight plan in each format."""
+    from . import steptimes  # noqa: F401 -- imported for the children
+
+    if setup.continuous:
+        return
+    for draft in drafts:
+        try:
+            q = query(setup, Layout(), None, draft)
+        except CostcalcError:       # a draft this model refuses: its candidates are left out anyway
+            continue
+        for name in q.workload.phases:
+            for kind in ("flops", "bytes"):
+                list(q.but(workload=name).recipes(kind))
+        list(fitting.memory_query(q).recipes("bytes"))
+    for weight in setup.weights:
+        replace(setup.precision, weight=weight).weights(setup.spec)
+
+
+def _work(layout: Any) -> float:
+    """A layout's share of a search's time, roughly: a pipeline's distinct stages (first, middle, last)
+    each timed, a split's two engines."""
+    if isinstance(layout, Split):
+        return 2.0
+    return 1.0 if layout.pp == 1 else 3.0
+
+
+def _candidates(setup: Setup, request: Request, items: list[tuple[int, tuple]],
+                progress: Optional[Callable[[int, int], None]]) -> list[tuple[int, list[Row], Optional[str]]]:
+    """(index, rows, None) or (index, [], why it was left out) for each (index, triple): static batching's
+    fits first, then every batch of every layout timed at once (``steptimes``, under the roofline)."""
+    out: dict[int, tuple] = {}
+    sized: dict[int, tuple] = {}
+    memo, total = Memo(), len(items) * (1 if setup.continuous else 2)
+    if not setup.continuous:
+        for done, (index, item) in enumerate(items, 1):
+            try:
+                sized[index] = sizes_of(setup, request, item)
+            except CostcalcError as exc:
+                out[index] = (index, [], str(exc))
+            if progress is not None:
+                progress(done, total)
+        if setup.machine.timing is None:       # the roofline: every batch of every layout at once
+            from .steptimes import Search as Batches
+
+            memo.fast = Batches({b // (q.options.layout.dp * (q.options.micro_batches or 1))
+                                 for q, sizes in sized.values() for b in sizes}, request.isl, request.osl)
+    for done, (index, item) in enumerate(items, 1):
+        if index not in out:
+            try:
+                out[index] = (index, evaluate(setup, request, item, memo, sized.get(index)), None)
+            except CostcalcError as exc:
+                out[index] = (index, [], str(exc))
+        if progress is not None:
+            progress(done + total - len(items), total)
+    return [out[index] for index, _ in items]
 
 
 def front(gpu: Sequence[float], user: Sequence[float]) -> list[bool]:

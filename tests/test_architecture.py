@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "costcalc"
 # modules; the package's __init__ is named by itself.
 LAYERS = (
     ("names", ("errors", "vocab", "blocks", "symbols", "units", "notes", "roots", "ranges", "jsonfile", "outputs",
-               "rows", "printable", "weights", "collectives", "pipeline")),
+               "rows", "printable", "weights", "collectives", "pipeline", "forked")),
     ("models", ("spec", "presets", "devices", "measured", "measured_fused", "measured_comm", "layout", "stages", "hf",
                 "hf.*")),
     ("core", ("core", "core.*", "formulas", "codegen", "compiled", "cachefile", "grammar")),

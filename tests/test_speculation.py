@@ -275,3 +275,37 @@ def test_a_speculative_generation_on_a_device_says_what_its_bytes_and_times_are_
     for key in ("device", "weight_dtype", "weight_dtype_source", "kv_dtype", "act_dtype"):
         assert {r[key] for r in json.loads(spec)} == {json.loads(plain)[0][key]}, key
     assert "does not fit on h200" in err
+
+
+def test_a_draft_model_from_its_preset_file_or_its_config_is_the_preset(capsys, tmp_path):
+    """--draft takes a draft model as a preset file or a Hugging Face config.json too: the same rows as
+    its built-in preset (the config's model named by its file)."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    preset = tmp_path / "my-draft.json"
+    shutil.copy(root.parent / "presets" / f"{DRAFT}.json", preset)
+    config = tmp_path / "config.json"
+    shutil.copy(root / "data" / "hf-configs" / f"{DRAFT}.json", config)
+    base = ["decode", "-p", TARGET, "--device", "h200", "-t", "4k", "-b", "2", "--draft-tokens", "3",
+            "--acceptance", "0.8", "-f", "json"]
+    rows = {}
+    for given in (DRAFT, str(preset), str(config)):
+        code, out, err = run(capsys, *base, "--draft", given)
+        assert code == 0, err
+        rows[given] = json.loads(out)[0]
+    numbers = [{k: v for k, v in r.items() if k != "draft"} for r in rows.values()]
+    assert numbers[0] == numbers[1] == numbers[2]
+    assert rows[str(preset)]["draft"] == DRAFT          # the file's own name
+    assert rows[DRAFT]["draft_flops"] > 0
+
+
+@pytest.mark.parametrize("given, message", [
+    ("missing/draft.json", "--draft is mtp, a draft model's preset or its file"),
+    ("no-such-draft", "--draft is mtp, a draft model's preset or its file"),
+])
+def test_a_draft_that_is_not_there_is_one_line(capsys, given, message):
+    code, out, err = run(capsys, "decode", "-p", TARGET, "--device", "h200", "-t", "4k", "--draft", given,
+                         "--acceptance", "0.8")
+    assert code == 2 and one_error(err, message), err

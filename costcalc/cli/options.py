@@ -1,6 +1,7 @@
 """What every command shares: the model options, the output options, list parsing, emitting rows."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Mapping, Optional, Sequence, Union
@@ -77,8 +78,9 @@ MlaOpt = Annotated[Mla, typer.Option(
 DraftOpt = Annotated[Optional[str], typer.Option(
     "--draft", metavar="DRAFT", show_default=False,
     help="A draft at each decode step: mtp (the model's multi-token-prediction module: eh_proj, its decoder "
-         "block over its own KV cache, and the draft token's logits; the draft column), or a preset's name "
-         "(a draft model, with --acceptance: speculative decoding).")]
+         "block over its own KV cache, and the draft token's logits; the draft column), or a draft model "
+         "(with --acceptance: speculative decoding): a preset's name, a preset file or a Hugging Face "
+         "config.json (a path: it has a / or ends in .json).")]
 DraftTokensOpt = Annotated[Optional[int], typer.Option(
     "--draft-tokens", parser=whole_number("--draft-tokens"), metavar="K", show_default=False,
     help="Speculative decoding: tokens K the draft proposes a step (default 1, or as many as --acceptance "
@@ -99,6 +101,22 @@ def draft(value: Optional[str]) -> str:
     return value
 
 
+def draft_model(text: str) -> ModelSpec:
+    """A draft model named by ``--draft``: a built-in (or the user's) preset, or -- a name with a path
+    separator or ending in .json -- a file: a preset file, or a Hugging Face config.json (it has
+    ``model_type``), read as ``--preset-file`` and ``--config`` read them."""
+    if not (text.endswith(".json") or "/" in text or os.sep in text):
+        return presets.load(text)
+    from .. import jsonfile
+
+    data = jsonfile.read(text, "draft file")
+    if isinstance(data, dict) and "model_type" in data and "name" not in data:
+        from .. import hf
+
+        return hf.load(text)
+    return presets.load_file(text)
+
+
 def speculation(value: Optional[str], tokens: Optional[int] = None, acceptance: Optional[str] = None,
                 held: bool = False) -> dict:
     """``--draft``, ``--draft-tokens`` and ``--acceptance`` as fields of ``evaluate.Options``: the
@@ -111,11 +129,11 @@ def speculation(value: Optional[str], tokens: Optional[int] = None, acceptance: 
         out["draft"] = "mtp"
     elif value is not None:
         if not value.strip():
-            raise CostcalcError("--draft is mtp or a draft model's preset, got ''")
+            raise CostcalcError("--draft is mtp, a draft model's preset or its file, got ''")
         try:
-            out["draft_model"] = presets.load(value.strip())
+            out["draft_model"] = draft_model(value.strip())
         except CostcalcError as exc:
-            raise CostcalcError(f"--draft is mtp or a draft model's preset: {exc}") from None
+            raise CostcalcError(f"--draft is mtp, a draft model's preset or its file: {exc}") from None
     if acceptance is not None:
         rates = []
         for part in acceptance.split(","):

@@ -40,7 +40,8 @@ def plan_command(
              "bf16 and fp8 where the device has an fp8 peak)")] = None,
     draft: Annotated[Optional[str], typer.Option(
         "--draft", metavar="DRAFT", show_default=False,
-        help="The drafter of the speculation axis: mtp (the model's MTP layers) or a draft model's preset; with "
+        help="The drafter of the speculation axis: mtp (the model's MTP layers) or a draft model (its preset, "
+             "preset file or config.json, as generate's --draft); with "
              "--acceptance, speculative decoding over --draft-tokens.  (default: mtp where the model has MTP "
              "layers)")] = None,
     draft_tokens: Annotated[Optional[str], typer.Option(

@@ -65,6 +65,7 @@ class Options:
     draft_model: Optional[ModelSpec] = None   # a draft model proposing tokens (--draft PRESET)
     draft_tokens: int = 1                 # K: tokens the drafter proposes a speculative step (--draft-tokens)
     acceptance: Optional[tuple] = None    # speculation's acceptance rate(s) (Fractions): one, or one per position
+    draft_tp: Optional[int] = None        # a draft model's tensor-parallel degree (--draft-tp; None: the target's)
 
     def __post_init__(self) -> None:
         Layout(self.tp, self.ep, self.pp, self.dp, self.sp)   # validated: one error for a bad degree
@@ -95,6 +96,13 @@ class Options:
         (the options are frozen)."""
         return Layout(self.tp, self.ep, self.pp, self.dp, self.sp)
 
+    @property
+    def draft_layout(self) -> Layout:
+        """The devices a draft model runs on: each data-parallel replica's, at ``draft_tp`` (default the
+        target's tp: vLLM's draft_tensor_parallel_size; 1: the whole draft on every device), no experts,
+        stages or sequence split of its own."""
+        return Layout(self.draft_tp or self.tp, 1, 1, self.dp)
+
     def form(self, wl: Workload) -> MlaForm:
         """The MLA form a workload runs (``auto``: by its phase, ``vocab.MlaForm``)."""
         if self.mla != MlaForm.auto:
@@ -115,6 +123,10 @@ def _check_speculation(options: Options) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_DRAFT_TOKENS:
         raise CostcalcError(f"--draft-tokens must be a whole number from 1 to {MAX_DRAFT_TOKENS}, got {k!r}")
     drafter = options.draft_model is not None or options.draft == Draft.mtp
+    if options.draft_tp is not None:
+        positive("--draft-tp", options.draft_tp)
+        if options.draft_model is None:
+            raise CostcalcError("--draft-tp is a draft model's tensor-parallel degree: it needs --draft PRESET")
     if options.draft_model is not None and options.draft == Draft.mtp:
         raise CostcalcError("--draft is either mtp or a draft model, not both")
     if options.acceptance is None:     # a draft model alone: what memory holds beside the target

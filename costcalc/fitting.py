@@ -34,7 +34,7 @@ def memory_query(query: Query) -> Query:
     from .roofline import Precision
 
     options = Options(mla=query.options.mla, window_cache=WindowCache.rolling, draft=query.options.draft,
-                      draft_model=query.options.draft_model)
+                      draft_model=query.options.draft_model, draft_tp=query.options.draft_tp)
     return Query(query.spec, "decode", options, query.precision or Precision(), query.machine)
 
 

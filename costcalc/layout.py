@@ -110,8 +110,7 @@ def check(query: Any) -> None:
                             f"not {query.workload.name} yet")
     if layout.pp > 1:
         _check_pipeline(query, layout, flag)
-    if query.options.draft.value != "none" or query.options.draft_model is not None:
-        raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
+    check_draft(query.options, flag)
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
     check_vocab(spec, layout)
@@ -120,6 +119,31 @@ def check(query: Any) -> None:
                             f"scan run over the whole sequence; the mixers' own all-reduces are not sequence-split)")
     if layout.ep > 1 and not any(g.block.ffn == "moe" for g in spec.groups):
         raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
+
+
+def check_draft(options: Any, flag: str) -> None:
+    """A draft under a parallel layout: a draft model (speculative decoding) at ``--draft-tp`` 1 or the
+    target's tp, its heads, widths and vocabulary dividing it, with neither --pp nor --sp (one error);
+    the MTP module (``--draft mtp``) is not modelled under one yet."""
+    if options.draft.value != "none":
+        raise CostcalcError(f"{flag}: --draft mtp with a parallel layout is not modelled yet (the MTP module's own "
+                            f"sharding and collectives); a draft model (--draft PRESET) is")
+    model = options.draft_model
+    if model is None:
+        return
+    if options.pp > 1 or options.sp:
+        raise CostcalcError(f"{flag}: a draft model with {'--pp' if options.pp > 1 else '--sp'} is not modelled "
+                            f"(speculative decoding runs on a tensor-, expert- or data-parallel layout)")
+    own = options.draft_layout
+    if own.tp not in (1, options.tp):
+        raise CostcalcError(f"--draft-tp {own.tp}: a draft model runs at the target's tensor parallelism "
+                            f"({options.tp}) or at 1 (whole on every device), as vLLM's draft_tensor_parallel_size")
+    try:
+        for group in model.groups:
+            _check_group(model, group, own, own.flags)
+        check_vocab(model, own)
+    except CostcalcError as exc:
+        raise CostcalcError(f"--draft {model.name}: {exc}") from None
 
 
 def padded(vocab: int, padding: int = VOCAB_PADDING) -> int:

@@ -43,7 +43,7 @@ from typing import Any, Iterator, Optional
 
 from .errors import CostcalcError
 from .evaluate import Options, Query, positive
-from .layout import Layout, _check_group, check_vocab, device_spec
+from .layout import Layout, _check_group, check_draft, check_vocab, device_spec
 from .ranges import MAX_VALUE
 from .spec import ModelSpec
 from .stages import partition, stages
@@ -239,8 +239,7 @@ def check(spec: ModelSpec, layout: Layout, options: Options, batch: Optional[int
     flag = layout.flags
     if layout.sp:
         raise CostcalcError(f"{flag}: sequence parallelism splits activations, which memory does not hold")
-    if options.draft != Draft.none or options.draft_model is not None:
-        raise CostcalcError(f"{flag}: --draft with a parallel layout is not modelled yet")
+    check_draft(replace(options, tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp, sp=layout.sp), flag)
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
     check_vocab(spec, layout)
@@ -366,6 +365,19 @@ def _stage_holds(one: Shard, counts: list[int], ends: Fraction) -> tuple[int, li
     return hit[1], hit[2]
 
 
+def _with_draft(query: Query, layout: Layout, one: Shard, counts: list[list[int]]) -> tuple[Shard, list[list[int]]]:
+    """A speculative query's one stage with its draft model beside the target: the draft's ``shard`` at its
+    own layout (``Options.draft_layout``: the target's tp or 1) as more layer groups, its embedding and
+    head (an untied one) on the same device."""
+    model = query.options.draft_model
+    draft = shard(Query(model, "decode", Options(mla=query.options.mla, window_cache=query.options.window_cache),
+                        query.precision, query.machine),
+                  replace(layout, tp=query.options.draft_tp or layout.tp, ep=1, pp=1))
+    both = Shard(one.layer + draft.layer, one.embedding + draft.embedding, one.head + draft.head, one.tied,
+                 one.caches + draft.caches)
+    return both, [counts[0] + [g.count for g in model.groups]]
+
+
 def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] = None,
                limits: Any = True) -> list[dict[str, Any]]:
     """Each pipeline stage's device (one list entry per stage, first to last) under ``layout``:
@@ -375,6 +387,8 @@ def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] =
     with tied embeddings and pp > 1 the last holds a copy of the table too, as vLLM loads it."""
     one = one or shard(query, layout)
     counts = stage_layers(query.spec, layout.pp)
+    if query.options.draft_model is not None:       # one stage (``check_draft``): the draft model's beside
+        one, counts = _with_draft(query, layout, one, counts)
     replica = replace(asked, batch=asked.batch // layout.dp)
     last = len(counts) - 1
     ends = [(one.embedding if i == 0 else 0) + (one.head if i == last else 0)

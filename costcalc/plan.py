@@ -297,14 +297,14 @@ def static(setup: Setup, request: Request, item: tuple, sized: Optional[tuple] =
     layout, weight, draft = item
     q, sizes = sized or sizes_of(setup, request, item)
     n = len(sizes)
-    if draft is not None and draft.speculative:      # generate's speculative generation (costcalc.speculation)
+    if fast is not None and (draft is None or not draft.speculative or q.options.draft_model is not None):
+        table = fast.generation(q, sizes)       # the MTP module's speculation reads its own term: below
+        table["weight_dtype"] = [q.precision.labels(q.spec)["weight_dtype"]] * n
+    elif draft is not None and draft.speculative:      # generate's speculative generation (costcalc.speculation)
         from .speculation import generation
 
         whole = generation(q, sizes, [request.isl] * n, [request.osl] * n)
         table = {key: whole[key][2::3] for key in ("ttft_s", "tpot_s", "batch_tokens_per_s")}
-        table["weight_dtype"] = [q.precision.labels(q.spec)["weight_dtype"]] * n
-    elif fast is not None:
-        table = fast.generation(q, sizes)
         table["weight_dtype"] = [q.precision.labels(q.spec)["weight_dtype"]] * n
     else:
         table = rates(q, sizes, [request.isl] * n, [request.osl] * n)     # generate's total rows' rates

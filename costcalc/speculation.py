@@ -62,7 +62,7 @@ def expected_tokens(acceptance: Sequence[Fraction]) -> Fraction:
 
 def plain(query: Query) -> Query:
     """The plain decode step the speculation replaces (no draft)."""
-    return query.but(workload="decode", draft=Draft.none, draft_model=None, draft_tokens=1, acceptance=None)
+    return query.but(workload="decode", draft=Draft.none, draft_model=None, draft_tokens=1, acceptance=None, draft_tp=None)
 
 
 def verify(query: Query) -> Query:
@@ -70,7 +70,7 @@ def verify(query: Query) -> Query:
     MLA form under ``--mla auto`` is a decode step's (absorbed): engines run a verify of K+1 tokens
     through their decode kernels (docs/cost-model.md, "Speculative decoding")."""
     form = MlaForm.absorbed if query.options.mla == MlaForm.auto else query.options.mla
-    return query.but(workload="cached_prefill", logits=Logits.all, draft=Draft.none, draft_model=None,
+    return query.but(workload="cached_prefill", logits=Logits.all, draft=Draft.none, draft_model=None, draft_tp=None,
                      draft_tokens=1, acceptance=None, mla=form)
 
 
@@ -78,21 +78,34 @@ def drafting(query: Query) -> Query:
     """The drafter's K steps as a query of ``decode_phase``: the draft model's own (its options:
     the convention, MLA form and window cache of the target's; the query's dtypes and device), or
     the target's with its MTP module as the draft (read from its ``draft`` term)."""
-    o = query.options
-    model = o.draft_model
+    model = query.options.draft_model
     if model is not None:
-        own = Options(o.convention, Logits.last, o.tile, o.mla, o.window_cache)
-        return Query(model, "decode_phase", own, query.precision, query.machine)
+        return Query(model, "decode_phase", draft_options(query), query.precision, query.machine)
     return query.but(workload="decode_phase", draft_tokens=1, acceptance=None)
 
 
+def draft_options(query: Query) -> Options:
+    """A draft model's options: the target's convention, tile, MLA form and window cache, the last
+    position's logits, and its own layout (``Options.draft_layout``: the target's replicas at
+    ``--draft-tp``) under the target's --overlap."""
+    o = query.options
+    own = o.draft_layout
+    return Options(o.convention, Logits.last, o.tile, o.mla, o.window_cache, tp=own.tp, dp=own.dp, overlap=o.overlap)
+
+
 def _answer(query: Query, **inputs: Sequence[int]) -> Table:
-    """A compiled workload's FLOPs and, with dtypes or a device, its bytes and time."""
+    """A compiled workload's FLOPs and, with dtypes or a device, its bytes and time; under a layout its
+    per-device columns (``parallel.columns``: ``time_s`` is then one device's step on the layout)."""
     out = evaluate.table(query, **inputs)
+    point = {i.symbol: out[i.column] for i in query.workload.inputs}
     if query.traffic:
         from .roofline import row_columns
 
-        out.update(row_columns(query, {i.symbol: out[i.column] for i in query.workload.inputs}, out["total_flops"]))
+        out.update(row_columns(query, point, out["total_flops"]))
+    if not query.options.layout.single:
+        from . import parallel
+
+        out.update(parallel.columns(query, point, len(out["total_flops"])))
     return out
 
 
@@ -135,6 +148,11 @@ def step(query: Query, batch: Sequence[int], context: Sequence[int], tokens: Opt
         out["verify_bytes"], out["draft_bytes"] = v["total_bytes"], d[part["bytes"]]
         out["total_bytes"] = [a + b for a, b in zip(v["total_bytes"], d[part["bytes"]])]
         out["total_bytes_per_token"] = [float(t / (b * e)) for t, b in zip(out["total_bytes"], batch)]
+    if not query.options.layout.single:       # one device's, the verify's layout and the draft's
+        out["flops_per_device"] = [a + b for a, b in zip(v["flops_per_device"], d.get("flops_per_device",
+                                                                                        d["total_flops"]))]
+        if query.machine is not None:
+            out["comm_time_s"] = [a + b for a, b in zip(v["comm_time_s"], d.get("comm_time_s", [0.0] * n))]
     if query.machine is not None:
         out["verify_time_s"], out["draft_time_s"] = v["time_s"], d[part["time"]]
         out["time_s"] = [a + b for a, b in zip(v["time_s"], d[part["time"]])]
@@ -148,8 +166,11 @@ def step(query: Query, batch: Sequence[int], context: Sequence[int], tokens: Opt
 
 
 def _draft_label(query: Query) -> dict[str, str]:
+    """The drafter a row says it ran, and under a layout a draft model's own (``draft_layout``)."""
     o = query.options
-    return {"draft": o.draft_model.name if o.draft_model is not None else o.draft.value}
+    if o.draft_model is None:
+        return {"draft": o.draft.value}
+    return {"draft": o.draft_model.name, **({} if o.layout.single else {"draft_layout": o.draft_layout.label})}
 
 
 def label(acceptance: Sequence[Fraction]) -> str:
@@ -334,25 +355,25 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
 
 
 def _summed(key: str) -> bool:
-    return (key.endswith(("_flops", "_bytes", "time_s")) and not key.endswith("_per_token")
+    return (key.endswith(("_flops", "_bytes", "time_s", "flops_per_device")) and not key.endswith("_per_token")
             and key not in ("ttft_s", "tpot_s"))
 
 
 def _prefill(query: Query, batch: int, seq: int) -> dict[str, Any]:
     """The prefill phase's FLOPs by term (``draft_flops``: the MTP module over the prompt, or the
     draft model's own prefill), and with dtypes or a device its bytes and time."""
-    target = query.but(workload="prefill", draft_model=None, draft_tokens=1, acceptance=None)
+    target = query.but(workload="prefill", draft_model=None, draft_tokens=1, acceptance=None, draft_tp=None)
     got = _answer(target, batch=[batch], seq=[seq])
     out = {key: got[key][0] for key in got if key.endswith("_flops")}
-    moved = {key: got[key][0] for key in ("total_bytes", "time_s") if key in got}
+    moved = {key: got[key][0] for key in ("total_bytes", "flops_per_device", "comm_time_s", "time_s") if key in got}
     model = query.options.draft_model
     out.setdefault("draft_flops", 0)
     if model is not None:
-        o = query.options
-        own = Query(model, "prefill", Options(o.convention, Logits.last, o.tile, o.mla, o.window_cache),
-                    query.precision, query.machine)
+        own = Query(model, "prefill", draft_options(query), query.precision, query.machine)
         extra = _answer(own, batch=[batch], seq=[seq])
         out["draft_flops"] = extra["total_flops"][0]
         out["total_flops"] += extra["total_flops"][0]
-        moved = {key: value + extra[key][0] for key, value in moved.items()}
+        # the draft on one device whole (--draft-tp 1, one replica): its FLOPs are that device's, no collective
+        single = {"flops_per_device": extra["total_flops"], "comm_time_s": [0.0]}
+        moved = {key: value + extra.get(key, single.get(key))[0] for key, value in moved.items()}
     return {**out, **moved}

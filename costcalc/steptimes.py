@@ -56,17 +56,39 @@ class Search:
         layout: ``ttft_s`` (the prefill step), ``tpot_s`` (the decode phase / (N - 1)) and
         ``batch_tokens_per_s`` (B N / (TTFT + decode phase))."""
         batch = np.asarray(batch, dtype=np.int64)
+        if query.options.acceptance is not None:
+            return self.speculative(query, batch)
         prefill, phase = (query.but(workload=name) for name in query.workload.phases)
-        first = self.step(prefill, batch)
-        rest = self.step(phase, batch)
-        n = self.osl
-        return {"ttft_s": first.tolist(), "tpot_s": (rest / (n - 1)).tolist(),
-                "batch_tokens_per_s": (batch * n / (first + rest)).tolist()}
+        first = self.step(prefill, {"B": batch, "S": self.isl})
+        rest = self.step(phase, {"B": batch, "S": self.isl, "N": self.osl})
+        return _rates(batch, self.osl, first, rest)
 
-    def step(self, query: Query, batch: np.ndarray) -> np.ndarray:
-        """One step of the query's workload on its layout at each batch (``parallel.columns``' ``time_s``)."""
+    def speculative(self, query: Query, batch: np.ndarray) -> dict[str, list[float]]:
+        """``speculation.generation``'s rates with a draft model: the target's and the draft's prefill of
+        S, then the steps over S + floor(i E) cached tokens (``speculation.contexts``), each the verify (a
+        cached prefill of K + 1 over them, on the target's layout) and the draft's K decode steps (on its
+        own layout), every (batch, step) at once."""
+        from . import speculation
+
+        k = query.options.draft_tokens
+        at = speculation.contexts(self.isl, self.osl, speculation.expected_tokens(speculation.rates(query.options)))
+        first = self.step(query.but(workload="prefill", draft_model=None, draft_tokens=1, acceptance=None,
+                                    draft_tp=None), {"B": batch, "S": self.isl})
+        first = first + self.step(Query(query.options.draft_model, "prefill", speculation.draft_options(query),
+                                        query.precision, query.machine), {"B": batch, "S": self.isl})
+        if not at:
+            return _rates(batch, self.osl, first, 0.0 * first)
+        many = np.repeat(batch, len(at))
+        held = np.tile(np.asarray(at, dtype=np.int64), len(batch))
+        steps = self.step(speculation.verify(query), {"B": many, "T": held, "C": k + 1})
+        steps = steps + self.step(speculation.drafting(query), {"B": many, "S": held, "N": k + 1})
+        return _rates(batch, self.osl, first, steps.reshape(len(batch), len(at)).sum(axis=1))
+
+    def step(self, query: Query, point: dict[str, Any]) -> np.ndarray:
+        """One step of the query's workload on its layout at each point (``parallel.columns``' ``time_s``):
+        ``point`` its inputs, the batches an array, the others numbers or arrays of as many."""
         layout, device = query.options.layout, query.machine.device
-        point = {"B": batch, "S": self.isl, "N": self.osl}
+        batch = point["B"]
         if layout.pp == 1:
             own = self.roofline(query, point)
             comm = comm_time(parallel.collectives(query, point), layout, device)
@@ -94,12 +116,21 @@ class Search:
         return pipeline.forward_makespan(durations, m)
 
     def roofline(self, query: Query, point: dict[str, Any], precision: Any = None) -> np.ndarray:
-        """One device's roofline time at each batch (``parallel.device_traffic``'s ``time_s``): its
+        """One device's roofline time at each point (``parallel.device_traffic``'s ``time_s``): its
         groups at one tensor-parallel device's sizes, at its replica's batch, its share of the experts
-        (``precision``: the dtypes, where not the query's own)."""
+        (``precision``: the dtypes, where not the query's own). Where only the batch varies, at every
+        batch of the search (``batches``), picked; else at the points themselves."""
         layout = query.options.layout
         share = parallel.expert_share(layout)
-        pick = np.array([self.at[int(b)] for b in parallel.replica(point, layout)["B"]])
+        own_batch = parallel.replica(point, layout)["B"]
+        rest = {k: v for k, v in point.items() if k != "B"}
+        if all(isinstance(v, int) for v in rest.values()) and all(int(b) in self.at for b in own_batch):
+            at = {"B": np.array(self.batches, dtype=np.int64), **rest}
+            pick = np.array([self.at[int(b)] for b in own_batch])
+        else:
+            at = {**rest, "B": np.asarray(own_batch, dtype=np.int64)}
+            pick = np.arange(len(own_batch))
+        where = tuple((k, v.tobytes() if hasattr(v, "tobytes") else v) for k, v in sorted(at.items()))
         own, held = self._groups(query)
         precision = precision or query.precision
         dtypes = repr(precision)
@@ -110,12 +141,12 @@ class Search:
         for index, (key, count, group, recipe, flops) in enumerate(held):
             if (id(plan), index) not in self.formats:      # plans are kept (``Precision.weights``): ids stay theirs
                 self.formats[id(plan), index] = repr(_weights(plan, index))
-            key = key + (dtypes, self.formats[id(plan), index])
+            key = key + (dtypes, self.formats[id(plan), index], where)
             for experts in (False, True):       # only the routed experts' operators depend on the device's share
                 part = key + (experts, share if experts and group.block.ffn == "moe" else None)
                 if part not in self.groups:
                     mine = own if own.precision == precision else own.but(precision=precision)
-                    self.groups[part] = self._layer(mine, (index, group, recipe, flops), share, plan, experts)
+                    self.groups[part] = self._layer(mine, (index, group, recipe, flops), at, share, experts)
                 once_c, layer_c, once_m, layer_m = (a[:, pick] for a in self.groups[part])
                 total += np.maximum(once_c + count * layer_c, once_m + count * layer_m).sum(axis=0)
         return total
@@ -138,23 +169,28 @@ class Search:
         self.held[key] = (query.spec, own, groups)
         return own, groups
 
-    def _layer(self, own: Query, entry: tuple, share: Share, plan: Any, experts: bool) -> tuple:
-        """A group's operators at every batch (``entry``: its index in the device's model, the group, its
-        bytes and FLOPs recipes), its routed experts' (``experts``) or the others: (once compute time, a
-        layer's compute time, once memory time, a layer's memory time), each an (operators x batches) array
+    def _layer(self, own: Query, entry: tuple, at: dict[str, Any], share: Share, experts: bool) -> tuple:
+        """A group's operators at every point of ``at`` (``entry``: its index in the device's model, the group,
+        its bytes and FLOPs recipes), its routed experts' (``experts``) or the others: (once compute time, a
+        layer's compute time, once memory time, a layer's memory time), each an (operators x points) array
         -- ``roofline.point``'s rules per operator, from the recipes at L = 1 and L = 2."""
         index, group, recipe, flops_recipe = entry
         precision, wl = own.precision, own.workload
+        plan = self.plans[id(own.spec), repr(precision)]
         peak, bandwidth = own.machine.peak(precision), own.machine.bandwidth()
-        n = len(self.batches)
-        values = {**group.numbers(), **own.options.values(), "S": self.isl, "N": self.osl}
+        n = len(at["B"])
         args = set(recipe.code.args) | set(flops_recipe.code.args)
-        values = {k: v for k, v in values.items() if k in args}
+        values = {k: v for k, v in {**group.numbers(), **own.options.values()}.items() if k in args}
+        fixed = {k: v for k, v in at.items() if k in args and isinstance(v, int)}
+        swept = {k: np.asarray(v, dtype=np.int64) for k, v in at.items() if k in args and not isinstance(v, int)}
         key = (id(recipe.code), id(flops_recipe.code), type(recipe).__name__, getattr(recipe, "head", None),
-               tuple(values.items()))
+               tuple(values.items()), tuple(sorted(fixed.items())),
+               tuple((k, v.tobytes()) for k, v in sorted(swept.items())))
         if key not in self.counts:
-            routed = [math.prod(b if x == "B" else values[x] for x in wl.routed) for b in self.batches]  # a layer's
-            values.update(B=np.array(self.batches * 2, dtype=np.int64), L=np.array([1] * n + [2] * n, dtype=np.int64))
+            routed = [math.prod(int(at[x][i]) if x in swept else at[x] for x in wl.routed) for i in range(n)]
+            values.update(fixed)
+            values.update({k: np.concatenate([v, v]) for k, v in swept.items()})
+            values["L"] = np.array([1] * n + [2] * n, dtype=np.int64)
             elements: dict[str, dict[str, np.ndarray]] = {}
             for name, column in recipe.columns(values, 2 * n).items():
                 op, kind = name.rsplit(".", 1) if "." in name else (name, "")
@@ -197,6 +233,13 @@ class Search:
             one, two = table[:, :n], table[:, n:]
             out += [2 * one - two, two - one]       # what is held once, what each layer adds
         return out[0], out[1], out[2], out[3]
+
+
+def _rates(batch: np.ndarray, new: int, first: np.ndarray, rest: np.ndarray) -> dict[str, list[float]]:
+    """A generation's TTFT (its prefill ``first``), TPOT (its decode phase ``rest`` / (N - 1)) and the
+    batch's output tokens/s, B N / (TTFT + decode phase), as ``composites.rates`` gives them."""
+    return {"ttft_s": first.tolist(), "tpot_s": (rest / (new - 1)).tolist(),
+            "batch_tokens_per_s": (batch * new / (first + rest)).tolist()}
 
 
 def _weights(plan: Any, index: int) -> Any:

@@ -165,7 +165,7 @@ def test_a_spec_names_its_mtp_block_and_round_trips():
      "llama-3.1-8b has no multi-token-prediction layers"),
     (["generate", "-p", "llama-3.1-8b", "--prompt", "1k", "--new", "8", "--draft", "mtp"],
      "llama-3.1-8b has no multi-token-prediction layers"),
-    (["decode", "-p", "deepseek-v3", "--context", "4k", "--draft", "eagle"], "--draft is mtp or a draft model's preset"),
+    (["decode", "-p", "deepseek-v3", "--context", "4k", "--draft", "eagle"], "--draft is mtp, a draft model's preset or its file"),
     (["memory", "-p", "llama-3.1-8b", "--context", "4k", "--device", "h200", "--draft", "mtp"],
      "no multi-token-prediction layers"),
 ])

@@ -375,3 +375,20 @@ def test_disaggregated_splits_fill_the_devices_and_reproduce_through_serve(capsy
 def test_disagg_needs_continuous_batching(capsys):
     code, out, err = run(capsys, *QUESTION, "--disagg")
     assert code == 2 and one_error(err, "--disagg splits the devices into continuous-batching pools"), err
+
+
+def test_a_draft_model_is_searched_on_parallel_layouts_and_reproduces(capsys):
+    """Speculative decoding with a draft model on a tensor-parallel layout (the draft at the target's tp):
+    the rows are there, and one's command gives its numbers."""
+    code, out, err = run(capsys, "plan", "-p", "llama-3.1-70b", "--device", "h200", "--devices", "2", "--isl", "1k",
+                         "--osl", "64", "--ttft", "1s", "--tpot", "20ms", "--weight-dtype", "fp8", "--draft",
+                         "llama-3.1-8b", "--acceptance", "0.8", "--draft-tokens", "2", "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    spec = [r for r in got if r["layout"] == "tp2" and r["speculation"] == "llama-3.1-8b k2 a0.8"]
+    assert spec and not any(".pp" in r["layout"] and r["speculation"] for r in got)   # no draft under --pp
+    row = spec[len(spec) // 2]
+    total = _reproduced(capsys, row)
+    assert total["ttft_s"] == pytest.approx(row["ttft_s"], rel=ROUNDING)
+    assert total["tpot_s"] == pytest.approx(row["tpot_s"], rel=ROUNDING)
+    assert total["draft_layout"] == "tp2" and total["layout"] == "tp2"

@@ -180,3 +180,20 @@ def test_steptimes_equal_generate_on_every_preset(preset):
             assert "CostcalcError" in type(exc).__name__, exc
             continue
         _close(fast, plain)
+
+
+@pytest.mark.parametrize("layout,draft_tp", [(Layout(), None), (Layout(2, 1, 1, 1), None), (Layout(2, 1, 1, 1), 1),
+                                             (Layout(2, 1, 1, 2), None)])
+def test_steptimes_of_speculation_with_a_draft_model_equal_generate(layout, draft_tp):
+    """A speculative generation's every step at once (the verify and the draft model's steps over each
+    S + floor(i E) at each batch) is speculation.generation's."""
+    from costcalc import speculation, steptimes
+
+    machine = Machine(devices.load("h200"))
+    options = Options(tp=layout.tp, dp=layout.dp, draft_model=presets.load("llama-3.1-8b"), draft_tokens=3,
+                      acceptance=(Fraction(4, 5),), draft_tp=draft_tp)
+    q = Query(presets.load("llama-3.1-70b"), "generate", options, Precision(), machine)
+    sizes = [layout.dp * b for b in (1, 4, 16)]
+    fast = steptimes.Search([1, 4, 16], 2048, 200).generation(q, sizes)
+    plain = speculation.generation(q, sizes, [2048] * 3, [200] * 3)
+    _close(fast, {key: plain[key][2::3] for key in ("ttft_s", "tpot_s", "batch_tokens_per_s")})

@@ -211,7 +211,9 @@ def test_speculate_prints_every_k_and_marks_the_best(capsys):
     (["--draft", DRAFT], "give --acceptance"),
     (["--acceptance", "0.8"], "--acceptance needs --draft"),
     (["--draft-tokens", "3"], "--draft-tokens needs --acceptance"),
-    (["--draft", DRAFT, "--acceptance", "0.8", "--tp", "2"], "--draft with a parallel layout"),
+    (["--draft", DRAFT, "--acceptance", "0.8", "--tp", "2", "--pp", "2"], "a draft model with --pp is not modelled"),
+    (["--draft", DRAFT, "--acceptance", "0.8", "--tp", "4", "--draft-tp", "2"], "--draft-tp 2: a draft model runs"),
+    (["--draft-tp", "2"], "--draft-tp is a draft model's tensor-parallel degree"),
     (["--draft", "mtp", "--acceptance", "0.8"], "no multi-token-prediction layers"),
 ])
 def test_bad_speculation_inputs_are_one_error_line(capsys, args, message):
@@ -309,3 +311,84 @@ def test_a_draft_that_is_not_there_is_one_line(capsys, given, message):
     code, out, err = run(capsys, "decode", "-p", TARGET, "--device", "h200", "-t", "4k", "--draft", given,
                          "--acceptance", "0.8")
     assert code == 2 and one_error(err, message), err
+
+
+# --- a draft model under a parallel layout: the verify on the target's, the draft on its own ------------
+
+def _decode_row(capsys, *extra, k=3, batch=8, context=4096):
+    code, out, err = run(capsys, "decode", "-p", TARGET, "--device", "h200", "-t", str(context), "-b", str(batch),
+                         "--draft", DRAFT, "--draft-tokens", str(k), "--acceptance", "0.8", *extra, "-f", "json")
+    assert code == 0, err
+    return json.loads(out)[0]
+
+
+def _draft_phase(layout_options, batch, context, k):
+    """The draft model's K steps on its own layout: decode_phase at S = T, N = K + 1 (calc.answer)."""
+    query = Query(presets.load(DRAFT), "decode_phase", Options(**layout_options), Precision(),
+                  Machine(device("h200")))
+    return calc.answer(query, batch=[batch], seq=[context], new_tokens=[k + 1])
+
+
+@pytest.mark.parametrize("layout,draft_layout", [
+    (("--tp", "2"), {"tp": 2}),
+    (("--tp", "2", "--draft-tp", "1"), {}),
+    (("--tp", "4", "--dp", "2"), {"tp": 4, "dp": 2}),
+    (("--tp", "2", "--dp", "2", "--draft-tp", "1"), {"dp": 2}),
+])
+def test_under_a_layout_the_verify_is_the_cached_prefill_there_and_the_draft_runs_on_its_own(capsys, layout,
+                                                                                           draft_layout):
+    k, batch, context = 3, 8, 4096
+    row = _decode_row(capsys, *layout, k=k, batch=batch, context=context)
+    code, out, err = run(capsys, "prefill", "-p", TARGET, "--device", "h200", "-b", str(batch), "--cached-prefix",
+                         str(context), "--seq", str(k + 1), "--logits", "all", *layout[:4 if "--dp" in layout else 2],
+                         "-f", "json")
+    assert code == 0, err
+    verify = json.loads(out)[0]
+    assert row["verify_time_s"] == verify["time_s"] and row["layout"] == verify["layout"]
+    draft = _draft_phase(draft_layout, batch, context, k)
+    assert row["draft_time_s"] == draft["time_s"][0]
+    assert row["draft_layout"] == (f"tp{draft_layout.get('tp', 1)}" + (f".dp{draft_layout['dp']}"
+                                                                          if draft_layout.get("dp") else ""))
+    per_device = draft["flops_per_device"][0] if "flops_per_device" in draft else draft["total_flops"][0]
+    assert row["flops_per_device"] == verify["flops_per_device"] + per_device
+    assert row["time_s"] == pytest.approx(row["verify_time_s"] + row["draft_time_s"], rel=1e-15)
+    assert row["fits"] is True
+
+
+def test_a_whole_draft_on_every_device_costs_it_the_single_device_draft():
+    """--draft-tp 1 under tp2: each device runs the whole draft for all the replica's sequences."""
+    alone = _draft_phase({}, 8, 4096, 3)
+    assert "flops_per_device" not in alone and alone["time_s"][0] > _draft_phase({"tp": 2}, 8, 4096, 3)["time_s"][0]
+
+
+def test_memory_under_a_layout_holds_the_draft_shard_beside_the_targets(capsys):
+    def per_device(*args):
+        code, out, err = run(capsys, "memory", "--device", "h200", "-t", "8k", "-b", "4", *args, "-f", "json")
+        assert code == 0, err
+        return json.loads(out)[0]
+
+    for draft_tp in ("2", "1"):
+        both = per_device("-p", TARGET, "--draft", DRAFT, "--tp", "2", "--draft-tp", draft_tp)
+        target = per_device("-p", TARGET, "--tp", "2")
+        alone = per_device("-p", DRAFT, *(("--tp", "2") if draft_tp == "2" else ()))
+        weights = alone.get("weight_bytes_per_device", alone.get("weight_bytes_resident"))
+        cache = alone.get("kv_cache_bytes_per_device", alone.get("kv_cache_bytes"))
+        assert abs(both["weight_bytes_per_device"] - target["weight_bytes_per_device"] - weights) <= 1
+        assert both["kv_cache_bytes_per_device"] == target["kv_cache_bytes_per_device"] + cache
+        assert both["max_batch"] < target["max_batch"]
+
+
+def test_a_speculative_generation_under_a_layout_adds_both_models_prefill(capsys):
+    code, out, err = run(capsys, "generate", "-p", TARGET, "--device", "h200", "--prompt", "2k", "--new", "32", "-b",
+                         "4", "--draft", DRAFT, "--acceptance", "0.8", "--draft-tokens", "2", "--tp", "2", "-f", "json")
+    assert code == 0, err
+    first, decode, total = json.loads(out)
+    machine = Machine(device("h200"))
+    target = calc.answer(Query(presets.load(TARGET), "prefill", Options(tp=2), Precision(), machine), batch=[4],
+                         seq=[2048])
+    draft = calc.answer(Query(presets.load(DRAFT), "prefill", Options(tp=2), Precision(), machine), batch=[4],
+                        seq=[2048])
+    assert first["time_s"] == target["time_s"][0] + draft["time_s"][0] == total["ttft_s"]
+    assert first["flops_per_device"] == target["flops_per_device"][0] + draft["flops_per_device"][0]
+    assert total["time_s"] == pytest.approx(first["time_s"] + decode["time_s"], rel=1e-15)
+    assert total["draft_layout"] == "tp2" and total["layout"] == "tp2"

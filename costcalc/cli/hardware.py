@@ -9,7 +9,7 @@ import typer
 from .. import devices as device_data, notes, units
 from ..errors import CostcalcError
 from ..vocab import WindowCache
-from .options import (ConfigOpt, DeviceFileOpt, DraftOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic,
+from .options import (ConfigOpt, DeviceFileOpt, DraftOpt, DraftTpOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, Traffic,
                       WideOpt, axes, for_models, mla_form, models, warn, with_layout, with_some_traffic)
 from .options import speculation as speculation_fields
 from .emit import emit, emit_listing, output_format, write_fields, write_text
@@ -121,6 +121,7 @@ def memory(
                                                 "(activations, workspace).")] = 0.1,
     mla: MlaOpt = Mla.auto,
     draft: DraftOpt = None,
+    draft_tp: DraftTpOpt = None,
     window_cache: Annotated[Optional[WindowCache], typer.Option(
         "--window-cache", show_default=False,
         help="rolling: a sliding-window layer keeps its last W tokens and a chunked one its chunk, as serving "
@@ -148,7 +149,7 @@ def memory(
         warn(f"--window-cache {window_cache.value} does nothing: {', '.join(s.name for s in specs)} has no "
              f"window or chunked layers")
     options = Options(mla=mla_form(mla, specs), window_cache=window_cache or WindowCache.rolling,
-                      **speculation_fields(draft, held=True))
+                      **speculation_fields(draft, held=True, draft_tp=draft_tp))
     placed = Layout(**layout)
     for spec in specs:          # the layout against each model before any row
         check(spec, placed, options)

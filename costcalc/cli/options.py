@@ -85,6 +85,10 @@ DraftTokensOpt = Annotated[Optional[int], typer.Option(
     "--draft-tokens", parser=whole_number("--draft-tokens"), metavar="K", show_default=False,
     help="Speculative decoding: tokens K the draft proposes a step (default 1, or as many as --acceptance "
          "gives by position).")]
+DraftTpOpt = Annotated[Optional[int], typer.Option(
+    "--draft-tp", parser=whole_number("--draft-tp"), metavar="T", show_default=False,
+    help="Under a parallel layout: the draft model's tensor parallelism, the target's --tp or 1 (the whole draft "
+         "on every device).  (default: the target's --tp)")]
 AcceptanceOpt = Annotated[Optional[str], typer.Option(
     "--acceptance", metavar="A", show_default=False,
     help="Speculative decoding: the rate a draft token is accepted, in [0, 1): one (0.8), or one per drafted "
@@ -118,13 +122,14 @@ def draft_model(text: str) -> ModelSpec:
 
 
 def speculation(value: Optional[str], tokens: Optional[int] = None, acceptance: Optional[str] = None,
-                held: bool = False) -> dict:
-    """``--draft``, ``--draft-tokens`` and ``--acceptance`` as fields of ``evaluate.Options``: the
-    draft (mtp, or a preset's name: ``draft_model``), K, and the rates as exact fractions. A draft
-    model needs a rate unless only ``held`` (memory: its weights and cache beside the target's)."""
+                held: bool = False, draft_tp: Optional[int] = None) -> dict:
+    """``--draft``, ``--draft-tokens``, ``--acceptance`` and ``--draft-tp`` as fields of ``evaluate.Options``:
+    the draft (mtp, or a preset's name: ``draft_model``), K, the rates as exact fractions and the draft
+    model's tp. A draft model needs a rate unless only ``held`` (memory: its weights and cache beside the
+    target's)."""
     from fractions import Fraction
 
-    out: dict = {"draft": "none"}
+    out: dict = {"draft": "none"} if draft_tp is None else {"draft": "none", "draft_tp": draft_tp}
     if value is not None and value.strip().lower() == "mtp":
         out["draft"] = "mtp"
     elif value is not None:

@@ -11,7 +11,7 @@ from ..evaluate import Options, Query
 from ..ranges import check_rows
 from ..vocab import Choice, WindowCache
 from .options import (RANGE_HELP, AcceptanceOpt, BatchOpt, ConfigOpt, Convention, ConventionOpt, DraftOpt,
-                      DraftTokensOpt, FormatOpt, Logits, LogitsOpt, Mla,
+                      DraftTokensOpt, DraftTpOpt, FormatOpt, Logits, LogitsOpt, Mla,
                       MlaOpt, OutputOpt, PresetFileOpt, PresetOpt, TileOpt, Traffic, WideOpt, WindowCacheOpt, axes,
                       conventions, for_models, int_list, mla_form, models, warn, with_layout,
                       with_some_traffic, with_traffic)
@@ -243,6 +243,7 @@ def decode(
     draft: DraftOpt = None,
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
+    draft_tp: DraftTpOpt = None,
     layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
@@ -262,7 +263,7 @@ def decode(
     points = axes("decode", len(specs) * len(kinds), context=(context, "--context"),
                   batch=("1" if maximum else batch, "--batch"))
     each = _options(kinds, tile=chosen, mla=mla, window_cache=cache,
-                    **speculation_fields(draft, draft_tokens, acceptance), **layout)
+                    **speculation_fields(draft, draft_tokens, acceptance, draft_tp=draft_tp), **layout)
     at = {spec.name: _max_points(Query(spec, "decode", each[0], precision, machine), points,
                                  [int(t) + _written(each[0]) for t in points["context"]]) if maximum else points
           for spec in specs}
@@ -294,6 +295,7 @@ def generate(
     draft: DraftOpt = None,
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
+    draft_tp: DraftTpOpt = None,
     layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
@@ -313,7 +315,7 @@ def generate(
     points = axes("generate", 3 * len(specs) * len(kinds), seq=(prompt, "--prompt"), new_tokens=(new, "--new"),
                   batch=("1" if maximum else batch, "--batch"))
     each = _options(kinds, logits=logits.value, tile=chosen, mla=mla, window_cache=cache,
-                    **speculation_fields(draft, draft_tokens, acceptance), **layout)
+                    **speculation_fields(draft, draft_tokens, acceptance, draft_tp=draft_tp), **layout)
     held = [int(s_) + int(n) - 1 for s_, n in zip(points["seq"], points["new_tokens"])]   # after the last step
     at = {spec.name: _max_points(Query(spec, "generate", each[0], precision, machine), points, held)
           if maximum else points for spec in specs}

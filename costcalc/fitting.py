@@ -47,7 +47,7 @@ def held(query: Query, batch: int, context: int, layout: Optional[Layout] = None
     """Bytes the fullest device holds: weights + KV cache (+ states) of ``batch`` sequences of
     ``context`` tokens (``memory``'s count; ``layout``: the query's own unless given; ``one``: its
     ``memory.shard``, where worked out already). None where memory does not model the layout (e.g.
-    sequence parallelism, a draft under a layout)."""
+    sequence parallelism, a draft under a pipeline)."""
     from . import memory
 
     mq = memory_query(query)

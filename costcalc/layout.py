@@ -110,7 +110,7 @@ def check(query: Any) -> None:
                             f"not {query.workload.name} yet")
     if layout.pp > 1:
         _check_pipeline(query, layout, flag)
-    check_draft(query.options, flag)
+    check_draft(spec, query.options, flag)
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
     check_vocab(spec, layout)
@@ -121,19 +121,21 @@ def check(query: Any) -> None:
         raise CostcalcError(f"--ep {layout.ep}: {spec.name} has no MoE layers (expert parallelism splits experts)")
 
 
-def check_draft(options: Any, flag: str) -> None:
-    """A draft under a parallel layout: a draft model (speculative decoding) at ``--draft-tp`` 1 or the
-    target's tp, its heads, widths and vocabulary dividing it, with neither --pp nor --sp (one error);
-    the MTP module (``--draft mtp``) is not modelled under one yet."""
-    if options.draft.value != "none":
-        raise CostcalcError(f"{flag}: --draft mtp with a parallel layout is not modelled yet (the MTP module's own "
-                            f"sharding and collectives); a draft model (--draft PRESET) is")
+def check_draft(spec: ModelSpec, options: Any, flag: str) -> None:
+    """A draft under a parallel layout, with neither --pp nor --sp (one error): the model's MTP module
+    (``--draft mtp``) sharded as its layers are, its sizes dividing; a draft model (speculative decoding) at
+    ``--draft-tp`` 1 or the target's tp, its heads, widths and vocabulary dividing it."""
     model = options.draft_model
-    if model is None:
+    if options.draft.value == "none" and model is None:
         return
     if options.pp > 1 or options.sp:
-        raise CostcalcError(f"{flag}: a draft model with {'--pp' if options.pp > 1 else '--sp'} is not modelled "
-                            f"(speculative decoding runs on a tensor-, expert- or data-parallel layout)")
+        what = "--draft mtp" if model is None else "a draft model"
+        raise CostcalcError(f"{flag}: {what} with {'--pp' if options.pp > 1 else '--sp'} is not modelled "
+                            f"(a draft runs on a tensor-, expert- or data-parallel layout)")
+    if model is None:
+        if spec.mtp is not None:        # its block is a layer's with eh_proj before it: the layer's rules
+            _check_group(spec, Group(1, replace(spec.mtp.block, mtp=False), spec.mtp.sizes), options.layout, flag)
+        return
     own = options.draft_layout
     if own.tp not in (1, options.tp):
         raise CostcalcError(f"--draft-tp {own.tp}: a draft model runs at the target's tensor parallelism "
@@ -270,7 +272,8 @@ def device_spec(spec: ModelSpec, layout: Layout) -> ModelSpec:
     if hit is not None and hit[0] is spec:      # the same model object: the same device spec (its weight plan
         return hit[1]                           # is then worked out once, ``Precision.weights``)
     rows = vocab(spec, layout)
-    out = replace(spec, sizes={**spec.sizes, "V": rows}, groups=tuple(shard(g, layout, rows) for g in spec.groups))
+    out = replace(spec, sizes={**spec.sizes, "V": rows}, groups=tuple(shard(g, layout, rows) for g in spec.groups),
+                  mtp=None if spec.mtp is None else shard(spec.mtp, layout, rows))     # its module as a layer
     if len(_SHARDED) >= MEMO:
         _SHARDED.clear()
     _SHARDED[key] = (spec, out)

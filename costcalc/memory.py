@@ -233,13 +233,14 @@ def check(spec: ModelSpec, layout: Layout, options: Options, batch: Optional[int
     """A layout for ``memory``: what ``layout.check`` requires of the model (heads, KV heads,
     widths, vocabulary and experts dividing, or the KV heads replicated; the block kinds modelled
     under parallelism: mixers and sparse layers refused by name), at most as many stages as layers,
-    no draft, and the batch dividing by the data-parallel replicas. One error naming the problem."""
+    a draft only as ``layout.check_draft`` allows it, and the batch dividing by the data-parallel replicas.
+    One error naming the problem."""
     if layout.single:
         return
     flag = layout.flags
     if layout.sp:
         raise CostcalcError(f"{flag}: sequence parallelism splits activations, which memory does not hold")
-    check_draft(replace(options, tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp, sp=layout.sp), flag)
+    check_draft(spec, replace(options, tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp, sp=layout.sp), flag)
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
     check_vocab(spec, layout)
@@ -378,6 +379,21 @@ def _with_draft(query: Query, layout: Layout, one: Shard, counts: list[list[int]
     return both, [counts[0] + [g.count for g in model.groups]]
 
 
+def _with_mtp(query: Query, layout: Layout, one: Shard, counts: list[list[int]]) -> tuple[Shard, list[list[int]]]:
+    """A drafting query's one stage with the model's MTP modules beside its layers, at the device's sizes
+    (``layout.device_spec`` shards them as a layer; their routed experts E/ep): every module's matrices
+    (``Plan.drafts``' on one device) and the KV cache of the module a draft runs, as two more groups."""
+    spec = device_spec(query.spec, layout)
+    plan = query.precision.weights(spec)
+    size = plan.group_size
+    module = sum(Fraction(n, layout.ep if op.startswith(ROUTED) else 1) * fmt.bytes(i, o, size)
+                 for op, (i, o, n, fmt) in (plan.draft or {}).items())
+    rows = _group_caches(Query(spec, "decode", query.options, query.precision, query.machine))[len(spec.groups):]
+    both = Shard(one.layer + (module, Fraction(0)), one.embedding, one.head, one.tied,
+                 one.caches + ((), tuple(row for got in rows for row in got)))
+    return both, [counts[0] + [plan.modules, 1]]
+
+
 def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] = None,
                limits: Any = True) -> list[dict[str, Any]]:
     """Each pipeline stage's device (one list entry per stage, first to last) under ``layout``:
@@ -389,6 +405,8 @@ def per_device(query: Query, layout: Layout, asked: Held, one: Optional[Shard] =
     counts = stage_layers(query.spec, layout.pp)
     if query.options.draft_model is not None:       # one stage (``check_draft``): the draft model's beside
         one, counts = _with_draft(query, layout, one, counts)
+    elif query.draft is not None:                    # one stage: the MTP modules beside the layers
+        one, counts = _with_mtp(query, layout, one, counts)
     replica = replace(asked, batch=asked.batch // layout.dp)
     last = len(counts) - 1
     ends = [(one.embedding if i == 0 else 0) + (one.head if i == last else 0)

@@ -33,6 +33,7 @@ from typing import Any, Optional, Sequence
 from . import collectives as links_model, pipeline
 from .errors import CostcalcError
 from .evaluate import Options, Query, Recipe, _group_columns, add
+from .roofline import routed_expert
 from .layout import MEMO, MIXERS, device_spec, groups_replicated, kv_replicated, padded, shard, vocab
 from .spec import ModelSpec
 from .stages import stages
@@ -61,7 +62,7 @@ def operator_columns(query: Query, point: dict[str, Sequence[int]], n: int,
         own = shard(group, layout, rows) if sharded else group
         got = _group_columns(query, (own, recipe), point, n, list(recipe.operators))
         for op, column in got.items():
-            if sharded and runs > 1 and op.startswith("experts."):
+            if sharded and runs > 1 and routed_expert(op):       # the MTP module's too (mtp.experts.*)
                 column = [_exact(Fraction(v, runs)) for v in column]
             out[op] = add([out[op], column]) if op in out else column
     return out
@@ -171,7 +172,48 @@ def collectives(query: Query, point: dict[str, int]) -> list[Collective]:
             for k in sorted({g.sizes["k"] for g in moe}):
                 layers = sum(g.count for g in moe if g.sizes["k"] == k)
                 out.append(Collective("all_to_all", f"experts {where}", steps * layers, share * k * d * a, layout.ep))
-    return [c for c in out if c.count]
+    mtp = mtp_collectives(query, steps, tokens, replica(point, layout)["B"])
+    return [c for c in out + mtp if c.count]
+
+
+def mtp_collectives(query: Query, steps: int, tokens: Any, batch: Any) -> list[Collective]:
+    """The MTP module's own collectives where a step drafts with it (``--draft mtp``), each forward: vLLM's
+    ``DeepSeekMultiTokenPredictor`` (vllm/model_executor/models/deepseek_mtp.py) looks its input token up in
+    a ``VocabParallelEmbedding`` (an all-reduce), runs its decoder layer as the model's (the all-reduces
+    after o_proj and the FFN's down projection, and under EP the experts' dispatch and combine), its
+    ``eh_proj`` a plain ``nn.Linear`` on every device (no collective), and gathers its ``ParallelLMHead``'s
+    logits of the draft token (one row a sequence of the replica's ``batch``). Each is named ``mtp ...``
+    (``MTP_WHERE``)."""
+    block = query.draft
+    layout = query.options.layout
+    if block is None or layout.single:
+        return []
+    d, a = query.spec.sizes["d"], ACT_BITS // 8
+    out: list[Collective] = []
+    if layout.tp > 1:
+        for where in ("embedding", "o_proj", "ffn down_proj"):
+            out += _tp_reduce(layout, f"{MTP_WHERE}{where}", steps, tokens * d * a)
+        out.append(Collective("all_gather", f"{MTP_WHERE}lm_head", steps, batch * padded(query.spec.sizes["V"]) * a,
+                              layout.tp))
+    if layout.ep > 1 and block.block.ffn == "moe":
+        share = -(-tokens // layout.tp)
+        for where in ("dispatch", "combine"):
+            out.append(Collective("all_to_all", f"{MTP_WHERE}experts {where}", steps, share * block.sizes["k"] * d * a,
+                                  layout.ep))
+    return out
+
+
+MTP_WHERE = "mtp "      # the prefix of the MTP module's collectives (``mtp_collectives``)
+
+
+def draft_comm(query: Query, point: dict[str, int]) -> float:
+    """Seconds a step's MTP module spends in its own collectives on one device (``mtp_collectives``):
+    looked up under --timing measured (``measured_comm_time``), else their roofline time (``comm_time``)."""
+    found = [c for c in collectives(query, point) if c.where.startswith(MTP_WHERE)]
+    device, layout = query.machine.device, query.options.layout
+    if query.machine.timing is not None:
+        return measured_comm_time(found, layout, device, query.machine.timing)[0]
+    return comm_time(found, layout, device)
 
 
 NORM_BITS = 32   # a norm's partial sums, reduced in fp32 (vLLM's Mixer2RMSNormGated, MiniMaxText01RMSNormTP)

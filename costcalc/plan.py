@@ -297,8 +297,8 @@ def static(setup: Setup, request: Request, item: tuple, sized: Optional[tuple] =
     layout, weight, draft = item
     q, sizes = sized or sizes_of(setup, request, item)
     n = len(sizes)
-    if fast is not None and (draft is None or not draft.speculative or q.options.draft_model is not None):
-        table = fast.generation(q, sizes)       # the MTP module's speculation reads its own term: below
+    if fast is not None:
+        table = fast.generation(q, sizes)
         table["weight_dtype"] = [q.precision.labels(q.spec)["weight_dtype"]] * n
     elif draft is not None and draft.speculative:      # generate's speculative generation (costcalc.speculation)
         from .speculation import generation
@@ -508,12 +508,13 @@ def _warm(setup: Setup, drafts: Sequence[Optional[Draft]]) -> None:
     for draft in drafts:
         try:
             q = query(setup, Layout(), None, draft)
+            q = q.but(draft_tokens=1, acceptance=None, draft_model=None, draft_tp=None)   # its phases' own
+            for name in q.workload.phases:
+                for kind in ("flops", "bytes"):
+                    list(q.but(workload=name).recipes(kind))
+            list(fitting.memory_query(q).recipes("bytes"))
         except CostcalcError:       # a draft this model refuses: its candidates are left out anyway
             continue
-        for name in q.workload.phases:
-            for kind in ("flops", "bytes"):
-                list(q.but(workload=name).recipes(kind))
-        list(fitting.memory_query(q).recipes("bytes"))
     for weight in setup.weights:
         replace(setup.precision, weight=weight).weights(setup.spec)
 

@@ -35,6 +35,7 @@ from .evaluate import Options, Query, Table
 from .vocab import Draft, Logits, MlaForm
 
 DEFAULT_KMAX = 8   # ``best_k`` and ``costcalc speculate`` search K = 1..this unless told
+DRAFT_PREFIX = evaluate.DraftRecipe.PREFIX     # the MTP module's operators in a drafting query (mtp.*)
 
 
 def rates(options: Options, tokens: Optional[int] = None) -> tuple[Fraction, ...]:
@@ -148,14 +149,26 @@ def step(query: Query, batch: Sequence[int], context: Sequence[int], tokens: Opt
         out["verify_bytes"], out["draft_bytes"] = v["total_bytes"], d[part["bytes"]]
         out["total_bytes"] = [a + b for a, b in zip(v["total_bytes"], d[part["bytes"]])]
         out["total_bytes_per_token"] = [float(t / (b * e)) for t, b in zip(out["total_bytes"], batch)]
-    if not query.options.layout.single:       # one device's, the verify's layout and the draft's
-        out["flops_per_device"] = [a + b for a, b in zip(v["flops_per_device"], d.get("flops_per_device",
-                                                                                        d["total_flops"]))]
+    drafted = d[part["time"]] if query.machine is not None else None
+    if not query.options.layout.single:       # one device's: the verify's on its layout, the draft's on its own
+        from . import parallel
+
+        points = [{"B": b, "S": t, "N": k + 1} for b, t in zip(batch, context)]
+        if model:       # the draft model's own columns (on one device whole: its FLOPs, no collective)
+            own, comm = d.get("flops_per_device", d["total_flops"]), d.get("comm_time_s", [0.0] * n)
+        else:           # the MTP module's operators (mtp.*) on one device, and its own collectives
+            ops = parallel.operator_columns(drafter, {"B": batch, "S": context, "N": [k + 1] * n}, n, sharded=True)
+            own = [parallel.number(sum(column[i] for op, column in ops.items() if op.startswith(DRAFT_PREFIX)))
+                   for i in range(n)]
+            comm = [parallel.draft_comm(drafter, p) for p in points] if query.machine is not None else None
+            if query.machine is not None:
+                drafted = [parallel.step_time(t, c, query.options.overlap) for t, c in zip(drafted, comm)]
+        out["flops_per_device"] = [a + b for a, b in zip(v["flops_per_device"], own)]
         if query.machine is not None:
-            out["comm_time_s"] = [a + b for a, b in zip(v["comm_time_s"], d.get("comm_time_s", [0.0] * n))]
+            out["comm_time_s"] = [a + b for a, b in zip(v["comm_time_s"], comm)]
     if query.machine is not None:
-        out["verify_time_s"], out["draft_time_s"] = v["time_s"], d[part["time"]]
-        out["time_s"] = [a + b for a, b in zip(v["time_s"], d[part["time"]])]
+        out["verify_time_s"], out["draft_time_s"] = v["time_s"], drafted
+        out["time_s"] = [a + b for a, b in zip(v["time_s"], drafted)]
         out["time_per_token_s"] = [t / float(e) for t in out["time_s"]]
         out["tokens_per_s"] = [float(e) / t if t else None for t in out["time_s"]]
         out["batch_tokens_per_s"] = [b * float(e) / t if t else None for b, t in zip(batch, out["time_s"])]

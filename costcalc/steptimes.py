@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import collectives as links_model, parallel, pipeline
-from .evaluate import Query
+from .evaluate import DraftRecipe, Query
 from .layout import device_spec
 from .roofline import Share, routed_expert
 from .vocab import TRAFFIC
@@ -70,18 +70,27 @@ class Search:
         own layout), every (batch, step) at once."""
         from . import speculation
 
-        k = query.options.draft_tokens
+        k, model = query.options.draft_tokens, query.options.draft_model
         at = speculation.contexts(self.isl, self.osl, speculation.expected_tokens(speculation.rates(query.options)))
+        prompt = {"B": batch, "S": self.isl}        # the target's prefill (with mtp, its module over the prompt)
         first = self.step(query.but(workload="prefill", draft_model=None, draft_tokens=1, acceptance=None,
-                                    draft_tp=None), {"B": batch, "S": self.isl})
-        first = first + self.step(Query(query.options.draft_model, "prefill", speculation.draft_options(query),
-                                        query.precision, query.machine), {"B": batch, "S": self.isl})
+                                    draft_tp=None), prompt)
+        if model is not None:
+            first = first + self.step(Query(model, "prefill", speculation.draft_options(query), query.precision,
+                                            query.machine), prompt)
         if not at:
             return _rates(batch, self.osl, first, 0.0 * first)
         many = np.repeat(batch, len(at))
         held = np.tile(np.asarray(at, dtype=np.int64), len(batch))
         steps = self.step(speculation.verify(query), {"B": many, "T": held, "C": k + 1})
-        steps = steps + self.step(speculation.drafting(query), {"B": many, "S": held, "N": k + 1})
+        drafter, point = speculation.drafting(query), {"B": many, "S": held, "N": k + 1}
+        if model is not None:
+            steps = steps + self.step(drafter, point)
+        else:       # the MTP module's own term and its own collectives (speculation.step's rule)
+            mtp = [c for c in parallel.collectives(drafter, point) if c.where.startswith(parallel.MTP_WHERE)]
+            own = comm_time(mtp, drafter.options.layout, drafter.machine.device)
+            steps = steps + parallel.step_time(self.roofline(drafter, point, drafted=True), own + 0.0 * many,
+                                               drafter.options.overlap)
         return _rates(batch, self.osl, first, steps.reshape(len(batch), len(at)).sum(axis=1))
 
     def step(self, query: Query, point: dict[str, Any]) -> np.ndarray:
@@ -115,10 +124,11 @@ class Search:
             durations.append(parallel.step_time(own, comm, query.options.overlap) + send)
         return pipeline.forward_makespan(durations, m)
 
-    def roofline(self, query: Query, point: dict[str, Any], precision: Any = None) -> np.ndarray:
+    def roofline(self, query: Query, point: dict[str, Any], precision: Any = None, drafted: bool = False) -> np.ndarray:
         """One device's roofline time at each point (``parallel.device_traffic``'s ``time_s``): its
         groups at one tensor-parallel device's sizes, at its replica's batch, its share of the experts
-        (``precision``: the dtypes, where not the query's own). Where only the batch varies, at every
+        (``precision``: the dtypes, where not the query's own; ``drafted``: its MTP module's operators only,
+        the ``draft`` term). Where only the batch varies, at every
         batch of the search (``batches``), picked; else at the points themselves."""
         layout = query.options.layout
         share = parallel.expert_share(layout)
@@ -139,6 +149,8 @@ class Search:
         plan = self.plans[id(own.spec), dtypes]
         total = np.zeros(len(pick))
         for index, (key, count, group, recipe, flops) in enumerate(held):
+            if drafted and not isinstance(recipe, DraftRecipe):
+                continue
             if (id(plan), index) not in self.formats:      # plans are kept (``Precision.weights``): ids stay theirs
                 self.formats[id(plan), index] = repr(_weights(plan, index))
             key = key + (dtypes, self.formats[id(plan), index], where)

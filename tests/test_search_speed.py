@@ -160,6 +160,7 @@ FAST_CASES = [      # one of each structure: dense GQA, MoE, MLA with MTP, windo
     ("deepseek-v3", Layout(), "fp8", "mtp"), ("deepseek-v3", Layout(1, 1, 8, 1), None, None),
     ("gemma-3-12b", Layout(2, 1, 2, 1), None, None), ("qwen3.5-35b-a3b", Layout(2, 2, 1, 1), None, None),
     ("deepseek-v3.2", Layout(4, 4, 1, 1), None, None), ("deepseek-v4-flash", Layout(2, 2, 2, 1), None, None),
+    ("deepseek-v3", Layout(8, 8, 1, 1), None, "mtp"), ("qwen3.5-35b-a3b", Layout(2, 4, 1, 2), None, "mtp"),
 ]
 
 
@@ -196,4 +197,20 @@ def test_steptimes_of_speculation_with_a_draft_model_equal_generate(layout, draf
     sizes = [layout.dp * b for b in (1, 4, 16)]
     fast = steptimes.Search([1, 4, 16], 2048, 200).generation(q, sizes)
     plain = speculation.generation(q, sizes, [2048] * 3, [200] * 3)
+    _close(fast, {key: plain[key][2::3] for key in ("ttft_s", "tpot_s", "batch_tokens_per_s")})
+
+
+@pytest.mark.parametrize("preset,layout", [("qwen3.5-35b-a3b", Layout()), ("qwen3.5-35b-a3b", Layout(2, 2, 1, 1)),
+                                           ("deepseek-v3", Layout(8, 8, 1, 1)), ("deepseek-v3", Layout(4, 8, 1, 2))])
+def test_steptimes_of_speculation_by_the_mtp_module_equal_generate(preset, layout):
+    """The MTP module's speculation at every (batch, step) at once: its own term and collectives per step."""
+    from costcalc import speculation, steptimes
+
+    machine = Machine(devices.load("h200"))
+    options = Options(tp=layout.tp, ep=layout.ep, dp=layout.dp, draft="mtp", draft_tokens=2,
+                      acceptance=(Fraction(4, 5),))
+    q = Query(presets.load(preset), "generate", options, Precision(weight=parse("fp8")), machine)
+    sizes = [layout.dp * b for b in (1, 8)]
+    fast = steptimes.Search([1, 8], 2048, 100).generation(q, sizes)
+    plain = speculation.generation(q, sizes, [2048] * 2, [100] * 2)
     _close(fast, {key: plain[key][2::3] for key in ("ttft_s", "tpot_s", "batch_tokens_per_s")})

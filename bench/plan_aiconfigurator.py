@@ -90,10 +90,9 @@ def at_their_choice(row: dict, given: dict, label: str) -> str:
 
 
 def served_at_their_choice(row: dict, given: dict, label: str) -> str:
-    """costcalc's serve (continuous batching) at aiconfigurator's aggregated choice: its concurrency and
-    format (bf16) on its devices as one engine -- serve runs no data-parallel replicas, so attention data
-    parallel over dp becomes tensor parallel over tp x dp, the experts over the same devices where it
-    spreads them (ep > 1)."""
+    """costcalc's serve (continuous batching) at aiconfigurator's aggregated choice as it is: its
+    concurrency, format (bf16) and layout -- attention tp x dp replicas, the experts over every replica
+    where it spreads them (ep > 1: serve's --dp with --ep tp x dp)."""
     from costcalc import serving
     from costcalc.cli.options import traffic
     from costcalc.evaluate import Options, Query
@@ -102,13 +101,12 @@ def served_at_their_choice(row: dict, given: dict, label: str) -> str:
     tp, dp, ep = (int(row[k]) for k in ("tp", "dp", "moe_ep"))
     concurrency = int(row["concurrency"])
     chosen = traffic({"device": DEVICE, "weight_dtype": "bf16", **given})
-    engine = tp * dp
-    query = Query(presets.load(PRESET), "decode", Options(tp=engine, ep=engine if ep > 1 else 1),
+    query = Query(presets.load(PRESET), "decode", Options(tp=tp, ep=tp * dp if ep > 1 else 1, dp=dp),
                   chosen.precision, chosen.machine)
     got = serving.aggregated(query, serving.Shape(ISL, OSL), [concurrency])
     got = {k: v[0] for k, v in got.items()}
     flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in given.items() if v)
-    return (f"| costcalc serve at aiconfigurator's agg concurrency, {label} | {got['layout']}, bf16 (its dp as tp) | "
+    return (f"| costcalc serve at aiconfigurator's agg choice, {label} | {got['layout']}, bf16 | "
             f"concurrency {concurrency} | {units.seconds(got['ttft_s'])} | {units.seconds(got['tpot_s'])} | "
             f"{got['tokens_per_s_per_gpu']:.1f} | {got['tokens_per_s_per_user']:.1f} | "
             f"`costcalc serve -p {PRESET} --device {DEVICE} --isl {ISL} --osl {OSL} --concurrency {concurrency} "
@@ -198,9 +196,9 @@ def report(runs: list[dict], aic: dict, theirs: list[str]) -> str:
         "the best of `plan --batching continuous --disagg`'s prefill x decode pool splits alone (`serve",
         "--disagg`: its `batch` each decode engine's requests; the search's candidates counted whole). The",
         "last rows take aiconfigurator's aggregated choice as it is and ask costcalc's `generate` for it (its concurrent",
-        "requests as one static batch), then `serve` at its concurrency (continuous batching; serve runs",
-        "no data-parallel replicas, so its attention dp becomes tp over the same devices): the same",
-        "configuration, costcalc's time model.",
+        "requests as one static batch), then `serve` at its concurrency and layout (continuous batching,",
+        "its attention data-parallel replicas with the experts over all of them): the same configuration,",
+        "costcalc's time model.",
         "",
         "Layouts are written each tool's way: costcalc's `tp4.ep8.dp2` is tensor parallel 4 for attention, the",
         "experts over all 8 devices, 2 data-parallel replicas; aiconfigurator's `tp1pp1dp8etp1ep8` is attention",
@@ -216,11 +214,11 @@ def report(runs: list[dict], aic: dict, theirs: list[str]) -> str:
         "  sharing the steps; it raises concurrency until TPOT reaches the target (TPOT near 30 ms), where",
         "  costcalc's chosen batch ends with TPOT far below it. Its disaggregated mode puts prefill and",
         "  decode on separate GPU pools (xPyD) with the KV cache sent between them. `plan --batching",
-        "  continuous` searches `costcalc serve`'s continuous-batching engines instead (tp x ep engines, the",
-        "  spare devices running copies: serve runs no pipeline or data-parallel replicas, so aiconfigurator's",
-        "  attention-dp layouts are not among them), and its chosen concurrency, the largest power of two",
-        "  under the TPOT target, also ends near it; with `--disagg` it adds `serve --disagg`'s prefill x",
-        "  decode pool splits.",
+        "  continuous` searches `costcalc serve`'s continuous-batching engines instead (tp x ep engines and",
+        "  tp x dp replicas with the experts over them -- aiconfigurator's attention-dp layouts --, the spare",
+        "  devices running copies; serve runs no pipeline), and its chosen concurrency, the largest power of",
+        "  two under the TPOT target, also ends near it; with `--disagg` it adds `serve --disagg`'s prefill x",
+        "  decode pool splits (tp x ep engines).",
         "- **Time per operator.** costcalc's roofline timing is a floor: each operator at max(FLOPs / peak,",
         "  bytes / bandwidth) at the datasheet's dense peaks, every collective at alpha + factor x bytes /",
         "  link bandwidth, hidden behind compute where shorter (`--overlap full`). aiconfigurator looks every",

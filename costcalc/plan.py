@@ -145,15 +145,17 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(spec: ModelSpec, devices: int, continuous: bool = False) -> list[Layout]:
+def layouts(spec: ModelSpec, devices: int, continuous: bool = False, replicas: bool = True) -> list[Layout]:
     """The layouts searched on ``devices`` (the module's rules): tp x pp x dp dividing it; ep 1 or tp at
     dp 1, tp x dp with dp > 1 (MoE models only); ``continuous``: serve's engines, tp dividing it with ep 1
-    or tp (pp = dp = 1); not yet checked against the model."""
+    or tp, and (``replicas``) tp x dp dividing it with ep = tp x dp (MoE models: data-parallel attention,
+    the experts over every replica; pp = 1); not yet checked against the model."""
     moe = any(g.block.ffn == "moe" for g in spec.groups)
     out = []
     if continuous:
         for tp in divisors(devices):
             out += [Layout(tp, ep, 1, 1) for ep in dict.fromkeys((1, tp)) if ep == 1 or moe]
+            out += [Layout(tp, tp * dp, 1, dp) for dp in divisors(devices // tp) if dp > 1 and moe and replicas]
         return out
     for n in divisors(devices):
         for tp in divisors(n):
@@ -191,8 +193,8 @@ def splits(spec: ModelSpec, devices: int) -> list[Split]:
     """Every split of ``devices`` into a prefill pool of p and a decode pool of devices - p (both at least
     one), each pool's engine a tp x ep layout whose devices divide its pool (``layouts``' continuous
     rule); a pool of several engines stands for copies, so no split leaves devices over."""
-    return [Split(first, p, second, devices - p) for p in range(1, devices)
-            for first in layouts(spec, p, True) for second in layouts(spec, devices - p, True)]
+    return [Split(first, p, second, devices - p) for p in range(1, devices)     # serve --disagg's pools: tp x ep
+            for first in layouts(spec, p, True, False) for second in layouts(spec, devices - p, True, False)]
 
 
 @dataclass(frozen=True)
@@ -328,15 +330,17 @@ def shape(setup: Setup, request: Request) -> Any:
 
 
 def continuous(setup: Setup, request: Request, item: tuple) -> list[Row]:
-    """The continuous-batching candidates of one (tp x ep engine, weight format): ``serving.aggregated``
-    at concurrencies 2^k up to serve's ``--concurrency max`` (an error where not one request fits)."""
+    """The continuous-batching candidates of one (engine, weight format): ``serving.aggregated`` at
+    concurrencies 2^k times its replicas up to serve's ``--concurrency max`` (an error where not one request
+    fits)."""
     from . import serving
 
     layout, weight, _ = item
     q = engine_query(setup, layout, weight)
     asked = shape(setup, request)
-    largest = serving.admitted(asked, serving.Engine(q).max_concurrency(asked))
-    sizes = batches(1, largest)
+    engine = serving.Engine(q)
+    largest = layout.dp * serving.admitted(asked, engine.max_concurrency(asked) // layout.dp)
+    sizes = batches(layout.dp, largest)
     table = serving.aggregated(q, asked, sizes)
     label = replace(setup.precision, weight=weight).labels(setup.spec)["weight_dtype"]
     rows = []
@@ -367,9 +371,9 @@ def command(setup: Setup, request: Request, item: tuple, batch: int) -> str:
 
 
 def engine_query(setup: Setup, layout: Layout, weight: Any) -> Query:
-    """serve's question of one tp x ep engine in one weight format."""
-    return Query(setup.spec, "decode", Options(tp=layout.tp, ep=layout.ep), replace(setup.precision, weight=weight),
-                 setup.machine)
+    """serve's question of one engine (tp x ep, or tp x dp replicas with ep over them) in one weight format."""
+    return Query(setup.spec, "decode", Options(tp=layout.tp, ep=layout.ep, dp=layout.dp),
+                 replace(setup.precision, weight=weight), setup.machine)
 
 
 def disaggregated(setup: Setup, request: Request, item: tuple, engines: dict) -> list[Row]:

@@ -147,26 +147,36 @@ class Engine:
         if query.machine is None:
             raise CostcalcError("serve needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
         layout = query.options.layout
-        if layout.pp > 1 or layout.dp > 1 or layout.sp:
-            raise CostcalcError(f"serve models one engine on --tp/--ep devices; {layout.flags} is not modelled yet "
-                                f"(a pipeline's or data-parallel replicas' iterations: run one replica and "
-                                f"multiply its rates by the replicas)")
+        if layout.pp > 1 or layout.sp:
+            raise CostcalcError(f"serve models one engine on --tp/--ep/--dp devices; {layout.flags} is not modelled "
+                                f"yet (a pipeline's iterations, or tokens split over the tensor-parallel devices)")
         self.query = query if query.precision is not None else query.but(precision=Precision())
+        self.replicas = layout.dp
         self._seen: dict[tuple, Any] = {}
 
     @property
     def devices(self) -> int:
         return self.query.options.layout.devices
 
+    def per_replica(self, concurrency: int, flag: str = "--concurrency") -> int:
+        """Requests in flight on each data-parallel replica (each schedules its own, vLLM's data-parallel
+        engines): ``concurrency`` over ``replicas``, which must divide it."""
+        if concurrency % self.replicas:
+            raise CostcalcError(f"{flag} {concurrency} does not divide over the {self.replicas} data-parallel "
+                                f"replicas (--dp {self.replicas}: each runs its own requests)")
+        return concurrency // self.replicas
+
     def part(self, workload: str, point: dict[str, int], logits: Logits = Logits.last) -> dict[str, Any]:
-        """``roofline.point`` of one compiled workload at ``point`` with per-operator numbers (one
-        device's under a layout: ``parallel.device_traffic``), its collectives' seconds, ``comm_s``, and
-        under ``--timing measured`` the share's estimate, ``estimate_s`` (its collectives looked up too, met
-        under ``--overlap``)."""
+        """``roofline.point`` of one compiled workload at ``point`` (one replica's: its batch B is every
+        replica's, B x ``replicas``, in the layout's terms) with per-operator numbers (one device's under a
+        layout: ``parallel.device_traffic``, whose experts see every replica's tokens under --ep tp x dp),
+        its collectives' seconds, ``comm_s``, and under ``--timing measured`` the share's estimate,
+        ``estimate_s`` (its collectives looked up too, met under ``--overlap``)."""
         key = (workload, tuple(sorted(point.items())), logits)
         if key not in self._seen:
             from . import parallel, roofline
 
+            point = {**point, "B": point["B"] * self.replicas}
             query = self.query.but(workload=workload, logits=logits)
             layout, machine = query.options.layout, query.machine
             if layout.single:
@@ -185,7 +195,7 @@ class Engine:
         return self._seen[key]
 
     def iteration(self, shape: Shape, decoding: int, chunk: Optional[tuple[int, int, int, bool]] = None) -> Step:
-        """An iteration of ``decoding`` decode tokens (their contexts each of isl .. isl + osl - 2 equally:
+        """An iteration of one replica (every replica runs the same): ``decoding`` decode tokens (their contexts each of isl .. isl + osl - 2 equally:
         the decode phase's sum over ``osl - 1``) and, with ``chunk`` = (prompts, size, prefix, last), that
         cached prefill of each prompt (logits on the last chunk only). Per operator the shares' FLOPs and
         non-weight bytes add; its weights are read once: a routed expert's for every expert the iteration's
@@ -248,7 +258,7 @@ class Engine:
 
     def max_concurrency(self, shape: Shape) -> int:
         """The most requests whose weights and caches, each at ``isl + osl - 1`` tokens, fit
-        (``fitting.max_batch``); an error where not one does."""
+        (``fitting.max_batch``: every replica's, a multiple of them); an error where not one does."""
         from .fitting import RESERVE, max_batch
 
         found = max_batch(self.query, shape.held)
@@ -287,20 +297,21 @@ def aggregated(query: Query, shape: Shape, concurrency: Sequence[Any]) -> Table:
     """Rows of one engine serving ``concurrency`` requests in flight (each an int, or ``"max"``: the
     most whose weights and caches fit, ``Engine.max_concurrency``, then the most whose prefill keeps up)."""
     engine = Engine(query)
+    d = engine.replicas         # data-parallel replicas: each runs 1/d of the requests, its own iterations
     rows = []
     for asked in concurrency:
         if asked == "max":
-            asked = admitted(shape, engine.max_concurrency(shape))
+            asked = d * admitted(shape, engine.max_concurrency(shape) // d)
         asked = positive("--concurrency", asked)
-        running = admitted(shape, asked)
+        running = admitted(shape, engine.per_replica(asked))     # one replica's
         mixed = mix(shape, running)
         many, rest = cycle(shape, mixed)
         chunks = engine.prefill(shape, mixed)
         decode = engine.iteration(shape, running) if rest else None
         first = sum(s.time_s for s in chunks)
         per_cycle = float(Fraction(running, mixed.prompts)) * first + (float(rest) * decode.time_s if decode else 0.0)
-        rate = running / per_cycle
-        wait = (asked - running) / rate
+        rate = d * running / per_cycle
+        wait = (asked - d * running) / rate
         tpot = (per_cycle - first) / (shape.osl - 1) if shape.osl > 1 else None
         flops = _flops(engine.query, shape, mixed)
         layout = engine.query.options.layout
@@ -309,11 +320,12 @@ def aggregated(query: Query, shape: Shape, concurrency: Sequence[Any]) -> Table:
             "concurrency": asked, "ttft_s": first + wait, "tpot_s": tpot,
             "tokens_per_s_per_gpu": rate * shape.osl / engine.devices,
             "tokens_per_s_per_user": 1 / tpot if tpot else None,
-            "requests_per_s": rate, "fits": engine.fits(running, shape.held),
-            "queued": asked - running, "prompts_per_mixed": mixed.prompts, "chunks": len(mixed.chunks),
+            "requests_per_s": rate, "fits": engine.fits(d * running, shape.held),
+            "queued": asked - d * running, "prompts_per_mixed": mixed.prompts, "chunks": len(mixed.chunks),
             "mixed_share": round(float(many / (many + rest)), 4),
             "mixed_time_s": first / len(chunks), "decode_time_s": decode.time_s if decode else None,
-            "flops_per_request": flops, "flops_per_iteration": _number(Fraction(running * flops) / (many + rest))})
+            "flops_per_request": flops,
+            "flops_per_iteration": _number(Fraction(d * running * flops) / (many + rest))})
     return _columns(rows)
 
 
@@ -339,7 +351,8 @@ def transfer(pools: Pools, shape: Shape) -> tuple[int, float]:
     query = pools.prefill if pools.prefill.precision is not None else Engine(pools.prefill).query
     held = memory_query(query)
     moved = memory.kv_cache_bytes(held, 1, shape.isl) + memory.state_bytes(held, 1)
-    own = memory.per_device(held, query.options.layout, memory.Held(1, shape.isl, 0))[0]   # one device's shard
+    layout = query.options.layout       # one device's shard of one request (its replica's)
+    own = memory.per_device(held, layout, memory.Held(layout.dp, shape.isl, 0))[0]
     shard = own["kv_cache_bytes"] + own.get("state_bytes", 0)
     device = query.machine.device
     link = parallel.link(device, 2, pools.prefill_devices + pools.decode_devices)
@@ -362,19 +375,19 @@ def disaggregated(pools: Pools, shape: Shape, concurrency: Sequence[Any], make: 
         if devices % engine.devices:
             raise CostcalcError(f"--{name}-devices {devices} is not a whole number of {name} engines of "
                                 f"{engine.devices} devices ({engine.query.options.layout.label})")
-    own = prompts_only(shape)
+    own = prompts_only(shape)           # each prefill replica's
     chunks = first.prefill(shape, own)
     ttft = sum(s.time_s for s in chunks)
-    prefill_rate = own.prompts / ttft * (pools.prefill_devices // first.devices)
+    prefill_rate = first.replicas * own.prompts / ttft * (pools.prefill_devices // first.devices)
     moved, seconds = transfer(Pools(first.query, second.query, pools.prefill_devices, pools.decode_devices), shape)
     rows = []
     for asked in concurrency:
         running = second.max_concurrency(shape) if asked == "max" else positive("--concurrency", asked)
-        step = second.iteration(shape, running)
+        step = second.iteration(shape, second.per_replica(running))
         decode_rate = running / ((shape.osl - 1) * step.time_s) * (pools.decode_devices // second.devices)
         rate = min(prefill_rate, decode_rate)
         devices = pools.prefill_devices + pools.decode_devices
-        fits = [first.fits(own.prompts, shape.isl), second.fits(running, shape.held)]
+        fits = [first.fits(first.replicas * own.prompts, shape.isl), second.fits(running, shape.held)]
         rows.append({
             **_labels(second, shape), "mode": "disaggregated",
             "prefill_layout": first.query.options.layout.label, "prefill_devices": pools.prefill_devices,

@@ -247,7 +247,8 @@ def test_continuous_rows_are_tp_ep_engines_with_the_interface_fields(continuous_
     rows = continuous_rows
     assert rows and all(list(r) == list(plan.FIELDS) for r in rows)
     assert {r["batching"] for r in rows} == {"continuous"} and {r["speculation"] for r in rows} == {None}
-    assert {r["layout"] for r in rows} == {"tp1", "tp2", "tp2.ep2"}       # no pipeline, no dp replicas
+    # no pipeline; data-parallel replicas only with the experts over them (copies are implied)
+    assert {r["layout"] for r in rows} == {"tp1", "tp2", "tp2.ep2", "tp1.ep2.dp2"}
     assert all(r["fits"] is True and r["command"].startswith("costcalc serve ") for r in rows)
 
 
@@ -273,7 +274,8 @@ def test_continuous_commands_reproduce_their_rows(continuous_rows, capsys):
     front = [r for r in rows if r["pareto"]]
     met = [r for r in rows if r["meets_targets"]]
     picks = [max(met, key=lambda r: (r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"])), front[0], front[-1],
-             next(r for r in rows if r["weight_dtype"] == "bf16" and r["layout"] == "tp2")]
+             next(r for r in rows if r["weight_dtype"] == "bf16" and r["layout"] == "tp2"),
+             next(r for r in rows if r["layout"] == "tp1.ep2.dp2" and r["batch"] > 2)]
     for row in picks:
         got, = _served(capsys, row["command"])
         for key in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "layout", "devices"):
@@ -287,10 +289,12 @@ def test_continuous_concurrencies_are_powers_of_two_up_to_serves_max(continuous_
         by.setdefault((r["layout"], r["weight_dtype"]), []).append(r)
     for (layout, dtype), group in by.items():
         sizes = sorted(r["batch"] for r in group)
-        assert sizes == [2 ** i for i in range(len(sizes))]
-    top = max(by[("tp2.ep2", "fp8")], key=lambda r: r["batch"])
-    most, = _served(capsys, top["command"].replace(f"--concurrency {top['batch']}", "--concurrency max"))
-    assert top["batch"] <= most["concurrency"] < 2 * top["batch"]
+        replicas = int(layout.split(".dp")[1]) if ".dp" in layout else 1
+        assert sizes == [replicas * 2 ** i for i in range(len(sizes))]
+    for layout in ("tp2.ep2", "tp1.ep2.dp2"):
+        top = max(by[(layout, "fp8")], key=lambda r: r["batch"])
+        most, = _served(capsys, top["command"].replace(f"--concurrency {top['batch']}", "--concurrency max"))
+        assert top["batch"] <= most["concurrency"] < 2 * top["batch"]
 
 
 def test_continuous_budget_reaches_the_commands(capsys):

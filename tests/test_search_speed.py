@@ -159,7 +159,8 @@ FAST_CASES = [      # one of each structure: dense GQA, MoE, MLA with MTP, windo
     ("deepseek-v3", Layout(8, 8, 1, 1), None, None), ("deepseek-v3", Layout(2, 4, 2, 2), "bf16", None),
     ("deepseek-v3", Layout(), "fp8", "mtp"), ("deepseek-v3", Layout(1, 1, 8, 1), None, None),
     ("gemma-3-12b", Layout(2, 1, 2, 1), None, None), ("qwen3.5-35b-a3b", Layout(2, 2, 1, 1), None, None),
-    ("deepseek-v3.2", Layout(4, 4, 1, 1), None, None), ("deepseek-v4-flash", Layout(2, 2, 2, 1), None, None),
+    pytest.param("deepseek-v3.2", Layout(4, 4, 1, 1), None, None, marks=pytest.mark.slow),   # seconds each: the
+    pytest.param("deepseek-v4-flash", Layout(2, 2, 2, 1), None, None, marks=pytest.mark.slow),   # slow group's
     ("deepseek-v3", Layout(8, 8, 1, 1), None, "mtp"), ("qwen3.5-35b-a3b", Layout(2, 4, 1, 2), None, "mtp"),
 ]
 

@@ -258,3 +258,41 @@ def test_a_pool_layout_that_does_not_divide_names_the_pools_options(capsys, flag
     code, _, err = run(capsys, "serve", "-p", "qwen3-235b-a22b", "--isl", "4k", "--osl", "1k", "-c", "8",
                        "--device", "h200", "--disagg", *flags)
     assert code == 2 and one_error(err, named)
+
+
+# --- data-parallel replicas (--dp): each schedules its own requests -------------------------------------
+
+@pytest.mark.parametrize("concurrency", [8, 64, "max"])
+def test_replicas_without_shared_experts_are_copies_of_one_engine(concurrency):
+    """--tp 2 --dp 2 shares nothing between its replicas (no --ep over them): at 2C it is two copies of the
+    --tp 2 engine at C -- the same TTFT, TPOT and tokens/s per GPU, twice the requests/s and the concurrency
+    that fits."""
+    shape = serving.Shape(4096, 1024)
+    one = _rows(_query(tp=2), shape, [concurrency if concurrency == "max" else concurrency // 2])[0]
+    two = _rows(_query(tp=2, dp=2), shape, [concurrency])[0]
+    assert two["concurrency"] == 2 * one["concurrency"] and two["devices"] == 4
+    for key in ("ttft_s", "tpot_s", "tokens_per_s_per_gpu", "mixed_time_s", "decode_time_s"):
+        assert two[key] == pytest.approx(one[key], rel=1e-12), key
+    assert two["requests_per_s"] == pytest.approx(2 * one["requests_per_s"], rel=1e-12)
+
+
+def test_data_parallel_attention_with_experts_over_every_replica():
+    """DeepSeek-V3 on tp1.ep8.dp8 (vLLM's data-parallel attention with expert parallelism): a decode
+    iteration is each replica's C/8 tokens, the experts routed every replica's (the decode phase's row on
+    that layout over osl - 1), and the MLA latent each replica holds is its own requests': eight times the
+    concurrency of tp8.ep8, whose every device holds every request's latent."""
+    spec, shape = presets.load("deepseek-v3"), serving.Shape(4096, 1024)
+    wide = Query(spec, "decode", Options(tp=1, ep=8, dp=8), Precision(weight="fp8"), H200)
+    row = _rows(wide, shape, [64])[0]
+    phase = as_rows(calc.answer(Query(spec, "decode_phase", Options(tp=1, ep=8, dp=8), Precision(weight="fp8"),
+                                      H200), batch=[64], seq=[4096], new_tokens=[1024]))[0]
+    assert row["decode_time_s"] == pytest.approx(phase["time_s"] / 1023, rel=1e-9)
+    most = _rows(wide, shape, ["max"])[0]["concurrency"]
+    narrow = _rows(Query(spec, "decode", Options(tp=8, ep=8), Precision(weight="fp8"), H200), shape, ["max"])[0]
+    assert most % 8 == 0 and most > 4 * narrow["concurrency"]
+
+
+def test_a_concurrency_that_does_not_divide_over_the_replicas_is_one_line(capsys):
+    code, out, err = run(capsys, "serve", "-p", DENSE, "--isl", "4k", "--osl", "1k", "--device", "h200", "--tp", "2",
+                         "--dp", "2", "-c", "7")
+    assert code != 0 and one_error(err, "--concurrency 7 does not divide over the 2 data-parallel replicas"), err

@@ -256,8 +256,9 @@ CONTINUOUS_NOTES = (
     "conc = requests in flight (the JSON's batch). Continuous batching, as serve models it: each iteration one "
     "decode token a request and prompt chunks within --max-batched-tokens; ttft: a request's own mixed "
     "iterations; tpot: the rest of its cycle / (N-1); per GPU = requests/s x output tokens / the engine's "
-    "devices; per user = 1 / tpot. An engine is tp x ep (serve runs no pipeline or data-parallel replicas); one "
-    "of fewer devices than asked runs copies of itself on the rest (docs/cost-model.md, Planning).",)
+    "devices; per user = 1 / tpot. An engine is tp x ep, or tp x dp replicas with the experts over them "
+    "(serve runs no pipeline); one of fewer devices than asked runs copies of itself on the rest "
+    "(docs/cost-model.md, Planning).",)
 DISAGG_NOTES = (
     "p:AxL d:BxM: a prefill pool of A engines of layout L and a decode pool of B of M (serve --disagg), conc "
     "the requests on each decode engine; ttft: the prompt's iterations + its KV cache's transfer; tpot: the "

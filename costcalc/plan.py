@@ -216,9 +216,10 @@ MTP = Draft("mtp", {"draft": "mtp"}, "--draft mtp")
 
 
 def speculations(spec: ModelSpec) -> tuple:
-    """The default speculation axis: None (no draft), and ``mtp`` (the MTP module drafting at every
-    decode step: its cost, no tokens accepted) where the model has multi-token-prediction layers."""
-    return (None, MTP) if spec.mtp is not None else (None,)
+    """The default speculation axis: no draft, whatever the model. A draft whose tokens no rate accepts
+    only costs (``--draft mtp`` alone: its module at every step, no token more), so it could never be on
+    the front: speculative decoding is searched where ``--acceptance`` gives its rate (``speculative``)."""
+    return (None,)
 
 
 def speculative(drafter: str, tokens: Sequence[int], acceptance: str, fields: Callable[[int], dict]) -> tuple:
@@ -467,12 +468,17 @@ def search(setup: Setup, request: Request, progress: Optional[Callable[[int, int
     workers = max(1, min(workers, len(shapes)))
     if workers > 1:
         _warm(setup, drafts)
-    # each layout's triples together (its formats and drafts share their arrays); the layouts dealt out
-    # longest first to the least loaded process, a pipeline's stages counted (``_work``)
+    # the layouts of one tensor-parallel degree together (their groups at one device's sizes share their
+    # arrays: ``steptimes``), dealt out longest first to the least loaded process (``_work``)
+    kinds: dict[Any, list[int]] = {}
+    for k, layout in enumerate(shapes):
+        kinds.setdefault(_tp(layout), []).append(k)
     load, share = [0.0] * workers, {}
-    for k in sorted(range(len(shapes)), key=lambda k: -_work(shapes[k])):
-        share[k] = min(range(workers), key=load.__getitem__)
-        load[share[k]] += _work(shapes[k])
+    for kind in sorted(kinds, key=lambda kind: -sum(_work(shapes[k]) for k in kinds[kind])):
+        w = min(range(workers), key=load.__getitem__)
+        for k in kinds[kind]:
+            share[k] = w
+        load[w] += sum(_work(shapes[k]) for k in kinds[kind])
     chunks = [[(i, item) for i, (k, item) in enumerate(owner) if share[k] == w] for w in range(workers)]
     done = forked.run(lambda chunk: _candidates(setup, request, chunk, progress if chunk is chunks[0] else None),
                       chunks)
@@ -521,6 +527,11 @@ def _warm(setup: Setup, drafts: Sequence[Optional[Draft]]) -> None:
             continue
     for weight in setup.weights:
         replace(setup.precision, weight=weight).weights(setup.spec)
+
+
+def _tp(layout: Any) -> Any:
+    """What decides a layout's device sizes: its tensor parallelism (a split's, its two engines')."""
+    return (layout.prefill.tp, layout.decode.tp) if isinstance(layout, Split) else layout.tp
 
 
 def _work(layout: Any) -> float:

@@ -136,13 +136,21 @@ def test_unmet_targets_say_so_and_name_the_closest(rows, capsys):
     assert f"\n  {closest['command']}\n" in tail
 
 
-def test_the_model_speculates_with_its_mtp_layers_where_it_has_them():
-    """The default speculation axis: none, and --draft mtp (its module's cost at every step) where the
-    model has MTP layers."""
+def test_the_default_axis_drafts_nothing_and_a_draft_alone_only_costs(capsys):
+    """The default speculation axis is no draft, MTP layers or not; asked alone (no rate), --draft mtp
+    drafts at every step and accepts nothing: each of its rows is slower than the same row without it."""
     from costcalc import presets
 
     assert plan.speculations(presets.load("qwen3-8b")) == (None,)
-    assert plan.speculations(presets.load("deepseek-v3")) == (None, plan.MTP)
+    assert plan.speculations(presets.load("deepseek-v3")) == (None,)
+    code, out, err = run(capsys, "plan", "-p", "qwen3.5-35b-a3b", "--device", "h100", "--devices", "2", "--isl",
+                         "512", "--osl", "16", "--ttft", "1s", "--tpot", "10ms", "--draft", "mtp", "-f", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    plain = {(r["layout"], r["batch"], r["weight_dtype"]): r for r in got if r["speculation"] is None}
+    drafted = [r for r in got if r["speculation"] == "mtp"]
+    assert drafted and all(r["tpot_s"] > plain[(r["layout"], r["batch"], r["weight_dtype"])]["tpot_s"]
+                           for r in drafted)
 
 
 def test_speculative_candidates_reproduce_through_generate(capsys):

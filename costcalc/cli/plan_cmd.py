@@ -42,8 +42,8 @@ def plan_command(
         "--draft", metavar="DRAFT", show_default=False,
         help="The drafter of the speculation axis: mtp (the model's MTP layers) or a draft model (its preset, "
              "preset file or config.json, as generate's --draft); with "
-             "--acceptance, speculative decoding over --draft-tokens.  (default: mtp where the model has MTP "
-             "layers)")] = None,
+             "--acceptance, speculative decoding over --draft-tokens; alone, its drafting cost beside each "
+             "plain row.  (default: none; with --acceptance, mtp)")] = None,
     draft_tokens: Annotated[Optional[str], typer.Option(
         "--draft-tokens", metavar="K", show_default=False,
         help="With --acceptance: the tokens K a step drafts to search, a list or range.  (default: 1:4, or 1 to "

@@ -37,11 +37,13 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any, Callable, Optional, Sequence
 
 from . import fitting
 from .composites import rates
 from .errors import CostcalcError, quote
+from .ranges import MAX_VALUE
 from .evaluate import Options, Query, positive
 from .layout import Layout
 from .spec import ModelSpec
@@ -497,6 +499,11 @@ def search(setup: Setup, request: Request, progress: Optional[Callable[[int, int
         raise CostcalcError(f"no layout of {setup.spec.name} on {setup.devices} {setup.machine.device.name} is valid "
                             f"for --isl {request.isl} --osl {request.osl}: {name}: {reason}"
                             + (f" ({len(found.skipped) - 1} others left out too)" if len(found.skipped) > 1 else ""))
+    return _judged(found, request, start)
+
+
+def _judged(found: Search, request: Request, start: float) -> Search:
+    """The candidates with ``meets_targets`` and ``pareto``, the fastest per GPU first."""
     for row in found.rows:
         row["meets_targets"] = row["ttft_s"] <= request.ttft and row["tpot_s"] <= request.tpot
     for row, on in zip(found.rows, front([r["tokens_per_s_per_gpu"] for r in found.rows],
@@ -571,6 +578,94 @@ def _candidates(setup: Setup, request: Request, items: list[tuple[int, tuple]],
         if progress is not None:
             progress(done + total - len(items), total)
     return [out[index] for index, _ in items]
+
+
+MAX_CLASSES = 64     # request shapes a --requests file may give
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One class of a request mix (``--requests``): prompts of ``isl`` tokens, ``osl`` out, and its ``share``
+    of the requests (an exact fraction of the whole)."""
+    isl: int
+    osl: int
+    share: Fraction
+
+
+def shapes(data: Any, origin: str) -> tuple[Shape, ...]:
+    """A ``--requests`` file's classes: a JSON array (or ``{"requests": [...]}``) of objects with ``isl``,
+    ``osl`` and optionally ``share`` (a positive number, default 1; the shares are normalised), at most
+    ``MAX_CLASSES``; each problem one error naming the file and the entry."""
+    from .jsonfile import kind
+
+    given = data.get("requests") if isinstance(data, dict) and set(data) == {"requests"} else data
+    if not isinstance(given, list) or not given:
+        raise CostcalcError(f"{origin}: expected a non-empty array of request shapes ({{\"isl\": 4096, \"osl\": "
+                            f"1024, \"share\": 0.5}}, ...), or {{\"requests\": [...]}}; got {kind(given)}")
+    if len(given) > MAX_CLASSES:
+        raise CostcalcError(f"{origin}: {len(given)} request shapes; at most {MAX_CLASSES}")
+    out = []
+    for i, entry in enumerate(given, 1):
+        where = f"{origin}: request shape {i}"
+        if not isinstance(entry, dict):
+            raise CostcalcError(f"{where} is {kind(entry)}, not an object with isl, osl and share")
+        unknown = set(entry) - {"isl", "osl", "share"}
+        if unknown:
+            raise CostcalcError(f"{where}: unknown field {quote(sorted(unknown)[0])} (isl, osl, share)")
+        values = {}
+        for name, least in (("isl", 1), ("osl", 2)):
+            value = entry.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_VALUE:
+                raise CostcalcError(f"{where}: {name} must be a whole number from {least} to {MAX_VALUE:,}, "
+                                    f"got {quote(value)}")
+            values[name] = value
+        share = entry.get("share", 1)
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < float("inf"):
+            raise CostcalcError(f"{where}: share must be a positive number, got {quote(share)}")
+        out.append((values["isl"], values["osl"], Fraction(repr(share)) if isinstance(share, float) else
+                    Fraction(share)))
+    total = sum(share for _, _, share in out)
+    return tuple(Shape(isl, osl, share / total) for isl, osl, share in out)
+
+
+def search_mix(setup: Setup, mix: Sequence[Shape], targets: Request,
+               progress: Optional[Callable[[int, int], None]] = None) -> Search:
+    """The candidates of a request mix (static batching): each (layout, weight format, draft, batch) that
+    every class has (``search`` per class), one row: ``ttft_s`` and ``tpot_s`` the worst class's (every
+    request is held to the targets: ``targets``' ttft and tpot), ``tokens_per_s_per_gpu`` the mixture's,
+    sum_c w_c B N_c / sum_c w_c T_c / devices (each class's batches in proportion to its share w_c of the
+    requests, T_c its batch's whole time, TTFT + (N_c - 1) TPOT), per user 1 / ``tpot_s``, ``command``
+    each class's generate line, ``; ``-joined."""
+    if setup.continuous:
+        raise CostcalcError("--requests: continuous batching serves one request shape (serve); give --isl and "
+                            "--osl, or --batching static")
+    start = time.perf_counter()
+    found = Search()
+    per: list[dict] = []
+    for shape in mix:
+        asked = Request(shape.isl, shape.osl, targets.ttft, targets.tpot)
+        try:
+            got = search(setup, asked, progress)
+        except CostcalcError as exc:
+            raise CostcalcError(f"request shape isl {shape.isl} osl {shape.osl}: {exc}") from None
+        per.append({(r["layout"], r["weight_dtype"], r["speculation"], r["batch"]): r for r in got.rows})
+        found.skipped.update({f"isl {shape.isl} osl {shape.osl}: {k}": v for k, v in got.skipped.items()})
+        found.evaluated = max(found.evaluated, got.evaluated)
+    for key in (k for k in per[0] if all(k in rows for rows in per)):
+        rows = [rows[key] for rows in per]
+        first, batch, devices = rows[0], key[3], rows[0]["devices"]
+        times = [batch * shape.osl / (r["tokens_per_s_per_gpu"] * devices) for shape, r in zip(mix, rows)]
+        made = sum(float(shape.share) * batch * shape.osl for shape in mix)
+        spent = sum(float(shape.share) * t for shape, t in zip(mix, times))
+        tpot = max(r["tpot_s"] for r in rows)
+        found.rows.append({**first, "ttft_s": max(r["ttft_s"] for r in rows), "tpot_s": tpot,
+                           "tokens_per_s_per_gpu": made / spent / devices, "tokens_per_s_per_user": 1 / tpot,
+                           "fits": all(r["fits"] for r in rows),
+                           "command": "; ".join(r["command"] for r in rows)})
+    if not found.rows:
+        raise CostcalcError(f"no candidate of {setup.spec.name} on {setup.devices} {setup.machine.device.name} serves "
+                            f"every request shape of the mix (each fits its own batches, none all of them)")
+    return _judged(found, targets, start)
 
 
 def front(gpu: Sequence[float], user: Sequence[float]) -> list[bool]:

@@ -405,3 +405,74 @@ def test_a_draft_model_is_searched_on_parallel_layouts_and_reproduces(capsys):
     assert total["ttft_s"] == pytest.approx(row["ttft_s"], rel=ROUNDING)
     assert total["tpot_s"] == pytest.approx(row["tpot_s"], rel=ROUNDING)
     assert total["draft_layout"] == "tp2" and total["layout"] == "tp2"
+
+
+# --requests: a mix of request shapes (static batching)
+
+MIX_BASE = ("plan", "-p", "olmoe-1b-7b", "--device", "h100", "--devices", "2", "--ttft", "150ms", "--tpot", "5ms")
+
+
+def _mix_file(tmp_path, entries, name="mix.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(entries))
+    return str(path)
+
+
+def test_a_mix_of_one_shape_is_the_plain_search(rows, tmp_path):
+    got = answer((*MIX_BASE, "--requests", _mix_file(tmp_path, [{"isl": 512, "osl": 64}])))
+    assert got == rows
+
+
+def test_a_mix_holds_every_shape_to_the_targets_and_mixes_their_throughput(tmp_path):
+    """Each row from the shapes' own searches: ttft and tpot the worst shape's, tokens/s per GPU the
+    mixture's (each shape's batches in proportion to its share of the requests)."""
+    shapes = [(256, 32, 3), (2048, 128, 1)]
+    got = answer((*MIX_BASE, "--requests", _mix_file(tmp_path, [{"isl": i, "osl": o, "share": w}
+                                                                 for i, o, w in shapes])))
+    alone = [{(r["layout"], r["weight_dtype"], r["speculation"], r["batch"]): r
+              for r in answer((*MIX_BASE, "--isl", str(i), "--osl", str(o)))} for i, o, _ in shapes]
+    assert got and all(list(r) == list(plan.FIELDS) for r in got)
+    assert len(got) == len(set(alone[0]) & set(alone[1]))
+    for row in got:
+        own = [a[(row["layout"], row["weight_dtype"], row["speculation"], row["batch"])] for a in alone]
+        assert row["ttft_s"] == max(r["ttft_s"] for r in own) and row["tpot_s"] == max(r["tpot_s"] for r in own)
+        b, n = row["batch"], row["devices"]
+        times = [b * o / (r["tokens_per_s_per_gpu"] * n) for (_, o, _), r in zip(shapes, own)]
+        want = sum(w * b * o for _, o, w in shapes) / sum(w * t for (_, _, w), t in zip(shapes, times)) / n
+        assert row["tokens_per_s_per_gpu"] == pytest.approx(want, rel=1e-12)
+        assert row["command"] == "; ".join(r["command"] for r in own)
+        assert row["meets_targets"] is (row["ttft_s"] <= TTFT and row["tpot_s"] <= TPOT)
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"isl": 512}', "expected a non-empty array of request shapes"),
+    ("[]", "expected a non-empty array"),
+    ('[{"isl": 512}]', "osl must be a whole number from 2"),
+    ('[{"isl": 512, "osl": 1}]', "osl must be a whole number from 2"),
+    ('[{"isl": 512, "osl": 64, "share": 0}]', "share must be a positive number"),
+    ('[{"isl": 512, "osl": 64, "weight": 1}]', "unknown field 'weight'"),
+    ('[3]', "request shape 1 is a number"),
+    ("[{", "not valid JSON"),
+    (b"\xff\xfe", "not UTF-8 text"),
+])
+def test_a_bad_requests_file_is_one_line(capsys, tmp_path, content, message):
+    path = tmp_path / "mix.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code, out, err = run(capsys, *MIX_BASE, "--requests", str(path))
+    assert code == 2 and one_error(err, message), err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--isl", "512", "--osl", "64"), "give --isl and --osl, or --requests FILE"),
+    (("--batching", "continuous"), "--requests: continuous batching serves one request shape"),
+    ((), "cannot read requests file"),
+])
+def test_requests_beside_isl_continuous_or_a_folder_is_one_line(capsys, tmp_path, extra, message):
+    target = str(tmp_path) if not extra else _mix_file(tmp_path, [{"isl": 512, "osl": 64}])
+    code, out, err = run(capsys, *MIX_BASE, "--requests", target, *extra)
+    assert code == 2 and one_error(err, message), err
+
+
+def test_no_shape_at_all_is_one_line(capsys):
+    code, out, err = run(capsys, *MIX_BASE)
+    assert code == 2 and one_error(err, "give --isl and --osl"), err

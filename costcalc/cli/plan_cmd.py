@@ -30,8 +30,14 @@ def plan_command(
     device: DeviceOpt = None,
     device_file: DeviceFileOpt = None,
     devices: Annotated[str, typer.Option("--devices", metavar="N", help="Devices to fill (of --device).")] = ...,
-    isl: Annotated[str, typer.Option("--isl", metavar="S", help="Input (prompt) tokens a request, e.g. 4k.")] = ...,
-    osl: Annotated[str, typer.Option("--osl", metavar="N", help="Output tokens a request (at least 2), e.g. 1k.")] = ...,
+    isl: Annotated[Optional[str], typer.Option("--isl", metavar="S", show_default=False,
+                                               help="Input (prompt) tokens a request, e.g. 4k.")] = None,
+    osl: Annotated[Optional[str], typer.Option("--osl", metavar="N", show_default=False,
+                                               help="Output tokens a request (at least 2), e.g. 1k.")] = None,
+    requests: Annotated[Optional[str], typer.Option(
+        "--requests", metavar="FILE", show_default=False,
+        help="Instead of --isl/--osl, a mix of request shapes: a JSON array of {\"isl\": 4096, \"osl\": 1024, "
+             "\"share\": 0.5} (static batching; each class held to the targets, the mixture's tokens/s).")] = None,
     ttft: Annotated[str, typer.Option("--ttft", metavar="T", help="Time to first token target, e.g. 2s.")] = ...,
     tpot: Annotated[str, typer.Option("--tpot", metavar="T", help="Time per output token target, e.g. 30ms.")] = ...,
     weight_dtype: Annotated[Optional[str], typer.Option(
@@ -78,8 +84,8 @@ def plan_command(
     spec = model(preset, preset_file, config)
     if not (device or device_file):
         raise CostcalcError("plan needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
-    request = plan.Request(ranges.number(isl, "--isl"), ranges.number(osl, "--osl"), plan.duration(ttft, "--ttft"),
-                           plan.duration(tpot, "--tpot"))
+    mix = _mix(isl, osl, requests)
+    request = plan.Request(mix[0].isl, mix[0].osl, plan.duration(ttft, "--ttft"), plan.duration(tpot, "--tpot"))
     count = ranges.number(devices, "--devices")
     given = {"device": device, "device_file": device_file, "kv_dtype": kv_dtype, "timing": timing, "engine": engine,
              "engine_version": engine_version}
@@ -95,7 +101,8 @@ def plan_command(
                        _drafts(spec, draft, draft_tokens, acceptance), mode,
                        budget, disagg)
     bar = Progress()
-    found = plan.search(setup, request, progress=bar)
+    found = plan.search(setup, request, progress=bar) if requests is None else \
+        plan.search_mix(setup, mix, request, progress=bar)
     bar.close()
     best, met = plan.chosen(found.rows, request)
     rows = [{key: row[key] for key in plan.FIELDS} for row in found.rows]
@@ -105,7 +112,8 @@ def plan_command(
 
     def own(chosen_format: str, width: Optional[int]):
         if chosen_format == "table":
-            return lambda handle: handle.write(escape(text(setup, request, found, (best, met), every), lines=True))
+            return lambda handle: handle.write(escape(text(setup, (request, mix if requests else None), found,
+                                                           (best, met), every), lines=True))
         if chosen_format == "markdown":
             return lambda handle: handle.write(render(front, "markdown", said, width))
         return None     # CSV and JSON: every candidate
@@ -113,6 +121,21 @@ def plan_command(
 
 
 DEFAULT_DRAFT_TOKENS = "1:4"
+
+
+def _mix(isl: Optional[str], osl: Optional[str], requests: Optional[str]) -> tuple:
+    """The request shapes asked: --isl and --osl (one, all of the requests), or a --requests file's."""
+    if requests is not None:
+        if isl is not None or osl is not None:
+            raise CostcalcError("give --isl and --osl, or --requests FILE (a mix of request shapes), not both")
+        from .. import jsonfile
+
+        return plan.shapes(jsonfile.read(requests, "requests file"), f"requests file {requests!r}")
+    if isl is None or osl is None:
+        raise CostcalcError("give --isl and --osl (a request's prompt and output tokens), or --requests FILE")
+    from fractions import Fraction
+
+    return (plan.Shape(ranges.number(isl, "--isl"), ranges.number(osl, "--osl"), Fraction(1)),)
 
 
 def _drafts(spec: Any, draft: Optional[str], tokens: Optional[str], acceptance: Optional[str]) -> Optional[tuple]:
@@ -205,11 +228,13 @@ def _cells(index: int, row: dict[str, Any], best: dict[str, Any]) -> list[str]:
             "yes" if row["meets_targets"] else "no"]
 
 
-def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: tuple, every: bool) -> str:
+def text(setup: plan.Setup, asked: tuple, found: plan.Search, choice: tuple, every: bool) -> str:
     """The terminal answer: what was searched, the front (``every``: all candidates) as a table with the
     chosen row marked ``*`` (tokens/s per GPU and per user; the draft column where a row drafts), each
-    row's reproducing command, and the chosen configuration's line."""
+    row's reproducing command, and the chosen configuration's line. ``asked``: the ``plan.Request`` (its
+    targets) and a --requests mix's shapes (None: the request's own shape)."""
     best, met = choice
+    request, mix = asked
     rows = found.rows if every else [r for r in found.rows if r["pareto"] or r is best]
     keep = [c for c, name in enumerate(HEAD) if name != "draft" or any(r["speculation"] for r in rows)]
     head = [CONCURRENCY if name == "batch" and setup.continuous else name for name in HEAD]
@@ -224,11 +249,16 @@ def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: t
     timing = setup.machine.timing_mode
     axes = ("engine or split" if setup.disagg else "engine") + " x weight format" if setup.continuous \
         else "layout x weight format x draft"
-    said = (f"{spec} on {setup.devices} {device}: prompts of {request.isl} tokens, {request.osl} out; targets ttft "
+    shape = (f"prompts of {request.isl} tokens, {request.osl} out" if mix is None else
+             f"a mix of {len(mix)} request shapes (" + ", ".join(f"{float(m.share):.0%} {m.isl}/{m.osl}" for m in mix)
+             + " prompt/output tokens; ttft and tpot the worst shape's)")
+    said = (f"{spec} on {setup.devices} {device}: {shape}; targets ttft "
             f"<= {units.seconds(request.ttft)}, tpot <= {units.seconds(request.tpot)}; {timing} timing, "
             f"{setup.batching} batching. {len(found.rows)} candidates ({found.evaluated} {axes}, "
             f"{len(found.skipped)} not valid or not fitting); {what}:")
-    out = [*textwrap.wrap(said, 80), "", *lines, "", "commands (each reproduces its row):"]
+    out = [*textwrap.wrap(said, 80), "", *lines, "",
+           "commands (each reproduces its row)" + (":" if mix is None else
+                                                   " -- each shape's generate line, ';' between: the row combines them:")]
     out += [f"{i:>{len(str(len(rows)))}}  {r['command']}" for i, r in enumerate(rows, 1)]
     out += ["", *textwrap.wrap(_best_line(best, met, request), 80), f"  {best['command']}", ""]
     notes = (CONTINUOUS_NOTES + (DISAGG_NOTES if setup.disagg else ())) if setup.continuous else NOTES

@@ -99,6 +99,8 @@ def check(query: Any) -> None:
         raise CostcalcError(f"--zero {options.zero} shards over the data-parallel devices: it needs --dp > 1")
     if options.micro_batches is not None and layout.pp == 1:
         raise CostcalcError("--micro-batches splits a step for a pipeline's stages: it needs --pp > 1")
+    if options.acceptance is not None:      # a speculative query's own layout (memory's carry theirs apart)
+        check_draft_tp(options)
     if layout.single:
         return
     flag = layout.flags
@@ -136,16 +138,22 @@ def check_draft(spec: ModelSpec, options: Any, flag: str) -> None:
         if spec.mtp is not None:        # its block is a layer's with eh_proj before it: the layer's rules
             _check_group(spec, Group(1, replace(spec.mtp.block, mtp=False), spec.mtp.sizes), options.layout, flag)
         return
+    check_draft_tp(options)
     own = options.draft_layout
-    if own.tp not in (1, options.tp):
-        raise CostcalcError(f"--draft-tp {own.tp}: a draft model runs at the target's tensor parallelism "
-                            f"({options.tp}) or at 1 (whole on every device), as vLLM's draft_tensor_parallel_size")
     try:
         for group in model.groups:
             _check_group(model, group, own, own.flags)
         check_vocab(model, own)
     except CostcalcError as exc:
         raise CostcalcError(f"--draft {model.name}: {exc}") from None
+
+
+def check_draft_tp(options: Any) -> None:
+    """``--draft-tp``: the target's tensor parallelism or 1 (the whole draft on every device), as vLLM's
+    draft_tensor_parallel_size; on one device, 1."""
+    if options.draft_tp is not None and options.draft_tp not in (1, options.tp):
+        raise CostcalcError(f"--draft-tp {options.draft_tp}: a draft model runs at the target's tensor parallelism "
+                            f"({options.tp}) or at 1 (whole on every device), as vLLM's draft_tensor_parallel_size")
 
 
 def padded(vocab: int, padding: int = VOCAB_PADDING) -> int:

@@ -43,7 +43,7 @@ from typing import Any, Iterator, Optional
 
 from .errors import CostcalcError
 from .evaluate import Options, Query, positive
-from .layout import Layout, _check_group, check_draft, check_vocab, device_spec
+from .layout import Layout, _check_group, check_draft, check_draft_tp, check_vocab, device_spec
 from .ranges import MAX_VALUE
 from .spec import ModelSpec
 from .stages import partition, stages
@@ -235,12 +235,14 @@ def check(spec: ModelSpec, layout: Layout, options: Options, batch: Optional[int
     under parallelism: mixers and sparse layers refused by name), at most as many stages as layers,
     a draft only as ``layout.check_draft`` allows it, and the batch dividing by the data-parallel replicas.
     One error naming the problem."""
+    placed = replace(options, tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp, sp=layout.sp)
+    check_draft_tp(placed)
     if layout.single:
         return
     flag = layout.flags
     if layout.sp:
         raise CostcalcError(f"{flag}: sequence parallelism splits activations, which memory does not hold")
-    check_draft(spec, replace(options, tp=layout.tp, ep=layout.ep, pp=layout.pp, dp=layout.dp, sp=layout.sp), flag)
+    check_draft(spec, placed, flag)
     for group in spec.groups:
         _check_group(spec, group, layout, flag)
     check_vocab(spec, layout)

@@ -298,7 +298,7 @@ def sizes_of(setup: Setup, request: Request, item: tuple) -> tuple[Query, list[i
 
 def static(setup: Setup, request: Request, item: tuple, sized: Optional[tuple] = None, fast: Any = None) -> list[Row]:
     """The static-batching candidates of one (layout, weight format, draft): ``generate``'s generations
-    (``fast``: from a ``steptimes.Search``, where the draft accepts no tokens)."""
+    (``fast``: from a ``steptimes.Search``, every batch at once, speculative ones too)."""
     layout, weight, draft = item
     q, sizes = sized or sizes_of(setup, request, item)
     n = len(sizes)

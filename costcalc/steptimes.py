@@ -12,10 +12,12 @@ thousands of (layout, batch) questions of one model:
 - each operator's time is ``max(FLOPs / peak, bytes / bandwidth)`` (``roofline.point``'s rule), its
   bytes by ``roofline.point``'s rules per traffic kind, over numpy arrays of the batches;
 - the collectives are ``parallel.collectives``' at array batches, timed by ``collectives.times``;
-  a pipeline's step is ``pipeline.makespan`` over arrays of stage times.
+  a pipeline's step is ``pipeline.forward_makespan``, the list schedule's closed form over arrays;
+- a speculative generation's steps (the verify at each S + floor(i E) on the target's layout, the draft's
+  steps on its own) at every (batch, step) at once.
 
 Each number is ``roofline.point``'s in exact arithmetic; in floating point the sums are taken in
-another order, so a time here equals ``costcalc generate``'s to rounding (tests/test_steptimes.py holds
+another order, so a time here equals ``costcalc generate``'s to rounding (tests/test_search_speed.py holds
 them to 1e-12 relative on every preset and layout kind). Roofline timing only: ``--timing measured``
 looks up kernels point by point (``parallel.columns``).
 """
@@ -104,7 +106,9 @@ class Search:
             return parallel.step_time(own, comm, query.options.overlap)
         m = parallel.micro_batches(query)
         micro = {**point, "B": batch // m}
-        key = (id(query.spec), layout, query.workload.name, repr(query.options.draft))
+        o = query.options
+        key = (id(query.spec), layout, query.workload.name, repr(o.draft), o.micro_batches, o.convention,
+               query.logits, query.form, o.window_cache, o.tile)
         if key not in self.stages or self.stages[key][0] is not query.spec:
             stages = parallel.stage_queries(query)
             self.stages[key] = (query.spec, stages, parallel.same_stages(stages))
@@ -168,8 +172,9 @@ class Search:
         its arrays but the dtypes), worked out once per model, layout and workload (a search asks it again
         in every weight format and for every number of replicas)."""
         layout = query.options.layout
-        key = (id(query.spec), layout.tp, layout.ep, query.workload.name, repr(query.options.draft),
-               getattr(query, "last", True), getattr(query, "first", True))
+        o = query.options       # what picks the recipes besides the model and workload
+        key = (id(query.spec), layout.tp, layout.ep, query.workload.name, repr(o.draft), o.convention, query.logits,
+               query.form, o.window_cache, o.tile, getattr(query, "last", True), getattr(query, "first", True))
         hit = self.held.get(key)
         if hit is not None and hit[0] is query.spec:
             return hit[1:]

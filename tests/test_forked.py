@@ -10,7 +10,7 @@ from costcalc import devices, forked, plan, presets
 from costcalc.errors import CostcalcError
 from costcalc.roofline import Machine, Precision
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform: forked.run is serial")
+pytestmark = pytest.mark.skipif(not forked.safe(), reason="forking is not safe here: forked.run is serial")
 
 
 def test_chunks_come_back_in_order_worked_in_other_processes():
@@ -52,3 +52,33 @@ def test_a_search_on_two_processes_is_the_search_on_one():
     one, two = plan.search(setup, request, workers=1), plan.search(setup, request, workers=2)
     assert one.rows and one.rows == two.rows
     assert list(one.skipped.items()) == list(two.skipped.items()) and one.evaluated == two.evaluated
+
+
+def test_a_child_that_hangs_is_killed_and_its_chunk_worked_here(monkeypatch):
+    import time
+
+    here = os.getpid()
+    monkeypatch.setattr(forked, "PATIENCE_S", 0.5)
+
+    def work(chunk):
+        if os.getpid() != here:
+            time.sleep(60)
+        return chunk + 1
+
+    start = time.monotonic()
+    assert forked.run(work, [1, 2]) == [2, 3]
+    assert time.monotonic() - start < 10
+
+
+def test_another_thread_running_keeps_the_work_here():
+    import threading
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not forked.safe()
+        assert [pid for pid, _ in forked.run(lambda c: (os.getpid(), c), [1, 2])] == [os.getpid()] * 2
+    finally:
+        stop.set()
+        thread.join()

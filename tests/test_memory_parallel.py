@@ -200,7 +200,9 @@ def test_a_single_device_row_keeps_its_columns_with_fits_on_last(capsys):
     (["-p", "llama-3.1-8b", "--pp", "40"], "--pp 40: more stages than the model's 32 layers"),
     (["-p", "lfm2-1.2b", "--tp", "3"], "FFN width m 8192 does not divide by 3"),
     (["-p", "falcon-h1-34b-base", "--tp", "4"], "2 Mamba-2 groups do not divide by 4 and are not 1"),
-    (["-p", "deepseek-v3", "--draft", "mtp", "--tp", "8", "--pp", "2"], "--draft mtp with --pp is not modelled")])
+    (["-p", "deepseek-v3", "--draft", "mtp", "--tp", "8", "--pp", "2"], "--draft mtp with --pp is not modelled"),
+    (["-p", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--draft-tp", "2"], "--draft-tp 2: a draft model runs at "
+                                                                           "the target's tensor parallelism (1)")])
 def test_bad_layouts_are_one_line_errors(capsys, args, message):
     code, out, err = run(capsys, "memory", *args, "-t", "1k", "--device", "h200")
     assert code != 0 and one_error(err, message), err

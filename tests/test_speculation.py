@@ -214,6 +214,8 @@ def test_speculate_prints_every_k_and_marks_the_best(capsys):
     (["--draft", DRAFT, "--acceptance", "0.8", "--tp", "2", "--pp", "2"], "a draft model with --pp is not modelled"),
     (["--draft", DRAFT, "--acceptance", "0.8", "--tp", "4", "--draft-tp", "2"], "--draft-tp 2: a draft model runs"),
     (["--draft-tp", "2"], "--draft-tp is a draft model's tensor-parallel degree"),
+    (["--draft", DRAFT, "--acceptance", "0.8", "--draft-tp", "2"], "--draft-tp 2: a draft model runs at the target's "
+                                                                   "tensor parallelism (1)"),
     (["--draft", "mtp", "--acceptance", "0.8"], "no multi-token-prediction layers"),
 ])
 def test_bad_speculation_inputs_are_one_error_line(capsys, args, message):

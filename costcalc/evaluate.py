@@ -277,7 +277,7 @@ class Query:
 
 # The compiled workloads a draft runs in: a decode step, a generation's decode phase, and its
 # prefill (which runs the MTP module over the prompt: its KV cache, the first draft).
-DRAFTED = ("prefill", "decode", "decode_phase", "generate")
+DRAFTED = ("prefill", "cached_prefill", "decode", "decode_phase", "generate")   # cached_prefill: a proposer's first
 SPECULATIVE = ("decode", "generate")   # the workloads a speculative query asks (costcalc.speculation)
 
 

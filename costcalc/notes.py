@@ -149,8 +149,9 @@ DRAFT = ("draft = the model's multi-token-prediction module run once each decode
          "tokens accepted counted). memory --draft mtp holds the module's weights and KV cache too.")
 
 
-SPECULATION = ("Speculative decoding (--acceptance): a row is one step -- the draft's K proposals (draft_flops: a "
-               "draft model's K decode steps over T..T+K-1 cached tokens, or the MTP module run K times) and the "
+SPECULATION = ("Speculative decoding (--acceptance): a row is one step -- the draft's K proposals (draft_flops: "
+               "a draft model or the MTP module, as vLLM's proposer runs it: one forward over the K+1 verified "
+               "tokens, then K-1 single-token forwards) and the "
                "target's verify, a forward of K+1 new tokens over T cached with logits at each (the terms: prefill "
                "--cached-prefix T --seq K+1 --logits all); expected_tokens_per_step E = 1 + a_1 + a_1 a_2 + ... "
                "(the target's own token counted); per token = per accepted token, over B x E (docs/cost-model.md).")

@@ -3,11 +3,11 @@
 
 One speculative step over T cached tokens, B sequences:
 
-- the drafter proposes K tokens: a draft model runs K decode steps of its own over T, T+1, ...,
-  T+K-1 cached tokens (the compiled ``decode_phase`` of the draft at S = T, N = K+1); the target's
-  MTP module runs K times in a row (vLLM's proposer runs its one module again for each token past
-  the first: ``vllm/v1/spec_decode/eagle.py``, ``EagleProposer.propose``), the same ``decode_phase``
-  with the module as the query's draft (``--draft mtp``, its ``draft`` term);
+- the drafter proposes K tokens as vLLM's proposer runs it (``vllm/v1/spec_decode/eagle.py``,
+  ``EagleProposer.propose``): a first forward over the K + 1 tokens the target just verified (the
+  compiled ``cached_prefill`` of C = K + 1 over T, the last logits), then K - 1 single-token forwards
+  (a ``decode_phase`` at S = T + K + 1, N = K) -- a draft model's own (``proposals``), or the target's
+  MTP module's (``--draft mtp``, its ``draft`` term);
 - the target verifies them: one forward of K+1 new tokens over T cached ones with logits at every
   new position -- exactly ``prefill --cached-prefix T --seq K+1 --logits all`` (``cached_prefill``).
 
@@ -25,6 +25,7 @@ acceptance at which a step's time per token equals a plain decode step's; ``over
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Optional, Sequence
 
@@ -75,14 +76,64 @@ def verify(query: Query) -> Query:
                      draft_tokens=1, acceptance=None, mla=form)
 
 
-def drafting(query: Query) -> Query:
-    """The drafter's K steps as a query of ``decode_phase``: the draft model's own (its options:
-    the convention, MLA form and window cache of the target's; the query's dtypes and device), or
-    the target's with its MTP module as the draft (read from its ``draft`` term)."""
+def drafting(query: Query, workload: str = "decode_phase") -> Query:
+    """A drafter's forward as a query of ``workload``: the draft model's own (its options: the
+    convention, MLA form and window cache of the target's, its own layout; the query's dtypes and
+    device), or the target's with its MTP module as the draft (read from its ``draft`` term)."""
     model = query.options.draft_model
-    if model is not None:
-        return Query(model, "decode_phase", draft_options(query), query.precision, query.machine)
-    return query.but(workload="decode_phase", draft_tokens=1, acceptance=None)
+    form = verify(query).options.mla if workload == "cached_prefill" else query.options.mla   # a few tokens: as
+    if model is not None:                                                                       # the verify runs them
+        return Query(model, workload, replace(draft_options(query), mla=form), query.precision, query.machine)
+    return query.but(workload=workload, draft_tokens=1, acceptance=None, mla=form)
+
+
+def proposals(query: Query, batch: list[int], context: list[int], k: int) -> list[tuple[Query, dict]]:
+    """The drafter's forwards of one step, each (its query, its inputs), as vLLM's proposer runs them
+    (``vllm/v1/spec_decode/eagle.py``, ``propose``: its first forward over every token the target ran,
+    ``num_tokens = target_token_ids.shape[0]``, logits at each sequence's last; then K - 1 forwards of
+    one token a sequence): a cached prefill of the K + 1 tokens just verified over the T cached, then
+    K - 1 decode steps over T + K + 1 onwards (a ``decode_phase`` of N = K)."""
+    n = len(batch)
+    out = [(drafting(query, "cached_prefill"), {"batch": batch, "chunk": [k + 1] * n, "prefix": context})]
+    if k > 1:
+        out.append((drafting(query), {"batch": batch, "seq": [t + k + 1 for t in context], "new_tokens": [k] * n}))
+    return out
+
+
+def _drafted(query: Query, batch: list[int], context: list[int], k: int) -> dict[str, list]:
+    """The drafter's costs at each point, its forwards (``proposals``) added: ``flops`` and, with dtypes,
+    ``bytes``; with a device ``time``; under a layout ``flops_per_device`` and ``comm`` (one device's). A
+    draft model's whole rows (its own layout's columns; whole on one device: its FLOPs, no collective); the
+    MTP module's ``draft`` term, its operators (mtp.*) and its own collectives (``parallel.draft_comm``),
+    met under --overlap."""
+    n, model = len(batch), query.options.draft_model is not None
+    out: dict[str, list] = {}
+    for drafter, inputs in proposals(query, batch, context, k):
+        got = _answer(drafter, **inputs)
+        part = {"flops": got["total_flops" if model else "draft_flops"]}
+        if query.traffic:
+            part["bytes"] = got["total_bytes" if model else "draft_bytes"]
+        if query.machine is not None:
+            part["time"] = got["time_s" if model else "draft_time_s"]
+        if not query.options.layout.single:
+            from . import parallel
+
+            point = {i.symbol: inputs[i.column] for i in drafter.workload.inputs}
+            if model:
+                part["flops_per_device"] = got.get("flops_per_device", got["total_flops"])
+                part["comm"] = got.get("comm_time_s", [0.0] * n)
+            else:
+                ops = parallel.operator_columns(drafter, point, n, sharded=True)
+                part["flops_per_device"] = [parallel.number(sum(column[i] for op, column in ops.items()
+                                                                if op.startswith(DRAFT_PREFIX))) for i in range(n)]
+                if query.machine is not None:
+                    part["comm"] = [parallel.draft_comm(drafter, {key: v[i] for key, v in point.items()})
+                                    for i in range(n)]
+                    part["time"] = [parallel.step_time(t, c, query.options.overlap)
+                                    for t, c in zip(part["time"], part["comm"])]
+        for key, values in part.items():
+            out[key] = [a + b for a, b in zip(out[key], values)] if key in out else list(values)
+    return out
 
 
 def draft_options(query: Query) -> Options:
@@ -128,44 +179,28 @@ def step(query: Query, batch: Sequence[int], context: Sequence[int], tokens: Opt
     n = evaluate.check_inputs(find("decode"), {"batch": batch, "context": context})
     checked = verify(query)
     v = _answer(checked, batch=batch, chunk=[k + 1] * n, prefix=context)
-    drafter = drafting(query)
-    d = _answer(drafter, batch=batch, seq=context, new_tokens=[k + 1] * n)
-    model = query.options.draft_model is not None      # the MTP module: its draft term
-    part = {"flops": "total_flops" if model else "draft_flops", "bytes": "total_bytes" if model else "draft_bytes",
-            "time": "time_s" if model else "draft_time_s"}
+    d = _drafted(query, batch, context, k)
     out: Table = {"preset": [query.spec.name] * n, "workload": ["decode"] * n}
     out.update({key: [value] * n for key, value in {**checked.labels(), **_draft_label(query)}.items()})
     out.update({"draft_tokens": [k] * n, "acceptance": [label(query.options.acceptance)] * n,
                 "batch": batch, "context": context})
     terms = [key for key in v if key.endswith("_flops") and key != "total_flops"]
     out.update({key: v[key] for key in terms})
-    out["draft_flops"] = d[part["flops"]]
+    out["draft_flops"] = d["flops"]
     out["total_flops"] = [a + b for a, b in zip(v["total_flops"], out["draft_flops"])]
     out["expected_tokens_per_step"] = [float(e)] * n
     out["total_flops_per_token"] = [float(t / (b * e)) for t, b in zip(out["total_flops"], batch)]
     if query.traffic:
         labels = list(v)[list(v).index("total_flops") + 1:]
         out.update({key: v[key] for key in labels[:next(i for i, x in enumerate(labels) if x.endswith("_bytes"))]})
-        out["verify_bytes"], out["draft_bytes"] = v["total_bytes"], d[part["bytes"]]
-        out["total_bytes"] = [a + b for a, b in zip(v["total_bytes"], d[part["bytes"]])]
+        out["verify_bytes"], out["draft_bytes"] = v["total_bytes"], d["bytes"]
+        out["total_bytes"] = [a + b for a, b in zip(v["total_bytes"], d["bytes"])]
         out["total_bytes_per_token"] = [float(t / (b * e)) for t, b in zip(out["total_bytes"], batch)]
-    drafted = d[part["time"]] if query.machine is not None else None
+    drafted = d.get("time")
     if not query.options.layout.single:       # one device's: the verify's on its layout, the draft's on its own
-        from . import parallel
-
-        points = [{"B": b, "S": t, "N": k + 1} for b, t in zip(batch, context)]
-        if model:       # the draft model's own columns (on one device whole: its FLOPs, no collective)
-            own, comm = d.get("flops_per_device", d["total_flops"]), d.get("comm_time_s", [0.0] * n)
-        else:           # the MTP module's operators (mtp.*) on one device, and its own collectives
-            ops = parallel.operator_columns(drafter, {"B": batch, "S": context, "N": [k + 1] * n}, n, sharded=True)
-            own = [parallel.number(sum(column[i] for op, column in ops.items() if op.startswith(DRAFT_PREFIX)))
-                   for i in range(n)]
-            comm = [parallel.draft_comm(drafter, p) for p in points] if query.machine is not None else None
-            if query.machine is not None:
-                drafted = [parallel.step_time(t, c, query.options.overlap) for t, c in zip(drafted, comm)]
-        out["flops_per_device"] = [a + b for a, b in zip(v["flops_per_device"], own)]
+        out["flops_per_device"] = [a + b for a, b in zip(v["flops_per_device"], d["flops_per_device"])]
         if query.machine is not None:
-            out["comm_time_s"] = [a + b for a, b in zip(v["comm_time_s"], comm)]
+            out["comm_time_s"] = [a + b for a, b in zip(v["comm_time_s"], d["comm"])]
     if query.machine is not None:
         out["verify_time_s"], out["draft_time_s"] = v["time_s"], drafted
         out["time_s"] = [a + b for a, b in zip(v["time_s"], drafted)]

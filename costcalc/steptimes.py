@@ -85,15 +85,28 @@ class Search:
         many = np.repeat(batch, len(at))
         held = np.tile(np.asarray(at, dtype=np.int64), len(batch))
         steps = self.step(speculation.verify(query), {"B": many, "T": held, "C": k + 1})
-        drafter, point = speculation.drafting(query), {"B": many, "S": held, "N": k + 1}
-        if model is not None:
-            steps = steps + self.step(drafter, point)
-        else:       # the MTP module's own term and its own collectives (speculation.step's rule)
-            mtp = [c for c in parallel.collectives(drafter, point) if c.where.startswith(parallel.MTP_WHERE)]
-            own = comm_time(mtp, drafter.options.layout, drafter.machine.device)
-            steps = steps + parallel.step_time(self.roofline(drafter, point, drafted=True), own + 0.0 * many,
-                                               drafter.options.overlap)
+        for drafter, point in self._proposals(query, many, held, k):       # speculation.proposals' forwards
+            if model is not None:
+                steps = steps + self.step(drafter, point)
+            else:       # the MTP module's own term and its own collectives (speculation._drafted's rule)
+                mtp = [c for c in parallel.collectives(drafter, point) if c.where.startswith(parallel.MTP_WHERE)]
+                own = comm_time(mtp, drafter.options.layout, drafter.machine.device)
+                steps = steps + parallel.step_time(self.roofline(drafter, point, drafted=True), own + 0.0 * many,
+                                                   drafter.options.overlap)
         return _rates(batch, self.osl, first, steps.reshape(len(batch), len(at)).sum(axis=1))
+
+    @staticmethod
+    def _proposals(query: Query, batch: np.ndarray, held: np.ndarray, k: int) -> list[tuple[Query, dict]]:
+        """``speculation.proposals``' forwards at array points, each (its query, its inputs by symbol)."""
+        from . import speculation
+
+        out = []
+        for drafter, inputs in speculation.proposals(query, batch, held, k):
+            arrays = {i.symbol: np.broadcast_to(np.asarray(inputs[i.column], dtype=np.int64), batch.shape)
+                      for i in drafter.workload.inputs}
+            out.append((drafter, {key: (int(v[0]) if v.size and (v == v[0]).all() and key != "B" else v)
+                                  for key, v in arrays.items()}))
+        return out
 
     def step(self, query: Query, point: dict[str, Any]) -> np.ndarray:
         """One step of the query's workload on its layout at each point (``parallel.columns``' ``time_s``):

@@ -89,31 +89,43 @@ def test_the_verify_step_is_the_cached_prefill_row_for_row(capsys, k, context, b
     assert row["time_per_token_s"] == pytest.approx(row["time_s"] / row["expected_tokens_per_step"], rel=1e-12)
 
 
-def test_an_mla_verify_is_the_absorbed_cached_prefill_and_the_mtp_module_runs_k_times():
+def test_an_mla_verify_is_the_absorbed_cached_prefill_and_the_mtp_module_runs_as_vllms_proposer():
+    """The module's first forward over the K + 1 tokens just verified (a cached prefill over T, logits at
+    each sequence's last), then K - 1 single-token forwards over T + K + 1 onwards (vLLM's propose)."""
     spec, k, t = presets.load("deepseek-v3"), 3, 2048
     row = calc.rows(calc.answer(spec_query(spec, "mtp", k, [0.85]), batch=[2], context=[t]))[0]
     cached = calc.cached_prefill(spec, chunk=k + 1, prefix=t, batch=2, logits="all", mla="absorbed")
     for term in ("attn_proj", "experts", "attention", "lm_head"):
         assert row[f"{term}_flops"] == cached[f"{term}_flops"]
-    drafted = [calc.rows(calc.answer(Query(spec, "decode", Options(draft="mtp")), batch=[2], context=[t + j]))[0]
-               for j in range(k)]
-    assert row["draft_flops"] == sum(r["draft_flops"] for r in drafted)     # K runs over T, T+1, ..., T+K-1
+    first = calc.rows(calc.answer(Query(spec, "cached_prefill", Options(draft="mtp", mla="absorbed")), batch=[2],
+                                  chunk=[k + 1], prefix=[t]))[0]
+    rest = [calc.rows(calc.answer(Query(spec, "decode", Options(draft="mtp")), batch=[2], context=[t + k + 1 + j]))[0]
+            for j in range(k - 1)]
+    assert row["draft_flops"] == first["draft_flops"] + sum(r["draft_flops"] for r in rest)
 
 
-def test_a_draft_model_runs_k_decode_steps_of_its_own_and_the_attention_closed_form_holds():
+def _draft_flops(draft, k, t, b):
+    """A draft model's proposals by hand: a cached prefill of the K + 1 verified tokens over T (the last
+    logits), then K - 1 decode steps over T + K + 1 .. T + 2K - 1 cached tokens."""
+    first = calc.cached_prefill(draft, chunk=k + 1, prefix=t, batch=b)["total_flops"]
+    return first + sum(calc.decode(draft, context=t + k + 1 + j, batch=b)["total_flops"] for j in range(k - 1))
+
+
+def test_a_draft_model_proposes_as_vllms_proposer_and_the_attention_closed_form_holds():
     """Verify attention per layer 2 d_q (K+1)(2T+K+2) x B; the LM head 2 B (K+1) d V; the draft's
-    FLOPs its own decode steps over T .. T+K-1 cached tokens."""
+    FLOPs its own forwards (``_draft_flops``)."""
     target, draft = toy("target", 4, 64, 4, 256), toy("draft", 1, 32, 2, 64)
     for k, t, b in ((1, 10, 1), (3, 100, 4), (6, 7, 2)):
         row = calc.rows(calc.answer(spec_query(target, draft, k, [0.5]), batch=[b], context=[t]))[0]
         assert row["attention_flops"] == 4 * b * 2 * 64 * (k + 1) * (2 * t + k + 2)
         assert row["lm_head_flops"] == 2 * b * (k + 1) * 64 * 50
-        assert row["draft_flops"] == sum(calc.decode(draft, context=t + j, batch=b)["total_flops"] for j in range(k))
+        assert row["draft_flops"] == _draft_flops(draft, k, t, b)
 
 
 def test_the_best_k_is_the_exact_optimum():
     """Time per accepted token (V(K) + D(K)) / E(K): V the time of a plain cached-prefill row of K+1
-    tokens with all logits, D the sum of the draft's K plain decode rows' times, E(a, K) = (1 -
+    tokens with all logits, D the draft's plain rows' times (a cached prefill of K+1, K-1 decode steps:
+    vLLM's proposer), E(a, K) = (1 -
     a^(K+1)) / (1 - a); minimised over K = 1..8 in exact rational arithmetic (each float time taken
     exactly as a fraction); best_k searches the same K by its own step rows. By FLOPs alone a step
     never beats one token a step (V(K) >= (K+1) x a decode step's FLOPs, E <= K+1): the best is K = 1."""
@@ -122,12 +134,17 @@ def test_the_best_k_is_the_exact_optimum():
     t, b = 4096, 1
     verify = [calc.rows(calc.answer(Query(target, "cached_prefill", Options(logits="all"), Precision(), machine),
                                     batch=[b], chunk=[k + 1], prefix=[t]))[0]["time_s"] for k in range(1, 9)]
-    steps = calc.rows(calc.answer(Query(draft, "decode", Options(), Precision(), machine),
-                                  batch=[b] * 8, context=[t + j for j in range(8)]))
+    first = [calc.rows(calc.answer(Query(draft, "cached_prefill", Options(), Precision(), machine),
+                                   batch=[b], chunk=[k + 1], prefix=[t]))[0]["time_s"] for k in range(1, 9)]
+
+    def later(k):       # the draft's K - 1 single-token forwards over T + K + 1 onwards
+        return [calc.rows(calc.answer(Query(draft, "decode", Options(), Precision(), machine), batch=[b],
+                                      context=[t + k + 1 + j]))[0]["time_s"] for j in range(k - 1)]
+    drafts = {k: Fraction(first[k - 1]) + sum(Fraction(x) for x in later(k)) for k in range(1, 9)}
     found = []
     for a in (Fraction(1, 5), Fraction(3, 5), Fraction(4, 5), Fraction(9, 10), Fraction(97, 100)):
         def per_token(k):
-            spent = Fraction(verify[k - 1]) + sum(Fraction(r["time_s"]) for r in steps[:k])
+            spent = Fraction(verify[k - 1]) + drafts[k]
             return spent / ((1 - a ** (k + 1)) / (1 - a))
         exact = min(range(1, 9), key=lambda k: (per_token(k), k))
         query = spec_query(target, draft, 1, [a], machine=machine)
@@ -325,10 +342,15 @@ def _decode_row(capsys, *extra, k=3, batch=8, context=4096):
 
 
 def _draft_phase(layout_options, batch, context, k):
-    """The draft model's K steps on its own layout: decode_phase at S = T, N = K + 1 (calc.answer)."""
-    query = Query(presets.load(DRAFT), "decode_phase", Options(**layout_options), Precision(),
-                  Machine(device("h200")))
-    return calc.answer(query, batch=[batch], seq=[context], new_tokens=[k + 1])
+    """The draft model's proposals on its own layout (calc.answer): a cached prefill of the K + 1 verified
+    tokens over T, then K - 1 steps (decode_phase at S = T + K + 1, N = K); their columns added."""
+    machine, draft = Machine(device("h200")), presets.load(DRAFT)
+    first = calc.answer(Query(draft, "cached_prefill", Options(**layout_options), Precision(), machine),
+                        batch=[batch], chunk=[k + 1], prefix=[context])
+    rest = calc.answer(Query(draft, "decode_phase", Options(**layout_options), Precision(), machine),
+                       batch=[batch], seq=[context + k + 1], new_tokens=[k])
+    return {key: [first[key][0] + rest[key][0]] for key in ("time_s", "total_flops", "flops_per_device")
+            if key in first}
 
 
 @pytest.mark.parametrize("layout,draft_layout", [

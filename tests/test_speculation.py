@@ -416,3 +416,23 @@ def test_a_speculative_generation_under_a_layout_adds_both_models_prefill(capsys
     assert first["flops_per_device"] == target["flops_per_device"][0] + draft["flops_per_device"][0]
     assert total["time_s"] == pytest.approx(first["time_s"] + decode["time_s"], rel=1e-15)
     assert total["draft_layout"] == "tp2" and total["layout"] == "tp2"
+
+
+def test_speculate_on_a_layout_is_each_ks_decode_row_there_beside_plain_decoding(capsys):
+    base = ("-p", TARGET, "--device", "h200", "-t", "4k", "-b", "8", "--tp", "2")
+    code, out, err = run(capsys, "speculate", *base, "--draft", DRAFT, "--acceptance", "0.8", "--kmax", "3",
+                         "-f", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    plain, = _json_rows(capsys, "decode", *base)
+    for r in rows:
+        one, = _json_rows(capsys, "decode", *base, "--draft", DRAFT, "--acceptance", "0.8", "--draft-tokens",
+                          str(r["draft_tokens"]))
+        assert r["time_per_token_s"] == one["time_per_token_s"] and r["layout"] == "tp2"
+        assert r["speedup"] == pytest.approx(plain["time_s"] / one["time_per_token_s"], rel=1e-12)
+
+
+def _json_rows(capsys, *args):
+    code, out, err = run(capsys, *args, "-f", "json")
+    assert code == 0, err
+    return json.loads(out)

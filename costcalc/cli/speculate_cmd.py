@@ -9,8 +9,9 @@ from .. import notes, speculation
 from ..errors import CostcalcError
 from ..evaluate import Options, Query
 from .emit import emit
-from .options import (AcceptanceOpt, ConfigOpt, DraftOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt, PresetOpt,
-                      Traffic, WideOpt, count, for_models, mla_form, models, whole_number, with_traffic)
+from .options import (AcceptanceOpt, ConfigOpt, DraftOpt, DraftTpOpt, FormatOpt, Mla, MlaOpt, OutputOpt, PresetFileOpt,
+                      PresetOpt, Traffic, WideOpt, count, for_models, mla_form, models, whole_number, with_layout,
+                      with_traffic)
 from .options import speculation as speculation_fields
 
 KmaxOpt = Annotated[Optional[int], typer.Option(
@@ -18,6 +19,7 @@ KmaxOpt = Annotated[Optional[int], typer.Option(
     help=f"Largest K searched (default {speculation.DEFAULT_KMAX}, or as many rates as --acceptance gives).")]
 
 
+@with_layout
 @with_traffic
 def speculate(
     preset: PresetOpt = None,
@@ -30,7 +32,9 @@ def speculate(
     draft: DraftOpt = None,
     acceptance: AcceptanceOpt = None,
     kmax: KmaxOpt = None,
+    draft_tp: DraftTpOpt = None,
     mla: MlaOpt = Mla.auto,
+    layout: dict = None,
     traffic: Traffic = Traffic(),
     fmt: FormatOpt = None,
     output: OutputOpt = None,
@@ -45,10 +49,10 @@ def speculate(
         raise CostcalcError("speculate needs --draft (mtp or a draft model's preset) and --acceptance")
     specs = models(preset, preset_file, config)
     precision, machine = for_models(traffic, specs)
-    fields = speculation_fields(draft, None, acceptance)
+    fields = speculation_fields(draft, None, acceptance, draft_tp=draft_tp)
     rows = []
     for spec in specs:
-        query = Query(spec, "decode", Options(mla=mla_form(mla, specs), **fields), precision, machine)
+        query = Query(spec, "decode", Options(mla=mla_form(mla, specs), **fields, **layout), precision, machine)
         rows.append(speculation.over_k(query, batch, context, kmax))
     from .emit import concat
 

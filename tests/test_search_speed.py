@@ -184,8 +184,9 @@ def test_steptimes_equal_generate_on_every_preset(preset):
         _close(fast, plain)
 
 
-@pytest.mark.parametrize("layout,draft_tp", [(Layout(), None), (Layout(2, 1, 1, 1), None), (Layout(2, 1, 1, 1), 1),
-                                             (Layout(2, 1, 1, 2), None)])
+@pytest.mark.parametrize("layout,draft_tp", [pytest.param(Layout(), None, marks=pytest.mark.slow),
+                                             pytest.param(Layout(2, 1, 1, 1), None, marks=pytest.mark.slow),
+                                             (Layout(2, 1, 1, 1), 1), (Layout(2, 1, 1, 2), None)])
 def test_steptimes_of_speculation_with_a_draft_model_equal_generate(layout, draft_tp):
     """A speculative generation's every step at once (the verify and the draft model's steps over each
     S + floor(i E) at each batch) is speculation.generation's."""
@@ -201,8 +202,10 @@ def test_steptimes_of_speculation_with_a_draft_model_equal_generate(layout, draf
     _close(fast, {key: plain[key][2::3] for key in ("ttft_s", "tpot_s", "batch_tokens_per_s")})
 
 
-@pytest.mark.parametrize("preset,layout", [("qwen3.5-35b-a3b", Layout()), ("qwen3.5-35b-a3b", Layout(2, 2, 1, 1)),
-                                           ("deepseek-v3", Layout(8, 8, 1, 1)), ("deepseek-v3", Layout(4, 8, 1, 2))])
+@pytest.mark.parametrize("preset,layout", [pytest.param("qwen3.5-35b-a3b", Layout(), marks=pytest.mark.slow),
+                                           ("qwen3.5-35b-a3b", Layout(2, 2, 1, 1)),
+                                           pytest.param("deepseek-v3", Layout(8, 8, 1, 1), marks=pytest.mark.slow),
+                                           ("deepseek-v3", Layout(4, 8, 1, 2))])
 def test_steptimes_of_speculation_by_the_mtp_module_equal_generate(preset, layout):
     """The MTP module's speculation at every (batch, step) at once: its own term and collectives per step."""
     from costcalc import speculation, steptimes

@@ -329,6 +329,11 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
     timing = machine.timing if machine is not None else None   # --timing measured: the tables' times beside
     estimate, term_estimate, notes = 0.0, {t.name: 0.0 for t in TERMS}, {}
 
+    def matrices(index: int) -> dict:
+        """A group's matrices in the weight plan: index len(groups) is the MTP module a draft runs (its
+        operators named ``mtp.<op>``)."""
+        return plan.groups[index] if index < len(plan.groups) else (plan.draft or {})
+
     def phases(group: Group) -> Optional[list[tuple[str, int]]]:
         """--timing measured, MLA: the (phase, length) of each forward a point runs (a decode phase: one a
         step); None where the tables hold no such forward (a cached chunk) or costcalc's MLA form is not the
@@ -361,7 +366,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                                                 precision.kv.value)
             else:
                 got, note = fused.mla_bmm(timing, op, values["B"], group.sizes["h_q"],
-                                          plan.groups[index][weights.SLICES[op]][3].name)
+                                          matrices(index)[weights.SLICES[op]][3].name)
             if got is None:
                 return None, note
             total, said = total + got, said + [note]
@@ -387,7 +392,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
         """--timing measured: the lookups of one group that stand for several operators at once -- a MoE
         layer's fused experts kernel, vLLM's whole MLA module -- each {ops, got, note, label}; a lookup the
         tables do not hold is left out (its operators are looked up one by one, or keep their floor)."""
-        out, block, sizes, own = [], group.block, group.sizes, plan.groups[index]
+        out, block, sizes, own = [], group.block, group.sizes, matrices(index)
         kind, steps = wl.traffic, values["N"] - 1 if wl.traffic == "steps" else 1
         experts = fused.PLAIN_MOE_OPS if block.plain else fused.MOE_OPS
         if block.ffn == "moe" and all(op in own for op in experts) and kind in ("0,S", "T,1", "T,C", "steps") \
@@ -458,8 +463,8 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
             return None, "no GEMM lookup"
         if op in plan.once:
             (fan_in, fan_out, fmt), layers = plan.once[op], 1
-        elif op in plan.groups[index] and plan.groups[index][op][2] == 1:
-            fan_in, fan_out, _, fmt = plan.groups[index][op]
+        elif op.removeprefix("mtp.") in matrices(index) and matrices(index)[op.removeprefix("mtp.")][2] == 1:
+            fan_in, fan_out, _, fmt = matrices(index)[op.removeprefix("mtp.")]
             layers = group.count
         else:
             return None, "no GEMM lookup"

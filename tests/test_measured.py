@@ -383,3 +383,18 @@ def test_an_older_attention_table_without_window_or_beam_columns_is_read(tmp_pat
     pd.DataFrame([{k: v for k, v in rows[0].items() if k != "head_dim"}]).to_parquet(broken)
     with pytest.raises(CostcalcError, match="has no head_dim column"):
         measured._attention_table(broken)
+
+
+def test_the_mtp_modules_operators_are_looked_up_or_kept_at_their_floor(capsys):
+    """--draft mtp under --timing measured: the module's own matrices (the weight plan's draft) are looked up as
+    GEMMs where the tables hold them, the rest (its experts, attention, head) named at their floor -- never an
+    error (its operators are mtp.<op>, its matrices the plan's draft, not a layer group's)."""
+    tables()
+    code, out, err = run(capsys, "decode", "-p", "qwen3.5-35b-a3b", "-t", "1k", "--draft", "mtp", "--timing",
+                         "measured", "--device", "h200", "-f", "json")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    assert row["draft_time_s"] > 0 and row["time_s"] >= row["floor_time_s"]
+    floor = row["measured_coverage"].split(" | ")[0]
+    assert floor.startswith("roofline floor (no table):") and "mtp.attention" in floor
+    assert "mtp.q_proj" not in floor            # a plain GEMM of the module's, looked up

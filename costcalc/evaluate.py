@@ -265,7 +265,8 @@ class Query:
         draft = self.draft
         if draft is not None and kind in ("flops", "bytes"):
             name = self.workload.name + ("" if kind == "flops" else ".bytes")
-            yield draft, DraftRecipe(compiled.get(name, self.block(draft), self.options.convention, self.logits))
+            # the draft token's logits, one row a sequence whatever the target's (vLLM's proposer samples the last)
+            yield draft, DraftRecipe(compiled.get(name, self.block(draft), self.options.convention, Logits.last))
 
 
     def modules(self, kind: str = "params") -> Iterator[tuple[Group, "Recipe"]]:

@@ -598,10 +598,13 @@ def shapes(data: Any, origin: str) -> tuple[Shape, ...]:
     ``MAX_CLASSES``; each problem one error naming the file and the entry."""
     from .jsonfile import kind
 
+    if isinstance(data, dict) and "requests" in data and set(data) != {"requests"}:
+        raise CostcalcError(f"{origin}: unknown key {quote(sorted(set(data) - {'requests'})[0])} beside \"requests\"")
     given = data.get("requests") if isinstance(data, dict) and set(data) == {"requests"} else data
     if not isinstance(given, list) or not given:
+        got = "an empty array" if given == [] else kind(given)
         raise CostcalcError(f"{origin}: expected a non-empty array of request shapes ({{\"isl\": 4096, \"osl\": "
-                            f"1024, \"share\": 0.5}}, ...), or {{\"requests\": [...]}}; got {kind(given)}")
+                            f"1024, \"share\": 0.5}}, ...), or {{\"requests\": [...]}}; got {got}")
     if len(given) > MAX_CLASSES:
         raise CostcalcError(f"{origin}: {len(given)} request shapes; at most {MAX_CLASSES}")
     out = []
@@ -649,7 +652,8 @@ def search_mix(setup: Setup, mix: Sequence[Shape], targets: Request,
         except CostcalcError as exc:
             raise CostcalcError(f"request shape isl {shape.isl} osl {shape.osl}: {exc}") from None
         per.append({(r["layout"], r["weight_dtype"], r["speculation"], r["batch"]): r for r in got.rows})
-        found.skipped.update({f"isl {shape.isl} osl {shape.osl}: {k}": v for k, v in got.skipped.items()})
+        for name, reason in got.skipped.items():      # each configuration once, the first shape's reason
+            found.skipped.setdefault(name, f"isl {shape.isl} osl {shape.osl}: {reason}")
         found.evaluated = max(found.evaluated, got.evaluated)
     for key in (k for k in per[0] if all(k in rows for rows in per)):
         rows = [rows[key] for rows in per]

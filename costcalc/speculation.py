@@ -84,7 +84,7 @@ def drafting(query: Query, workload: str = "decode_phase") -> Query:
     form = verify(query).options.mla if workload == "cached_prefill" else query.options.mla   # a few tokens: as
     if model is not None:                                                                       # the verify runs them
         return Query(model, workload, replace(draft_options(query), mla=form), query.precision, query.machine)
-    return query.but(workload=workload, draft_tokens=1, acceptance=None, mla=form)
+    return query.but(workload=workload, draft_tokens=1, acceptance=None, mla=form, logits=Logits.last)
 
 
 def proposals(query: Query, batch: list[int], context: list[int], k: int) -> list[tuple[Query, dict]]:

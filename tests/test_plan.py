@@ -446,7 +446,8 @@ def test_a_mix_holds_every_shape_to_the_targets_and_mixes_their_throughput(tmp_p
 
 @pytest.mark.parametrize("content, message", [
     ('{"isl": 512}', "expected a non-empty array of request shapes"),
-    ("[]", "expected a non-empty array"),
+    ("[]", "got an empty array"),
+    ('{"requests": [{"isl": 512, "osl": 64}], "mode": 1}', "unknown key 'mode' beside"),
     ('[{"isl": 512}]', "osl must be a whole number from 2"),
     ('[{"isl": 512, "osl": 1}]', "osl must be a whole number from 2"),
     ('[{"isl": 512, "osl": 64, "share": 0}]', "share must be a positive number"),

@@ -184,7 +184,7 @@ def test_steptimes_equal_generate_on_every_preset(preset):
         _close(fast, plain)
 
 
-@pytest.mark.parametrize("layout,draft_tp", [pytest.param(Layout(), None, marks=pytest.mark.slow),
+@pytest.mark.parametrize("layout,draft_tp", [(Layout(), None),
                                              pytest.param(Layout(2, 1, 1, 1), None, marks=pytest.mark.slow),
                                              (Layout(2, 1, 1, 1), 1), (Layout(2, 1, 1, 2), None)])
 def test_steptimes_of_speculation_with_a_draft_model_equal_generate(layout, draft_tp):

@@ -436,3 +436,14 @@ def _json_rows(capsys, *args):
     code, out, err = run(capsys, *args, "-f", "json")
     assert code == 0, err
     return json.loads(out)
+
+
+def test_the_mtp_modules_logits_are_the_draft_tokens_whatever_the_targets(capsys):
+    """--logits all asks the target's logits at every prompt position; the module's head stays at one row a
+    sequence (vLLM's proposer samples the last), in the prefill's drafting and in every step's."""
+    base = ("generate", "-p", "deepseek-v3", "--prompt", "1k", "--new", "64", "-b", "8", "--draft", "mtp",
+            "--acceptance", "0.8", "--draft-tokens", "3", "-f", "json")
+    last, every = (_json_rows(capsys, *base, "--logits", mode) for mode in ("last", "all"))
+    for a, b in zip(last, every):
+        assert a["draft_flops"] == b["draft_flops"], a["phase"]
+    assert every[0]["lm_head_flops"] > last[0]["lm_head_flops"]        # the target's own head does follow it

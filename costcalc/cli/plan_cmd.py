@@ -261,7 +261,8 @@ def text(setup: plan.Setup, asked: tuple, found: plan.Search, choice: tuple, eve
                                                    " -- each shape's generate line, ';' between: the row combines them:")]
     out += [f"{i:>{len(str(len(rows)))}}  {r['command']}" for i, r in enumerate(rows, 1)]
     out += ["", *textwrap.wrap(_best_line(best, met, request), 80), f"  {best['command']}", ""]
-    notes = (CONTINUOUS_NOTES + (DISAGG_NOTES if setup.disagg else ())) if setup.continuous else NOTES
+    notes = (CONTINUOUS_NOTES + (DISAGG_NOTES if setup.disagg else ())) if setup.continuous else \
+        MIX_NOTES if mix is not None else NOTES
     out += [line for note in notes for line in textwrap.wrap(note, 80)]
     return "\n".join(out) + "\n"
 
@@ -282,6 +283,10 @@ NOTES = ("per GPU = batch x output tokens / (ttft + (N-1) tpot) / the layout's d
          "A layout of fewer devices than asked runs copies of itself on the rest (the same rates). ttft: the "
          "batch's prefill step; tpot: its decode phase / (N-1); as generate times them (docs/cost-model.md, "
          "Planning).",)
+MIX_NOTES = ("A row of a mix: ttft and tpot the worst shape's (each held to the targets); per GPU = sum over the "
+             "shapes of share x batch x output tokens / sum of share x (ttft + (N-1) tpot) of that shape's batch / "
+             "the layout's devices (each shape's batches in proportion to its share of the requests); per user = 1 / "
+             "tpot; each shape's row is its generate line (docs/cost-model.md, Planning).",)
 CONTINUOUS_NOTES = (
     "conc = requests in flight (the JSON's batch). Continuous batching, as serve models it: each iteration one "
     "decode token a request and prompt chunks within --max-batched-tokens; ttft: a request's own mixed "

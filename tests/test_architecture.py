@@ -3,6 +3,7 @@ layer and those below (a lazy import inside a function counts; an ``if TYPE_CHEC
 import does not); no import cycle; ``compiled`` reached through one module; no signature
 above the core taking more than five parameters."""
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -83,13 +84,16 @@ def imports(module: str) -> set[str]:
     return {m for m in found if m in MODULES}
 
 
-GRAPH = {m: imports(m) for m in MODULES}
+@functools.lru_cache(maxsize=None)
+def graph() -> dict[str, set[str]]:
+    """Every module's costcalc imports, parsed once, when a test first asks (not at collection)."""
+    return {m: imports(m) for m in MODULES}
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_a_module_imports_nothing_from_a_layer_above_it(module):
     own = layer(module)
-    above = sorted(m for m in GRAPH[module] if layer(m) > own)
+    above = sorted(m for m in graph()[module] if layer(m) > own)
     assert not above, (f"costcalc.{module} ({LAYERS[own][0]}) imports {', '.join(above)} from above it; "
                        "move what it needs down, or the module up")
 
@@ -100,7 +104,7 @@ def test_no_import_cycle():
 
     def walk(module: str, path: list[str]) -> None:
         state[module] = 1
-        for dep in sorted(GRAPH[module]):
+        for dep in sorted(graph()[module]):
             if state.get(dep) == 1:
                 cycle = path[path.index(dep):]
                 cycles.append(" -> ".join(cycle + [dep]))
@@ -108,7 +112,7 @@ def test_no_import_cycle():
                 walk(dep, path + [dep])
         state[module] = 2
 
-    for module in sorted(GRAPH):
+    for module in sorted(graph()):
         if module not in state:
             walk(module, [module])
     assert not cycles, cycles
@@ -117,7 +121,7 @@ def test_no_import_cycle():
 def test_compiled_is_reached_through_the_query_alone():
     """``evaluate.Query.recipes`` is the one door to the compiled recipes (the cache's own
     ``codegen`` aside)."""
-    assert {m for m, deps in GRAPH.items() if "compiled" in deps} - {"codegen"} == {"evaluate"}
+    assert {m for m, deps in graph().items() if "compiled" in deps} - {"codegen"} == {"evaluate"}
 
 
 def _commands() -> set[tuple[str, str]]:

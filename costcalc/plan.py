@@ -73,11 +73,19 @@ NO_DRAFTS = ("--batching continuous: serve models no speculative decoding or dra
 @dataclass(frozen=True)
 class Request:
     """The request shape and the latency targets: prompts of ``isl`` tokens, ``osl`` output tokens
-    (at least 2: a TPOT is a decode step's), TTFT at most ``ttft`` and TPOT at most ``tpot`` seconds."""
+    (at least 2: a TPOT is a decode step's), TTFT at most ``ttft`` and TPOT at most ``tpot`` seconds; or,
+    with ``mix`` (``--requests``), several shapes (``RequestShape``s), each held to the targets (``isl`` and
+    ``osl`` then the first's)."""
     isl: int
     osl: int
     ttft: float
     tpot: float
+    mix: tuple = ()
+
+    @classmethod
+    def of(cls, mix: Sequence["RequestShape"], ttft: float, tpot: float) -> "Request":
+        """The question of ``mix``'s shapes (one shape: a plain request)."""
+        return cls(mix[0].isl, mix[0].osl, ttft, tpot, tuple(mix) if len(mix) > 1 else ())
 
     def __post_init__(self) -> None:
         for name, least in (("isl", 1), ("osl", 2)):
@@ -457,6 +465,8 @@ def search(setup: Setup, request: Request, progress: Optional[Callable[[int, int
     ``FORK_FROM`` triples, else one), the same candidates whatever their number."""
     from . import forked
 
+    if request.mix:
+        return _search_mix(setup, request, progress, workers)
     start = time.perf_counter()
     drafts = (None,) if setup.continuous else speculations(setup.spec) if setup.drafts is None else setup.drafts
     shapes = layouts(setup.spec, setup.devices, setup.continuous)
@@ -584,7 +594,7 @@ MAX_CLASSES = 64     # request shapes a --requests file may give
 
 
 @dataclass(frozen=True)
-class Shape:
+class RequestShape:
     """One class of a request mix (``--requests``): prompts of ``isl`` tokens, ``osl`` out, and its ``share``
     of the requests (an exact fraction of the whole)."""
     isl: int
@@ -592,7 +602,7 @@ class Shape:
     share: Fraction
 
 
-def shapes(data: Any, origin: str) -> tuple[Shape, ...]:
+def shapes(data: Any, origin: str) -> tuple[RequestShape, ...]:
     """A ``--requests`` file's classes: a JSON array (or ``{"requests": [...]}``) of objects with ``isl``,
     ``osl`` and optionally ``share`` (a positive number, default 1; the shares are normalised), at most
     ``MAX_CLASSES``; each problem one error naming the file and the entry."""
@@ -628,14 +638,14 @@ def shapes(data: Any, origin: str) -> tuple[Shape, ...]:
         out.append((values["isl"], values["osl"], Fraction(repr(share)) if isinstance(share, float) else
                     Fraction(share)))
     total = sum(share for _, _, share in out)
-    return tuple(Shape(isl, osl, share / total) for isl, osl, share in out)
+    return tuple(RequestShape(isl, osl, share / total) for isl, osl, share in out)
 
 
-def search_mix(setup: Setup, mix: Sequence[Shape], targets: Request,
-               progress: Optional[Callable[[int, int], None]] = None) -> Search:
-    """The candidates of a request mix (static batching): each (layout, weight format, draft, batch) that
-    every class has (``search`` per class), one row: ``ttft_s`` and ``tpot_s`` the worst class's (every
-    request is held to the targets: ``targets``' ttft and tpot), ``tokens_per_s_per_gpu`` the mixture's,
+def _search_mix(setup: Setup, targets: Request, progress: Optional[Callable[[int, int], None]],
+                workers: Optional[int]) -> Search:
+    """The candidates of a request mix (``targets.mix``; static batching): each (layout, weight format,
+    draft, batch) that every class has (``search`` per class), one row: ``ttft_s`` and ``tpot_s`` the worst
+    class's (every request is held to the targets' ttft and tpot), ``tokens_per_s_per_gpu`` the mixture's,
     sum_c w_c B N_c / sum_c w_c T_c / devices (each class's batches in proportion to its share w_c of the
     requests, T_c its batch's whole time, TTFT + (N_c - 1) TPOT), per user 1 / ``tpot_s``, ``command``
     each class's generate line, ``; ``-joined."""
@@ -643,12 +653,12 @@ def search_mix(setup: Setup, mix: Sequence[Shape], targets: Request,
         raise CostcalcError("--requests: continuous batching serves one request shape (serve); give --isl and "
                             "--osl, or --batching static")
     start = time.perf_counter()
-    found = Search()
+    found, mix = Search(), targets.mix
     per: list[dict] = []
     for shape in mix:
         asked = Request(shape.isl, shape.osl, targets.ttft, targets.tpot)
         try:
-            got = search(setup, asked, progress)
+            got = search(setup, asked, progress, workers)
         except CostcalcError as exc:
             raise CostcalcError(f"request shape isl {shape.isl} osl {shape.osl}: {exc}") from None
         per.append({(r["layout"], r["weight_dtype"], r["speculation"], r["batch"]): r for r in got.rows})

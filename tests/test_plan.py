@@ -469,7 +469,8 @@ def test_a_bad_requests_file_is_one_line(capsys, tmp_path, content, message):
     ((), "cannot read requests file"),
 ])
 def test_requests_beside_isl_continuous_or_a_folder_is_one_line(capsys, tmp_path, extra, message):
-    target = str(tmp_path) if not extra else _mix_file(tmp_path, [{"isl": 512, "osl": 64}])
+    """(A file of one shape is --isl and --osl: continuous batching serves it; two it does not.)"""
+    target = str(tmp_path) if not extra else _mix_file(tmp_path, [{"isl": 512, "osl": 64}, {"isl": 256, "osl": 32}])
     code, out, err = run(capsys, *MIX_BASE, "--requests", target, *extra)
     assert code == 2 and one_error(err, message), err
 

@@ -80,7 +80,8 @@ DraftOpt = Annotated[Optional[str], typer.Option(
     help="A draft at each decode step: mtp (the model's multi-token-prediction module: eh_proj, its decoder "
          "block over its own KV cache, and the draft token's logits; the draft column), or a draft model "
          "(with --acceptance: speculative decoding): a preset's name, a preset file or a Hugging Face "
-         "config.json (a path: it has a / or ends in .json).")]
+         "config.json (a path: it has a / or ends in .json). plan: the drafter of its speculation axis "
+         "(default: none; with --acceptance, mtp).")]
 DraftTokensOpt = Annotated[Optional[int], typer.Option(
     "--draft-tokens", parser=whole_number("--draft-tokens"), metavar="K", show_default=False,
     help="Speculative decoding: tokens K the draft proposes a step (default 1, or as many as --acceptance "
@@ -92,7 +93,8 @@ DraftTpOpt = Annotated[Optional[int], typer.Option(
 AcceptanceOpt = Annotated[Optional[str], typer.Option(
     "--acceptance", metavar="A", show_default=False,
     help="Speculative decoding: the rate a draft token is accepted, in [0, 1): one (0.8), or one per drafted "
-         "position (0.8,0.7,0.6). Rows add expected_tokens_per_step and, with a device, time_per_token_s.")]
+         "position (0.8,0.7,0.6). A step's rows add expected_tokens_per_step and, with a device, "
+         "time_per_token_s.")]
 
 
 def draft(value: Optional[str]) -> str:

@@ -17,7 +17,7 @@ from ..printable import escape
 from ..render import render
 from ..vocab import Dtype
 from .emit import Out, emit_to
-from .options import (BudgetOpt, ConfigOpt, DeviceFileOpt, DeviceOpt, EngineOpt, EngineVersionOpt, FormatOpt, KvDtypeOpt,
+from .options import (AcceptanceOpt, BudgetOpt, ConfigOpt, DraftOpt, DeviceFileOpt, DeviceOpt, EngineOpt, EngineVersionOpt, FormatOpt, KvDtypeOpt,
                       OutputOpt, PresetFileOpt, PresetOpt, TimingOpt, WideOpt, model, traffic)
 
 PROGRESS_AFTER_S = 1.0      # a search running longer than this shows a progress bar on stderr
@@ -44,19 +44,12 @@ def plan_command(
         "--weight-dtype", metavar="A,B", show_default=False,
         help="Weight formats to search, a comma list (as generate's --weight-dtype).  (default: the model's own, "
              "bf16 and fp8 where the device has an fp8 peak)")] = None,
-    draft: Annotated[Optional[str], typer.Option(
-        "--draft", metavar="DRAFT", show_default=False,
-        help="The drafter of the speculation axis: mtp (the model's MTP layers) or a draft model (its preset, "
-             "preset file or config.json, as generate's --draft); with "
-             "--acceptance, speculative decoding over --draft-tokens; alone, its drafting cost beside each "
-             "plain row.  (default: none; with --acceptance, mtp)")] = None,
+    draft: DraftOpt = None,
     draft_tokens: Annotated[Optional[str], typer.Option(
         "--draft-tokens", metavar="K", show_default=False,
         help="With --acceptance: the tokens K a step drafts to search, a list or range.  (default: 1:4, or 1 to "
              "the positions --acceptance gives)")] = None,
-    acceptance: Annotated[Optional[str], typer.Option(
-        "--acceptance", metavar="A", show_default=False,
-        help="Speculative decoding's acceptance rate in [0, 1): one (0.8) or one per drafted position.")] = None,
+    acceptance: AcceptanceOpt = None,
     batching: Annotated[str, typer.Option(
         "--batching", metavar="static|continuous",
         help="static: each candidate a batch prefilled at once, then decoded (generate); continuous: a tp x ep "
@@ -84,8 +77,7 @@ def plan_command(
     spec = model(preset, preset_file, config)
     if not (device or device_file):
         raise CostcalcError("plan needs a device: --device NAME (see 'costcalc devices') or --device-file PATH")
-    mix = _mix(isl, osl, requests)
-    request = plan.Request(mix[0].isl, mix[0].osl, plan.duration(ttft, "--ttft"), plan.duration(tpot, "--tpot"))
+    request = plan.Request.of(_mix(isl, osl, requests), plan.duration(ttft, "--ttft"), plan.duration(tpot, "--tpot"))
     count = ranges.number(devices, "--devices")
     given = {"device": device, "device_file": device_file, "kv_dtype": kv_dtype, "timing": timing, "engine": engine,
              "engine_version": engine_version}
@@ -101,8 +93,7 @@ def plan_command(
                        _drafts(spec, draft, draft_tokens, acceptance), mode,
                        budget, disagg)
     bar = Progress()
-    found = plan.search(setup, request, progress=bar) if requests is None else \
-        plan.search_mix(setup, mix, request, progress=bar)
+    found = plan.search(setup, request, progress=bar)
     bar.close()
     best, met = plan.chosen(found.rows, request)
     rows = [{key: row[key] for key in plan.FIELDS} for row in found.rows]
@@ -112,8 +103,7 @@ def plan_command(
 
     def own(chosen_format: str, width: Optional[int]):
         if chosen_format == "table":
-            return lambda handle: handle.write(escape(text(setup, (request, mix if requests else None), found,
-                                                           (best, met), every), lines=True))
+            return lambda handle: handle.write(escape(text(setup, request, found, (best, met), every), lines=True))
         if chosen_format == "markdown":
             return lambda handle: handle.write(render(front, "markdown", said, width))
         return None     # CSV and JSON: every candidate
@@ -135,7 +125,7 @@ def _mix(isl: Optional[str], osl: Optional[str], requests: Optional[str]) -> tup
         raise CostcalcError("give --isl and --osl (a request's prompt and output tokens), or --requests FILE")
     from fractions import Fraction
 
-    return (plan.Shape(ranges.number(isl, "--isl"), ranges.number(osl, "--osl"), Fraction(1)),)
+    return (plan.RequestShape(ranges.number(isl, "--isl"), ranges.number(osl, "--osl"), Fraction(1)),)
 
 
 def _drafts(spec: Any, draft: Optional[str], tokens: Optional[str], acceptance: Optional[str]) -> Optional[tuple]:
@@ -228,13 +218,12 @@ def _cells(index: int, row: dict[str, Any], best: dict[str, Any]) -> list[str]:
             "yes" if row["meets_targets"] else "no"]
 
 
-def text(setup: plan.Setup, asked: tuple, found: plan.Search, choice: tuple, every: bool) -> str:
-    """The terminal answer: what was searched, the front (``every``: all candidates) as a table with the
-    chosen row marked ``*`` (tokens/s per GPU and per user; the draft column where a row drafts), each
-    row's reproducing command, and the chosen configuration's line. ``asked``: the ``plan.Request`` (its
-    targets) and a --requests mix's shapes (None: the request's own shape)."""
+def text(setup: plan.Setup, request: plan.Request, found: plan.Search, choice: tuple, every: bool) -> str:
+    """The terminal answer: what was searched (a --requests mix: its shapes), the front (``every``: all
+    candidates) as a table with the chosen row marked ``*`` (tokens/s per GPU and per user; the draft column
+    where a row drafts), each row's reproducing command, and the chosen configuration's line."""
     best, met = choice
-    request, mix = asked
+    mix = request.mix or None
     rows = found.rows if every else [r for r in found.rows if r["pareto"] or r is best]
     keep = [c for c, name in enumerate(HEAD) if name != "draft" or any(r["speculation"] for r in rows)]
     head = [CONCURRENCY if name == "batch" and setup.continuous else name for name in HEAD]

@@ -109,6 +109,19 @@ def rates(query: Query, batch: Sequence[int], seq: Sequence[int], new_tokens: Se
     return out
 
 
+def generation_rates(batch: Sequence[int], new: Sequence[int], first: Sequence[float],
+                     rest: Sequence[float]) -> dict[str, list]:
+    """A generation's rates from its prefill's time ``first`` and its decode phase's ``rest`` (one a point):
+    ``ttft_s`` the prefill; ``tpot_s`` the decode phase / (N - 1) (none for one token); ``tokens_per_s``
+    N / (prefill + decode phase) and ``batch_tokens_per_s`` B N / it (none where no time passes) -- the one
+    rule ``generate``, speculative generations and ``plan``'s search give them by."""
+    totals = [f + r for f, r in zip(first, rest)]
+    return {"ttft_s": list(first),
+            "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(rest, new)],
+            "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
+            "batch_tokens_per_s": [b * k / t if t else None for b, k, t in zip(batch, new, totals)]}
+
+
 def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int]) -> Table:
     """The layout's columns (``parallel.columns``) of the prefill rows, the decode-phase rows and
     their totals: FLOPs, bytes and times added, the collectives of both phases listed; on a device
@@ -145,13 +158,8 @@ def _generation_layout(prefill: Query, phase: Query, first: Table, new: list[int
     if "measured_coverage" in out:       # --timing measured: a total's ratios from its added times
         efficiencies(out)
     if "comm_time_s" in out:     # on a device: the step times on the layout give the rates
-        totals = out["time_s"][2::3]
         out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
-        rates = {"ttft_s": one["time_s"],
-                 "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(many["time_s"], new)],
-                 "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
-                 "batch_tokens_per_s": [b * k / t if t else None for b, k, t in zip(first["batch"], new, totals)]}
-        for key, values in rates.items():
+        for key, values in generation_rates(first["batch"], new, one["time_s"], many["time_s"]).items():
             column = [None] * (3 * n)
             column[2::3] = values
             out[key] = column
@@ -186,13 +194,8 @@ def _generation_traffic(query: Query, first: Table, steps: Table, new: list[int]
         out[key] = column
     if query.machine is not None:
         efficiencies(out)         # --timing measured: a total's ratios from its added times
-        totals = out["time_s"][2::3]
         out["bound"][2::3] = [_bound(c, m) for c, m in zip(out["compute_time_s"][2::3], out["memory_time_s"][2::3])]
-        rows = {"ttft_s": one["time_s"],
-                "tpot_s": [t / (k - 1) if k > 1 else None for t, k in zip(many["time_s"], new)],
-                "tokens_per_s": [k / t if t else None for k, t in zip(new, totals)],
-                "batch_tokens_per_s": [b * k / t if t else None for b, k, t in zip(first["batch"], new, totals)]}
-        for key, values in rows.items():
+        for key, values in generation_rates(first["batch"], new, one["time_s"], many["time_s"]).items():
             column = [None] * (3 * n)
             column[2::3] = values
             out[key] = column

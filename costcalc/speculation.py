@@ -382,10 +382,10 @@ def generation(query: Query, batch: Sequence[int], seq: Sequence[int], new_token
         total = {key: phases[0].get(key, 0) + phases[1].get(key, 0) for key in [*first, *decode] if _summed(key)}
         phases.append({**head, "phase": "total", **shape, "steps": len(at), **total})
         if query.machine is not None:
-            time = phases[-1]["time_s"]
-            phases[-1].update({"ttft_s": first["time_s"], "tpot_s": decode["time_s"] / (new - 1) if new > 1 else None,
-                               "tokens_per_s": new / time if time else None,
-                               "batch_tokens_per_s": b * new / time if time else None})
+            from .composites import generation_rates
+
+            got = generation_rates([b], [new], [first["time_s"]], [decode.get("time_s", 0.0)])
+            phases[-1].update({key: values[0] for key, values in got.items()})
             from . import fitting
 
             for row, held in zip(phases, (s, s + new - 1, s + new - 1)):

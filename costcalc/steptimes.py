@@ -265,11 +265,13 @@ class Search:
         return out[0], out[1], out[2], out[3]
 
 
-def _rates(batch: np.ndarray, new: int, first: np.ndarray, rest: np.ndarray) -> dict[str, list[float]]:
-    """A generation's TTFT (its prefill ``first``), TPOT (its decode phase ``rest`` / (N - 1)) and the
-    batch's output tokens/s, B N / (TTFT + decode phase), as ``composites.rates`` gives them."""
-    return {"ttft_s": first.tolist(), "tpot_s": (rest / (new - 1)).tolist(),
-            "batch_tokens_per_s": (batch * new / (first + rest)).tolist()}
+def _rates(batch: np.ndarray, new: int, first: np.ndarray, rest: np.ndarray) -> dict[str, list]:
+    """``composites.generation_rates`` of the batches' prefill and decode-phase times."""
+    from .composites import generation_rates
+
+    n = len(batch)
+    return generation_rates(batch.tolist(), [new] * n, np.broadcast_to(first, (n,)).tolist(),
+                            np.broadcast_to(rest, (n,)).tolist())
 
 
 def _weights(plan: Any, index: int) -> Any:

@@ -329,10 +329,23 @@ def device_traffic(query: Query, point: dict[str, int], spec: Optional[ModelSpec
     return roofline.point(own, replica(point, layout), expert_share(layout), per_operator=True)
 
 
+_LINKS: dict = {}   # (id(device), n, span) -> (device, its link): a search asks the same few again and again
+
+
 def link(device: Any, n: int, span: Optional[int] = None) -> links_model.Link:
     """The link a group of n devices spans (``collectives.link_for``): placed inside one scale-up
     domain while the devices it is spread over (``span``, default n: consecutive) fit one, else across
-    domains; a device without interconnect fields is refused (``Device.link``)."""
+    domains; a device without interconnect fields is refused (``Device.link``). Kept per device object."""
+    key = (id(device), n, span)
+    hit = _LINKS.get(key)
+    if hit is None or hit[0] is not device:
+        if len(_LINKS) >= MEMO:
+            _LINKS.clear()
+        hit = _LINKS[key] = (device, _link(device, n, span))
+    return hit[1]
+
+
+def _link(device: Any, n: int, span: Optional[int]) -> links_model.Link:
     if device.scale_up is None and device.scale_out is None:
         device.link("scale_up")
     up = device.scale_up
@@ -349,11 +362,12 @@ def span(layout: Any, n: int) -> int:
     return n
 
 
-def comm_time(found: Sequence[Collective], layout: Any, device: Any) -> float:
+def comm_time(found: Sequence[Collective], layout: Any, device: Any) -> Any:
     """Seconds of a step's collectives on one device: each ``collectives.time(op, n, bytes, link)``
-    (alpha + factor(n) bytes / B) x its count, n the group it runs over."""
-    return sum(c.count * links_model.time(c.op, ranks(c, layout), c.bytes,
-                                          link(device, ranks(c, layout), span(layout, ranks(c, layout))))
+    (alpha + factor(n) bytes / B) x its count, n the group it runs over; over arrays of message bytes (a
+    search's batches: ``steptimes``) ``collectives.times``."""
+    return sum(c.count * (links_model.times if hasattr(c.bytes, "shape") else links_model.time)(
+                   c.op, ranks(c, layout), c.bytes, link(device, ranks(c, layout), span(layout, ranks(c, layout))))
                for c in found)
 
 

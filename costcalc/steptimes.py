@@ -90,7 +90,7 @@ class Search:
                 steps = steps + self.step(drafter, point)
             else:       # the MTP module's own term and its own collectives (speculation._drafted's rule)
                 mtp = [c for c in parallel.collectives(drafter, point) if c.where.startswith(parallel.MTP_WHERE)]
-                own = comm_time(mtp, drafter.options.layout, drafter.machine.device)
+                own = parallel.comm_time(mtp, drafter.options.layout, drafter.machine.device)
                 steps = steps + parallel.step_time(self.roofline(drafter, point, drafted=True), own + 0.0 * many,
                                                    drafter.options.overlap)
         return _rates(batch, self.osl, first, steps.reshape(len(batch), len(at)).sum(axis=1))
@@ -115,7 +115,7 @@ class Search:
         batch = point["B"]
         if layout.pp == 1:
             own = self.roofline(query, point)
-            comm = comm_time(parallel.collectives(query, point), layout, device)
+            comm = parallel.comm_time(parallel.collectives(query, point), layout, device)
             return parallel.step_time(own, comm, query.options.overlap)
         m = parallel.micro_batches(query)
         micro = {**point, "B": batch // m}
@@ -135,7 +135,7 @@ class Search:
             own, found = done[alike[index]]
             sends = [c for c in found if c.op == links_model.SEND_RECV]
             rest = [c for c in found if c.op != links_model.SEND_RECV]
-            comm = comm_time(rest, layout, device) / m
+            comm = parallel.comm_time(rest, layout, device) / m
             link = parallel.boundary_link(query, index) if sends else None
             send = sum(c.count * links_model.times(c.op, 2, c.bytes, link) for c in sends) / m
             durations.append(parallel.step_time(own, comm, query.options.overlap) + send)
@@ -277,26 +277,3 @@ def _rates(batch: np.ndarray, new: int, first: np.ndarray, rest: np.ndarray) -> 
 def _weights(plan: Any, index: int) -> Any:
     """A group's matrices and formats in a weight plan (what its weight bytes depend on)."""
     return plan.groups[index] if index < len(plan.groups) else (plan.draft, plan.once)
-
-
-def comm_time(found: Sequence[parallel.Collective], layout: Any, device: Any) -> Any:
-    """``parallel.comm_time`` over arrays of message bytes."""
-    total = 0.0
-    for c in found:
-        n = parallel.ranks(c, layout)
-        total = total + c.count * links_model.times(c.op, n, c.bytes, _link(device, n, parallel.span(layout, n)))
-    return total
-
-
-_LINKS: dict = {}
-
-
-def _link(device: Any, n: int, span: int) -> Any:
-    """``parallel.link``, kept per device object (a search asks the same few)."""
-    key = (id(device), n, span)
-    hit = _LINKS.get(key)
-    if hit is None or hit[0] is not device:
-        if len(_LINKS) >= 4096:
-            _LINKS.clear()
-        hit = _LINKS[key] = (device, parallel.link(device, n, span))
-    return hit[1]

@@ -320,11 +320,11 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
     compute = memory = total = 0.0
     term_times = {t.name: [0.0, 0.0, 0.0] for t in TERMS}   # compute, memory, roofline time
     term_bytes = {t.name: _Sum() for t in TERMS}
-    per_element = {kind: _exact(precision.bits(kind, query.spec) / 8) for kind in TRAFFIC
-                   if kind != "weight"}   # bytes, exact
+    plan = precision.weights(query.spec)
+    per_element = {kind: _exact(element_bytes(query, plan, 0, "", kind)) for kind in TRAFFIC
+                   if kind != "weight" and not kind.startswith("kv")}   # bytes, exact (K/V: by operator)
     key_bytes = {}      # by operator: K/V elements in the KV dtype, an indexer's keys in the index dtype
     rates: dict = {}    # (group index, op) -> bytes per weight element
-    plan = precision.weights(query.spec)
     each: dict[str, dict[str, Any]] = {}     # per operator, over the groups (``per_operator``)
     timing = machine.timing if machine is not None else None   # --timing measured: the tables' times beside
     estimate, term_estimate, notes = 0.0, {t.name: 0.0 for t in TERMS}, {}
@@ -500,7 +500,7 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                     continue
                 if kind == "weight":    # each matrix in its own format: bytes exact per matrix
                     if (index, op) not in rates:
-                        rates[index, op] = _exact(plan.rate(index, op))
+                        rates[index, op] = _exact(element_bytes(query, plan, index, op, kind))
                     rate = rates[index, op]
                     if isinstance(rate, float):     # a float's rounding, in its order
                         part = count * (touched if expert else 1) * rate
@@ -508,12 +508,12 @@ def point(query: Query, values: dict[str, int], share: Share = Share(),
                         part = _exact(count * rate)
                         part = _exact(part * touched) if expert else part
                     read += part
+                elif kind.startswith("kv"):     # a routed expert moves no K/V
+                    if op not in key_bytes:
+                        key_bytes[op] = _exact(element_bytes(query, plan, index, op, kind))
+                    part = count * key_bytes[op]
                 elif runs > 1:
                     part = _ratio(count, runs) * per_element[kind]
-                elif kind.startswith("kv"):
-                    if op not in key_bytes:
-                        key_bytes[op] = _exact(precision.key_bits(op, query.spec) / 8)
-                    part = count * key_bytes[op]
                 else:
                     part = count * per_element[kind]
                 kinds[kind].add(part)
@@ -608,6 +608,18 @@ def coverage(notes: dict[str, str]) -> str:
     outside = [f"{op}: {note}" for op, note in notes.items() if note != "floor"]
     parts = ([f"roofline floor (no table): {', '.join(floor)}"] if floor else []) + outside
     return " | ".join(parts) if parts else "measured"
+
+
+def element_bytes(query: Query, plan: Plan, index: int, op: str, kind: str) -> Fraction:
+    """Bytes an element of traffic ``kind`` of operator ``op`` (layer group ``index``) moves: a weight at its
+    matrix's format (``Plan.rate``), a K/V element in the KV dtype (an indexer's keys in the index dtype:
+    ``Precision.key_bits``), any other kind in its own dtype (``Precision.bits``) -- the one rule ``point``
+    and a search's arrays (``steptimes``) count bytes by."""
+    if kind == "weight":
+        return plan.rate(index, op)
+    if kind.startswith("kv"):
+        return query.precision.key_bits(op, query.spec) / 8
+    return query.precision.bits(kind, query.spec) / 8
 
 
 def routed_expert(op: str) -> bool:

@@ -28,11 +28,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import collectives as links_model, parallel, pipeline
+from . import collectives as links_model, parallel, pipeline, roofline
 from .evaluate import DraftRecipe, Query
 from .layout import device_spec
 from .roofline import Share, routed_expert
-from .vocab import TRAFFIC
 
 
 class Search:
@@ -51,7 +50,6 @@ class Search:
         self.stages: dict[tuple, tuple] = {}      # a pipeline's stages, and which are alike
         self.plans: dict[tuple, Any] = {}         # a device's weight plan in each weight format
         self.touched: dict[tuple, float] = {}     # the routed experts a device's layer reads
-        self.element: dict[tuple, dict] = {}      # bytes an element of each traffic kind, by dtypes and model
 
     def generation(self, query: Query, batch: Sequence[int]) -> dict[str, list[float]]:
         """``composites.rates`` of a generation of ``batch`` sequences (each a list) under the query's
@@ -236,11 +234,6 @@ class Search:
                 if sizes + (r,) not in self.touched:
                     self.touched[sizes + (r,)] = float(share.touched(group, r, precision))
             touched = np.array([self.touched[sizes + (r,)] for r in routed] * 2)
-        dtypes = (repr(precision), id(own.spec))
-        if dtypes not in self.element:
-            self.element[dtypes] = {kind: float(precision.bits(kind, own.spec) / 8) for kind in TRAFFIC
-                                    if kind != "weight"}
-        per_element = self.element[dtypes]
         compute, memory = [], []
         for op in operators:
             expert = routed_expert(op)
@@ -249,12 +242,11 @@ class Search:
             for kind, count in elements[op].items():
                 if not count.any():     # nothing moved (point skips it: a weight held nowhere has no rate)
                     continue
-                if kind == "weight":
-                    moved += count * float(plan.rate(index, op)) * (touched if expert else 1.0)
-                elif kind.startswith("kv") and runs == 1:
-                    moved += count * float(precision.key_bits(op, own.spec) / 8)
-                else:
-                    moved += count / runs * per_element[kind]
+                rate = float(roofline.element_bytes(own, plan, index, op, kind))    # point's rule, over arrays:
+                if kind == "weight":                                                # an expert's weights those
+                    moved += count * rate * (touched if expert else 1.0)            # touched, its other bytes
+                else:                                                               # its share of the pairs
+                    moved += count / runs * rate
             compute.append(ran[op] / runs / peak)
             memory.append(moved / bandwidth)
         out = []

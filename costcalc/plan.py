@@ -53,6 +53,8 @@ EXTRA_DTYPES = ("bf16", "fp8")     # searched beside the model's own formats, wh
 FIELDS = ("layout", "devices", "batch", "weight_dtype", "speculation", "ttft_s", "tpot_s", "tokens_per_s_per_gpu",
           "tokens_per_s_per_user", "meets_targets", "pareto", "fits", "timing", "batching", "command")
 BATCHINGS = ("static", "continuous")
+MAX_DEVICES = 4096      # --devices: a plan's cluster at most (a search enumerates every layout of it)
+MAX_SPLIT_DEVICES = 256     # with --disagg: every split into two pools is searched
 DISAGGREGATED = "disaggregated"     # the batching of a disaggregated row: continuous, on two pools
 _DURATION = re.compile(r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(s|ms|us|ns)?")
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, None: 1.0}
@@ -116,6 +118,9 @@ class Setup:
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
             raise CostcalcError(f"--devices must be a positive integer, got {self.devices!r}")
+        if self.devices > MAX_DEVICES:
+            raise CostcalcError(f"--devices {self.devices:,}: at most {MAX_DEVICES:,} (the search enumerates every "
+                                f"layout and, with --disagg, every split of them)")
         if self.batching not in BATCHINGS:
             raise CostcalcError(f"--batching: {quote(str(self.batching))} is not one of {', '.join(BATCHINGS)}")
         if self.budget is not None:
@@ -123,6 +128,9 @@ class Setup:
         if self.batching == "static" and self.budget is not None:
             raise CostcalcError("--max-batched-tokens is continuous batching's token budget: it needs "
                                 "--batching continuous")
+        if self.disagg and self.devices > MAX_SPLIT_DEVICES:
+            raise CostcalcError(f"--disagg on {self.devices:,} devices: at most {MAX_SPLIT_DEVICES} (every split of "
+                                f"them into two pools is a candidate)")
         if self.disagg and self.batching != "continuous":
             raise CostcalcError("--disagg splits the devices into continuous-batching pools: it needs "
                                 "--batching continuous")
@@ -152,7 +160,9 @@ def weight_choices(spec: ModelSpec, precision: Any, machine: Any, given: Optiona
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending."""
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def layouts(spec: ModelSpec, devices: int, continuous: bool = False, replicas: bool = True) -> list[Layout]:

@@ -177,6 +177,8 @@ def test_speculative_candidates_reproduce_through_generate(capsys):
     (("--osl", "1"), "--osl must be an integer of at least 2"),
     (("--isl", "0"), "--isl must be an integer of at least 1"),
     (("--devices", "0"), "--devices must be a positive integer"),
+    (("--devices", "1e9"), "--devices 1,000,000,000: at most 4,096"),
+    (("--devices", "512", "--batching", "continuous", "--disagg"), "--disagg on 512 devices: at most 256"),
     (("--weight-dtype", "fp9"), "--weight-dtype"),
 ])
 def test_bad_input_is_one_line(capsys, args, message):
@@ -478,3 +480,8 @@ def test_requests_beside_isl_continuous_or_a_folder_is_one_line(capsys, tmp_path
 def test_no_shape_at_all_is_one_line(capsys):
     code, out, err = run(capsys, *MIX_BASE)
     assert code == 2 and one_error(err, "give --isl and --osl"), err
+
+
+def test_divisors_are_every_divisor_in_order():
+    for n in (1, 2, 12, 36, 64, 97, 4096):
+        assert plan.divisors(n) == [d for d in range(1, n + 1) if n % d == 0]

@@ -178,7 +178,6 @@ def test_speculative_candidates_reproduce_through_generate(capsys):
     (("--isl", "0"), "--isl must be an integer of at least 1"),
     (("--devices", "0"), "--devices must be a positive integer"),
     (("--devices", "1e9"), "--devices 1,000,000,000: at most 4,096"),
-    (("--devices", "512", "--batching", "continuous", "--disagg"), "--disagg on 512 devices: at most 256"),
     (("--weight-dtype", "fp9"), "--weight-dtype"),
 ])
 def test_bad_input_is_one_line(capsys, args, message):
@@ -485,3 +484,9 @@ def test_no_shape_at_all_is_one_line(capsys):
 def test_divisors_are_every_divisor_in_order():
     for n in (1, 2, 12, 36, 64, 97, 4096):
         assert plan.divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_disaggregated_splits_of_too_many_devices_are_one_line(capsys):
+    code, out, err = run(capsys, "plan", "-p", "llama-3.1-8b", "--device", "h200", "--devices", "512", "--isl", "1k",
+                         "--osl", "64", "--ttft", "1s", "--tpot", "30ms", "--batching", "continuous", "--disagg")
+    assert code == 2 and one_error(err, "--disagg on 512 devices: at most 256"), err
